@@ -1,0 +1,212 @@
+//! The command line. Every option of `serve` can also be set through a
+//! `LITELINK_*` environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::domain::code::{MAX_GENERATED_LEN, MIN_GENERATED_LEN};
+use crate::store::sqlite::{ConnectionMode, Durability, ReadOn};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "litelink",
+    version,
+    about = "A fast, durable URL shortener on SQLite"
+)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Options for `serve`, which also runs when no subcommand is given.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the service (the default).
+    Serve(ServeArgs),
+    /// Print SQLite's build facts and check a database; non-zero exit status
+    /// when something is wrong.
+    Doctor(DoctorArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+impl OnOff {
+    pub fn is_on(self) -> bool {
+        self == Self::On
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RedirectStatus {
+    #[value(name = "301")]
+    MovedPermanently,
+    #[value(name = "302")]
+    Found,
+    #[value(name = "307")]
+    TemporaryRedirect,
+    #[value(name = "308")]
+    PermanentRedirect,
+}
+
+impl RedirectStatus {
+    pub fn status(self) -> axum::http::StatusCode {
+        use axum::http::StatusCode;
+        match self {
+            Self::MovedPermanently => StatusCode::MOVED_PERMANENTLY,
+            Self::Found => StatusCode::FOUND,
+            Self::TemporaryRedirect => StatusCode::TEMPORARY_REDIRECT,
+            Self::PermanentRedirect => StatusCode::PERMANENT_REDIRECT,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SqliteArgs {
+    /// SQLite database file; created with its schema on first start.
+    #[arg(long, env = "LITELINK_DB", default_value = "litelink.db")]
+    pub db: PathBuf,
+
+    /// SQLite's process-wide memory statistics. `on` puts a global mutex
+    /// around every SQLite allocation.
+    #[arg(
+        long,
+        env = "LITELINK_SQLITE_MEMSTATUS",
+        value_enum,
+        default_value = "off"
+    )]
+    pub sqlite_memstatus: OnOff,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "LITELINK_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    #[command(flatten)]
+    pub sqlite: SqliteArgs,
+
+    /// `pooled` reuses connections and their prepared statements;
+    /// `per-request` opens a connection for every request (the first
+    /// article's set-up, for experiments).
+    #[arg(
+        long,
+        env = "LITELINK_SQLITE_CONNECTIONS",
+        value_enum,
+        default_value = "pooled"
+    )]
+    pub sqlite_connections: ConnectionMode,
+
+    /// Where lookups run: on the async worker thread, or on the blocking pool.
+    #[arg(
+        long,
+        env = "LITELINK_SQLITE_READ_ON",
+        value_enum,
+        default_value = "worker"
+    )]
+    pub sqlite_read_on: ReadOn,
+
+    /// SQLite's page cache; `off` sets cache_size=0 and temp_store=0 on every
+    /// connection (the second article's experiment).
+    #[arg(
+        long,
+        env = "LITELINK_SQLITE_PAGE_CACHE",
+        value_enum,
+        default_value = "on"
+    )]
+    pub sqlite_page_cache: OnOff,
+
+    /// What a 201 promises: `full` survives power loss, `normal` a process
+    /// crash, `off` nothing (benchmarks only).
+    #[arg(long, env = "LITELINK_DURABILITY", value_enum, default_value = "full")]
+    pub durability: Durability,
+
+    /// Commit concurrent creates together, one sync per batch.
+    #[arg(long, env = "LITELINK_GROUP_COMMIT", value_enum, default_value = "on")]
+    pub group_commit: OnOff,
+
+    /// Most creates in one group commit.
+    #[arg(long, env = "LITELINK_WRITE_BATCH_MAX", default_value_t = 512,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub write_batch_max: u32,
+
+    /// Creates that may wait for the writer; beyond it `POST /link` answers
+    /// 503 with Retry-After.
+    #[arg(long, env = "LITELINK_WRITE_QUEUE", default_value_t = 4096,
+          value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub write_queue: u32,
+
+    /// Milliseconds SQLite waits for a lock held by another process.
+    #[arg(long, env = "LITELINK_SQLITE_BUSY_TIMEOUT_MS", default_value_t = 5000)]
+    pub sqlite_busy_timeout_ms: u64,
+
+    /// Status of `GET /{code}`.
+    #[arg(
+        long,
+        env = "LITELINK_REDIRECT_STATUS",
+        value_enum,
+        default_value = "302"
+    )]
+    pub redirect_status: RedirectStatus,
+
+    /// Length of generated codes (characters of [A-Za-z0-9]).
+    #[arg(long, env = "LITELINK_CODE_LENGTH", default_value_t = 10,
+          value_parser = clap::value_parser!(u8).range(MIN_GENERATED_LEN as i64..=MAX_GENERATED_LEN as i64))]
+    pub code_length: u8,
+
+    /// Public base URL for the `short_url` field, e.g. https://s.example.com
+    /// (default: http:// and the request's Host).
+    #[arg(long, env = "LITELINK_PUBLIC_URL")]
+    pub public_url: Option<String>,
+
+    /// Largest request body accepted, in bytes (413 above it).
+    #[arg(long, env = "LITELINK_MAX_BODY_BYTES", default_value_t = 16 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Seconds a request may take before it is answered 503.
+    #[arg(long, env = "LITELINK_REQUEST_TIMEOUT", default_value_t = 10)]
+    pub request_timeout: u64,
+
+    /// Cache in front of SQLite.
+    #[arg(long, env = "LITELINK_CACHE", value_enum, default_value = "memory")]
+    pub cache: CacheMode,
+
+    /// Entries the in-process cache holds.
+    #[arg(long, env = "LITELINK_CACHE_CAPACITY", default_value_t = 100_000)]
+    pub cache_capacity: usize,
+
+    /// Milliseconds an unknown code is remembered as unknown (0: never).
+    #[arg(long, env = "LITELINK_CACHE_NEGATIVE_TTL_MS", default_value_t = 5000)]
+    pub cache_negative_ttl_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CacheMode {
+    /// Every lookup reads SQLite.
+    None,
+    /// A bounded in-process cache.
+    Memory,
+}
+
+impl ServeArgs {
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_secs(self.request_timeout)
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DoctorArgs {
+    #[command(flatten)]
+    pub sqlite: SqliteArgs,
+}

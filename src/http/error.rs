@@ -1,0 +1,85 @@
+//! The one error type handlers return. Clients get a JSON `{"error": ...}`
+//! with a status that names the problem; internal details go to the log
+//! only.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// Temporary: the client should retry after the given seconds.
+    #[error("{message}")]
+    Unavailable { message: String, retry_after: u32 },
+    /// Anything the client cannot fix. The detail is logged, never sent.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'a str,
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let message = match &self {
+            Self::Internal(detail) => {
+                tracing::error!(%detail, "internal error");
+                "internal server error".to_owned()
+            }
+            other => other.to_string(),
+        };
+        let mut response = (status, Json(ErrorBody { error: &message })).into_response();
+        if let Self::Unavailable { retry_after, .. } = self {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+        }
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Busy => Self::Unavailable {
+                message: "too many links are waiting to be stored; retry shortly".into(),
+                retry_after: 1,
+            },
+            StoreError::Closed => Self::Unavailable {
+                message: "the service is shutting down".into(),
+                retry_after: 5,
+            },
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! The schema, as an ordered list of migrations. `PRAGMA user_version` holds
+//! how many have been applied; each runs in its own transaction, so a crash
+//! mid-upgrade leaves the previous version intact.
+
+use rusqlite::Connection;
+
+/// Each entry moves the schema from version `i` to `i + 1`. Never edit an
+/// entry that has shipped: append a new one.
+const MIGRATIONS: &[&str] = &[
+    // 1: links. `code` is UNIQUE so the database, not the application,
+    // guarantees that no two links share a code and none is overwritten.
+    "CREATE TABLE links (
+        id         INTEGER PRIMARY KEY,
+        code       TEXT    NOT NULL UNIQUE,
+        target     TEXT    NOT NULL,
+        created_at INTEGER NOT NULL -- Unix time in milliseconds
+    ) STRICT;",
+];
+
+pub const LATEST: u32 = MIGRATIONS.len() as u32;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MigrationError {
+    #[error("database schema version {found} is newer than this litelink knows ({LATEST})")]
+    TooNew { found: u32 },
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+}
+
+pub fn version(conn: &Connection) -> rusqlite::Result<u32> {
+    conn.pragma_query_value(None, "user_version", |r| r.get(0))
+}
+
+/// Brings the schema up to [`LATEST`]; returns the version it found.
+pub fn migrate(conn: &mut Connection) -> Result<u32, MigrationError> {
+    let found = version(conn)?;
+    if found > LATEST {
+        return Err(MigrationError::TooNew { found });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as u32)?;
+        tx.commit()?;
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrates_a_new_database_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("m.db")).unwrap();
+        assert_eq!(migrate(&mut conn).unwrap(), 0);
+        assert_eq!(version(&conn).unwrap(), LATEST);
+        assert_eq!(migrate(&mut conn).unwrap(), LATEST);
+    }
+
+    #[test]
+    fn refuses_a_newer_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("m.db")).unwrap();
+        conn.pragma_update(None, "user_version", LATEST + 1)
+            .unwrap();
+        assert!(matches!(
+            migrate(&mut conn),
+            Err(MigrationError::TooNew { .. })
+        ));
+    }
+}
