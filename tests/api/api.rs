@@ -1,0 +1,314 @@
+//! The HTTP API: success paths and every documented error path.
+
+use std::collections::HashSet;
+
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, assert_error, spawn_app, spawn_app_on};
+
+/// The API contract, run against every configuration in `modes.rs`.
+pub async fn exercise_api(app: &TestApp) {
+    // heart-beat
+    let r = app.get("/heart-beat").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap(), json!({ "OK": true }));
+
+    // create, read as JSON, redirect
+    let target = "https://example.com/some/page?q=1&r=two#frag";
+    let r = app.create(target).await;
+    assert_eq!(r.status(), 201);
+    let body: Value = r.json().await.unwrap();
+    let code = body["short_link"].as_str().unwrap().to_owned();
+    assert_eq!(code.len(), 10);
+    assert!(code.bytes().all(|b| b.is_ascii_alphanumeric()));
+    assert_eq!(body["link"], target);
+    assert_eq!(
+        body["short_url"].as_str().unwrap(),
+        format!("http://{}/{code}", app.addr)
+    );
+
+    let r = app.get(&format!("/link/{code}")).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap(), json!({ "link": target }));
+
+    let r = app.get(&format!("/{code}")).await;
+    assert_eq!(r.status(), 302);
+    assert_eq!(r.headers()["location"], target);
+    let r = app
+        .client
+        .head(app.url(&format!("/{code}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 302);
+    assert_eq!(r.headers()["location"], target);
+
+    // unknown codes, twice so a negative cache answers the second time
+    for _ in 0..2 {
+        assert_error(app.get("/link/NoSuchCode1").await, 404, "no link").await;
+        assert_error(app.get("/NoSuchCode1").await, 404, "no link").await;
+    }
+
+    // malformed codes
+    assert_error(app.get("/link/bad.code").await, 400, "malformed short code").await;
+    assert_error(app.get("/bad%20code").await, 400, "malformed short code").await;
+    let long = "a".repeat(65);
+    assert_error(app.get(&format!("/link/{long}")).await, 400, "malformed").await;
+
+    // bad bodies
+    let post = |body: &'static str, ct: Option<&'static str>| {
+        let mut req = app.client.post(app.url("/link")).body(body);
+        if let Some(ct) = ct {
+            req = req.header("content-type", ct);
+        }
+        req.send()
+    };
+    let json_ct = Some("application/json");
+    assert_error(post("{}", json_ct).await.unwrap(), 400, "'url' is required").await;
+    assert_error(
+        post(r#"{"url":null}"#, json_ct).await.unwrap(),
+        400,
+        "'url' is required",
+    )
+    .await;
+    assert_error(
+        post(r#"{"url":""}"#, json_ct).await.unwrap(),
+        400,
+        "must not be empty",
+    )
+    .await;
+    assert_error(
+        post(r#"{"url":42}"#, json_ct).await.unwrap(),
+        400,
+        "must be a string",
+    )
+    .await;
+    assert_error(
+        post(r#"{"url": "https://x.com""#, json_ct).await.unwrap(),
+        400,
+        "not valid JSON",
+    )
+    .await;
+    assert_error(post("", json_ct).await.unwrap(), 400, "not valid JSON").await;
+    assert_error(
+        post(r#"["https://x.com"]"#, json_ct).await.unwrap(),
+        400,
+        "JSON object",
+    )
+    .await;
+    assert_error(
+        post(r#""https://x.com""#, json_ct).await.unwrap(),
+        400,
+        "JSON object",
+    )
+    .await;
+    assert_error(
+        post(r#"{"url":"https://x.com"}"#, None).await.unwrap(),
+        415,
+        "application/json",
+    )
+    .await;
+    assert_error(
+        post(r#"{"url":"https://x.com"}"#, Some("text/plain"))
+            .await
+            .unwrap(),
+        415,
+        "application/json",
+    )
+    .await;
+    assert_error(
+        post(
+            "url=https://x.com",
+            Some("application/x-www-form-urlencoded"),
+        )
+        .await
+        .unwrap(),
+        415,
+        "application/json",
+    )
+    .await;
+
+    // bad URLs
+    for (url, needle) in [
+        ("example.com", "not a valid absolute URL"),
+        ("/relative/path", "not a valid absolute URL"),
+        ("ftp://example.com/file", "scheme must be http or https"),
+        ("javascript:alert(1)", "scheme must be http or https"),
+        ("https://exa\nmple.com", "control characters"),
+        ("https://example.com/\u{0007}", "control characters"),
+        ("https://example.com/a b", "whitespace"),
+    ] {
+        assert_error(app.create(url).await, 400, needle).await;
+    }
+    let too_long = format!(
+        "https://example.com/{}",
+        "a".repeat(litelink::domain::MAX_URL_BYTES)
+    );
+    assert_error(app.create(&too_long).await, 400, "longer than").await;
+
+    // body over the limit (default 16 KiB)
+    let huge = json!({ "url": format!("https://example.com/{}", "a".repeat(20_000)) }).to_string();
+    let r = app
+        .client
+        .post(app.url("/link"))
+        .header("content-type", "application/json")
+        .body(huge)
+        .send()
+        .await
+        .unwrap();
+    assert_error(r, 413, "too large").await;
+
+    // unknown routes and wrong methods
+    assert_error(app.get("/no/such/route").await, 404, "no route").await;
+    let r = app.client.delete(app.url("/link")).send().await.unwrap();
+    assert_error(r, 405, "method not allowed").await;
+    let r = app.client.put(app.url("/heart-beat")).send().await.unwrap();
+    assert_error(r, 405, "method not allowed").await;
+    let r = app
+        .client
+        .post(app.url(&format!("/link/{code}")))
+        .send()
+        .await
+        .unwrap();
+    assert_error(r, 405, "method not allowed").await;
+
+    // nothing above stored a link it should not have: exactly one was created
+    let stats = app.stats().await;
+    assert_eq!(stats["links"], 1, "{stats}");
+}
+
+#[tokio::test]
+async fn the_default_configuration_serves_the_api() {
+    let app = spawn_app(&[]).await;
+    exercise_api(&app).await;
+}
+
+#[tokio::test]
+async fn stats_reports_the_build_and_the_configuration() {
+    let app = spawn_app(&[]).await;
+    app.create_ok("https://example.com").await;
+    let s = app.stats().await;
+    assert_eq!(s["sqlite_version"], rusqlite::version());
+    let options: Vec<&str> = s["compile_options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    // The build flag from .cargo/config.toml reached the bundled SQLite.
+    assert!(options.contains(&"DEFAULT_MEMSTATUS=0"), "{options:?}");
+    assert!(
+        options.contains(&"DISABLE_PAGECACHE_OVERFLOW_STATS"),
+        "{options:?}"
+    );
+    assert_eq!(s["memstatus"], false);
+    assert_eq!(s["connections"], "pooled");
+    assert_eq!(s["page_cache"], "on");
+    assert_eq!(s["durability"], "full");
+    assert_eq!(s["links"], 1);
+    assert_eq!(s["cache"]["mode"], "memory");
+}
+
+#[tokio::test]
+async fn the_redirect_status_is_configurable() {
+    for status in ["301", "302", "307", "308"] {
+        let app = spawn_app(&["--redirect-status", status]).await;
+        let code = app.create_ok("https://example.org/x").await;
+        let r = app.get(&format!("/{code}")).await;
+        assert_eq!(r.status().as_str(), status);
+        assert_eq!(r.headers()["location"], "https://example.org/x");
+        assert_eq!(
+            app.stats().await["redirect_status"],
+            status.parse::<u16>().unwrap()
+        );
+    }
+}
+
+#[tokio::test]
+async fn code_length_and_public_url_are_configurable() {
+    let app = spawn_app(&["--code-length", "16", "--public-url", "https://s.example/"]).await;
+    let r = app.create("https://example.com").await;
+    let body: Value = r.json().await.unwrap();
+    let code = body["short_link"].as_str().unwrap();
+    assert_eq!(code.len(), 16);
+    assert_eq!(body["short_url"], format!("https://s.example/{code}"));
+}
+
+#[tokio::test]
+async fn iris_are_stored_percent_encoded() {
+    let app = spawn_app(&[]).await;
+    let code = app.create_ok("https://de.wikipedia.org/wiki/Köln").await;
+    let r = app.get(&format!("/{code}")).await;
+    assert_eq!(
+        r.headers()["location"],
+        "https://de.wikipedia.org/wiki/K%C3%B6ln"
+    );
+}
+
+#[tokio::test]
+async fn two_hundred_concurrent_creates_get_distinct_codes_that_resolve() {
+    let app = spawn_app(&["--cache", "none"]).await;
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let client = app.client.clone();
+        let url = app.url("/link");
+        tasks.push(tokio::spawn(async move {
+            let target = format!("https://example.com/page/{i}");
+            let r = client
+                .post(url)
+                .json(&json!({ "url": target }))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 201);
+            let body: Value = r.json().await.unwrap();
+            (body["short_link"].as_str().unwrap().to_owned(), target)
+        }));
+    }
+    let mut created = Vec::new();
+    for t in tasks {
+        created.push(t.await.unwrap());
+    }
+    let codes: HashSet<&str> = created.iter().map(|(c, _)| c.as_str()).collect();
+    assert_eq!(codes.len(), 200, "codes must be distinct");
+    for (code, target) in &created {
+        let r = app.get(&format!("/link/{code}")).await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.json::<Value>().await.unwrap()["link"], target.as_str());
+    }
+    assert_eq!(app.stats().await["links"], 200);
+}
+
+#[tokio::test]
+async fn links_survive_a_restart() {
+    let app = spawn_app(&[]).await;
+    let code = app.create_ok("https://example.com/persisted").await;
+    let db = app.db.clone();
+    let dir = app.stop().await;
+    let app = spawn_app_on(&db, &[]).await;
+    let r = app.get(&format!("/link/{code}")).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["link"],
+        "https://example.com/persisted"
+    );
+    drop(dir);
+}
+
+#[tokio::test]
+async fn internal_failures_are_a_generic_500() {
+    let app = spawn_app(&["--cache", "none"]).await;
+    // Break the database under the running server, from outside it.
+    let conn = rusqlite::Connection::open(&app.db).unwrap();
+    conn.execute_batch("DROP TABLE links").unwrap();
+    let r = app.get("/link/abcdefghij").await;
+    assert_eq!(r.status(), 500);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body, json!({ "error": "internal server error" }));
+    let r = app.create("https://example.com").await;
+    assert_eq!(r.status(), 500);
+    assert_eq!(
+        r.json::<Value>().await.unwrap(),
+        json!({ "error": "internal server error" })
+    );
+}

@@ -1,0 +1,240 @@
+//! `spawn_app` starts litelink in this process on 127.0.0.1:0; `spawn_process`
+//! runs the built binary as a child, for what needs a process of its own
+//! (MEMSTATUS on, kill -9).
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Once;
+use std::time::Duration;
+
+use clap::Parser;
+use litelink::cli::{Cli, Command as CliCommand, ServeArgs};
+use litelink::store::sqlite::memstatus;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("client")
+}
+
+/// Parses arguments exactly as the binary does, so tests run the same
+/// configuration path as users.
+pub fn serve_args(db: &Path, extra: &[&str]) -> ServeArgs {
+    let mut argv = vec![
+        "litelink".to_owned(),
+        "serve".to_owned(),
+        "--listen".to_owned(),
+        "127.0.0.1:0".to_owned(),
+        "--db".to_owned(),
+        db.display().to_string(),
+    ];
+    argv.extend(extra.iter().map(|s| s.to_string()));
+    match Cli::try_parse_from(argv).expect("arguments").command {
+        Some(CliCommand::Serve(a)) => a,
+        _ => unreachable!(),
+    }
+}
+
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub client: reqwest::Client,
+    pub db: PathBuf,
+    dir: Option<TempDir>,
+    shutdown: Option<oneshot::Sender<()>>,
+    handle: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+static MEMSTATUS: Once = Once::new();
+
+/// Starts a server on a fresh database with extra command-line options.
+pub async fn spawn_app(extra: &[&str]) -> TestApp {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("litelink.db");
+    let mut app = spawn_app_on(&db, extra).await;
+    app.dir = Some(dir);
+    app
+}
+
+/// Starts a server on an existing (or new) database file.
+pub async fn spawn_app_on(db: &Path, extra: &[&str]) -> TestApp {
+    // The test process is one SQLite process: MEMSTATUS is set once, off,
+    // as in a default `litelink serve`.
+    MEMSTATUS.call_once(|| memstatus::configure(false).expect("memstatus"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_test_writer()
+        .try_init();
+    let args = serve_args(db, extra);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (tx, rx) = oneshot::channel::<()>();
+    let handle = tokio::spawn(litelink::server::run(args, listener, async {
+        let _ = rx.await;
+    }));
+    let app = TestApp {
+        addr,
+        client: client(),
+        db: db.to_path_buf(),
+        dir: None,
+        shutdown: Some(tx),
+        handle: Some(handle),
+    };
+    app.wait_ready().await;
+    app
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    async fn wait_ready(&self) {
+        for _ in 0..200 {
+            if let Ok(r) = self.client.get(self.url("/heart-beat")).send().await
+                && r.status() == 200
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("server at {} never became ready", self.addr);
+    }
+
+    pub async fn create(&self, url: &str) -> reqwest::Response {
+        self.client
+            .post(self.url("/link"))
+            .json(&json!({ "url": url }))
+            .send()
+            .await
+            .expect("POST /link")
+    }
+
+    /// Creates a link and returns its code, asserting the 201.
+    pub async fn create_ok(&self, url: &str) -> String {
+        let r = self.create(url).await;
+        assert_eq!(r.status(), 201, "create {url}");
+        let body: Value = r.json().await.expect("json");
+        body["short_link"].as_str().expect("short_link").to_owned()
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client.get(self.url(path)).send().await.expect("GET")
+    }
+
+    pub async fn stats(&self) -> Value {
+        self.get("/stats").await.json().await.expect("stats json")
+    }
+
+    /// Graceful shutdown; returns the directory so the database outlives it.
+    pub async fn stop(mut self) -> Option<TempDir> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(h) = self.handle.take() {
+            h.await.expect("server task").expect("server result");
+        }
+        self.dir.take()
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Asserts a JSON error response: its status and that the message says
+/// something containing `needle`.
+pub async fn assert_error(r: reqwest::Response, status: u16, needle: &str) {
+    assert_eq!(r.status(), status, "status");
+    let ct = r
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    assert!(ct.starts_with("application/json"), "content-type {ct}");
+    let body: Value = r.json().await.expect("json error body");
+    let msg = body["error"].as_str().expect("error field");
+    assert!(
+        msg.to_lowercase().contains(&needle.to_lowercase()),
+        "error '{msg}' should mention '{needle}'"
+    );
+}
+
+/// The built binary, run as a child process.
+pub struct ServerProcess {
+    pub child: Child,
+    pub addr: SocketAddr,
+}
+
+pub fn spawn_process(db: &Path, extra: &[&str]) -> ServerProcess {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_litelink"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+        .arg(db)
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn litelink");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(i) = line.find("listening addr=")
+                && let Some(tx) = tx.take()
+            {
+                let addr = line[i + "listening addr=".len()..].trim().to_owned();
+                let _ = tx.send(addr);
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("server printed its address")
+        .parse()
+        .expect("address");
+    ServerProcess { child, addr }
+}
+
+impl ServerProcess {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then waits for a clean exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        self.child.wait().expect("wait")
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,9 @@
+//! Integration tests: the real server on a free port, a real SQLite file in
+//! a temporary directory. One test binary, so the build links once.
+
+mod helpers;
+
+mod api;
+mod durability;
+mod modes;
+mod process;

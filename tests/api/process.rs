@@ -1,0 +1,177 @@
+//! Tests that need litelink as a process of its own: MEMSTATUS is
+//! process-wide, and a crash test must kill the server for real.
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::RngExt;
+use serde_json::{Value, json};
+
+use crate::helpers::{client, spawn_process};
+
+async fn stats(url: String) -> Value {
+    client()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn memstatus_is_off_by_default_and_on_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let off = spawn_process(&dir.path().join("off.db"), &[]);
+    let s = stats(off.url("/stats")).await;
+    assert_eq!(s["memstatus"], false, "{s}");
+    let on = spawn_process(&dir.path().join("on.db"), &["--sqlite-memstatus", "on"]);
+    let s = stats(on.url("/stats")).await;
+    assert_eq!(s["memstatus"], true, "{s}");
+    // The build default stays visible either way.
+    assert!(
+        s["compile_options"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("DEFAULT_MEMSTATUS=0"))
+    );
+}
+
+#[tokio::test]
+async fn sigterm_finishes_cleanly_and_doctor_approves_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.db");
+    let mut server = spawn_process(&db, &[]);
+    let r = client()
+        .post(server.url("/link"))
+        .json(&json!({ "url": "https://example.com" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let status = server.terminate();
+    assert!(status.success(), "exit status {status}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_litelink"))
+        .args(["doctor", "--db"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("DEFAULT_MEMSTATUS=0"), "{text}");
+    assert!(text.contains("integrity check:    ok"), "{text}");
+    assert!(text.contains("links:              1"), "{text}");
+}
+
+#[test]
+fn doctor_fails_on_a_missing_or_too_new_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.db");
+    let out = Command::new(env!("CARGO_BIN_EXE_litelink"))
+        .args(["doctor", "--db"])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(!missing.exists(), "doctor must not create a database");
+
+    let newer = dir.path().join("newer.db");
+    let conn = rusqlite::Connection::open(&newer).unwrap();
+    conn.pragma_update(None, "user_version", 999).unwrap();
+    drop(conn);
+    let out = Command::new(env!("CARGO_BIN_EXE_litelink"))
+        .args(["doctor", "--db"])
+        .arg(&newer)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("NEWER"));
+}
+
+/// kill -9 in the middle of concurrent creates, at random moments, a few
+/// times over: every code that was answered 201 must still resolve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_creates_survive_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("crash.db");
+    let acked: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+    for round in 0..4 {
+        let mut server = spawn_process(&db, &["--cache", "none"]);
+        // Everything acknowledged in earlier rounds is still there.
+        let earlier = acked.lock().unwrap().clone();
+        verify(&server.url(""), &earlier).await;
+
+        let mut workers = Vec::new();
+        for w in 0..32 {
+            let url = server.url("/link");
+            let acked = Arc::clone(&acked);
+            workers.push(tokio::spawn(async move {
+                let client = client();
+                for i in 0..100_000u32 {
+                    let target = format!("https://example.com/r{round}/w{w}/{i}");
+                    let Ok(r) = client
+                        .post(&url)
+                        .json(&json!({ "url": target }))
+                        .send()
+                        .await
+                    else {
+                        return;
+                    };
+                    if r.status() != 201 {
+                        continue;
+                    }
+                    let Ok(body) = r.json::<Value>().await else {
+                        return;
+                    };
+                    let code = body["short_link"].as_str().unwrap().to_owned();
+                    acked.lock().unwrap().insert(code, target);
+                }
+            }));
+        }
+        let delay = rand::rng().random_range(150..700);
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        server.kill9();
+        for w in workers {
+            w.await.unwrap();
+        }
+    }
+    let acked = acked.lock().unwrap().clone();
+    eprintln!(
+        "crash test: {} acknowledged creates over 4 kills",
+        acked.len()
+    );
+    assert!(
+        acked.len() > 100,
+        "too few creates to mean anything: {}",
+        acked.len()
+    );
+    let server = spawn_process(&db, &["--cache", "none"]);
+    verify(&server.url(""), &acked).await;
+    let stats = stats(server.url("/stats")).await;
+    assert!(stats["links"].as_u64().unwrap() >= acked.len() as u64);
+    drop(server);
+
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+}
+
+async fn verify(base: &str, acked: &HashMap<String, String>) {
+    let client = client();
+    for (code, target) in acked {
+        let r = client
+            .get(format!("{base}/link/{code}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "acknowledged code {code} was lost");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["link"], target.as_str());
+    }
+}
