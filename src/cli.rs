@@ -188,6 +188,27 @@ pub struct ServeArgs {
     /// Milliseconds an unknown code is remembered as unknown (0: never).
     #[arg(long, env = "LITELINK_CACHE_NEGATIVE_TTL_MS", default_value_t = 5000)]
     pub cache_negative_ttl_ms: u64,
+
+    /// Valkey (or Redis) server for `--cache valkey|tiered`.
+    #[arg(
+        long,
+        env = "LITELINK_VALKEY_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub valkey_url: String,
+
+    /// Prefix of every key litelink writes to Valkey.
+    #[arg(long, env = "LITELINK_VALKEY_PREFIX", default_value = "litelink:")]
+    pub valkey_prefix: String,
+
+    /// Seconds a link stays in Valkey (0: until Valkey evicts it).
+    #[arg(long, env = "LITELINK_VALKEY_TTL", default_value_t = 86_400)]
+    pub valkey_ttl: u64,
+
+    /// Milliseconds each Valkey call may take before the lookup falls
+    /// through to SQLite.
+    #[arg(long, env = "LITELINK_VALKEY_TIMEOUT_MS", default_value_t = 50)]
+    pub valkey_timeout_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
@@ -197,6 +218,10 @@ pub enum CacheMode {
     None,
     /// A bounded in-process cache.
     Memory,
+    /// Valkey (or Redis), shared by every instance.
+    Valkey,
+    /// Memory in front of Valkey.
+    Tiered,
 }
 
 impl ServeArgs {

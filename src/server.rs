@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::net::TcpListener;
 
-use crate::cache::{LinkCache, MemoryCache, NoCache};
+use crate::cache::{LinkCache, MemoryCache, NoCache, TieredCache, ValkeyCache, ValkeyConfig};
 use crate::cli::{CacheMode, ServeArgs};
 use crate::domain::CodeGenerator;
 use crate::http::{self, AppState, HttpLimits};
@@ -65,14 +65,30 @@ pub async fn build_links(args: &ServeArgs) -> anyhow::Result<Links> {
         );
     }
     let store: Arc<dyn LinkStore> = Arc::new(store);
+    let cache = build_cache(args)?;
+    Ok(Links::new(cache, store))
+}
+
+fn build_cache(args: &ServeArgs) -> anyhow::Result<Arc<dyn LinkCache>> {
+    let negative_ttl = Duration::from_millis(args.cache_negative_ttl_ms);
+    let memory = || MemoryCache::new(args.cache_capacity, negative_ttl);
+    let valkey = || {
+        ValkeyCache::new(ValkeyConfig {
+            url: args.valkey_url.clone(),
+            prefix: args.valkey_prefix.clone(),
+            ttl: (args.valkey_ttl > 0).then(|| Duration::from_secs(args.valkey_ttl)),
+            negative_ttl,
+            timeout: Duration::from_millis(args.valkey_timeout_ms.max(1)),
+        })
+    };
     let cache: Arc<dyn LinkCache> = match args.cache {
         CacheMode::None => Arc::new(NoCache),
-        CacheMode::Memory => Arc::new(MemoryCache::new(
-            args.cache_capacity,
-            Duration::from_millis(args.cache_negative_ttl_ms),
-        )),
+        CacheMode::Memory => Arc::new(memory()),
+        CacheMode::Valkey => Arc::new(valkey()?),
+        CacheMode::Tiered => Arc::new(TieredCache::new(memory(), valkey()?)),
     };
-    Ok(Links::new(cache, store))
+    tracing::info!(mode = ?args.cache, "cache ready");
+    Ok(cache)
 }
 
 /// Runs the service on `listener` until `shutdown` resolves, lets requests

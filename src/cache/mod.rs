@@ -4,12 +4,16 @@
 //! the caller falls through to the store.
 
 mod memory;
+mod tiered;
+mod valkey;
 
 use async_trait::async_trait;
 
 use crate::domain::{ShortCode, TargetUrl};
 
 pub use memory::MemoryCache;
+pub use tiered::TieredCache;
+pub use valkey::{ValkeyCache, ValkeyConfig, ValkeyError};
 
 /// What a cache knows about a code.
 #[derive(Debug, Clone, PartialEq, Eq)]

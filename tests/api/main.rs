@@ -4,6 +4,8 @@
 mod helpers;
 
 mod api;
+mod cache;
 mod durability;
 mod modes;
 mod process;
+mod valkey_server;
