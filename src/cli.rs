@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::domain::code::{MAX_GENERATED_LEN, MIN_GENERATED_LEN};
 use crate::store::sqlite::{ConnectionMode, Durability, ReadOn};
+use crate::stress::{Keys, ReadPath, Scenario, StressConfig};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -32,6 +33,8 @@ pub enum Command {
     /// Print SQLite's build facts and check a database; non-zero exit status
     /// when something is wrong.
     Doctor(DoctorArgs),
+    /// Load-test a server that has the seed API (litelink or any other).
+    Stress(StressArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -234,4 +237,107 @@ impl ServeArgs {
 pub struct DoctorArgs {
     #[command(flatten)]
     pub sqlite: SqliteArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StressArgs {
+    /// Base URL of the server under test.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+
+    /// `seed`: each task creates a link and reads it --gets-per-task times
+    /// (the article's test); `read`: read --links links; `create`: only create.
+    #[arg(long, value_enum, default_value = "seed")]
+    pub scenario: Scenario,
+
+    /// Seed scenario: number of tasks.
+    #[arg(long, default_value_t = 100)]
+    pub tasks: u64,
+
+    /// Concurrent workers, each with its own keep-alive connection.
+    #[arg(long, visible_alias = "connections", default_value_t = 30)]
+    pub workers: usize,
+
+    /// Seed scenario: reads per task.
+    #[arg(long, default_value_t = 80)]
+    pub gets_per_task: u64,
+
+    /// Read scenario: links created (untimed) before the reads.
+    #[arg(long, default_value_t = 1000)]
+    pub links: u64,
+
+    /// Read scenario: which link each read asks for.
+    #[arg(long, value_enum, default_value = "uniform")]
+    pub keys: Keys,
+
+    /// Skew of `--keys zipf` (larger: fewer, hotter keys).
+    #[arg(long, default_value_t = 1.0)]
+    pub zipf_s: f64,
+
+    /// Read with `GET /link/{code}` (json) or `GET /{code}` (redirect, not followed).
+    #[arg(long, value_enum, default_value = "json")]
+    pub read_path: ReadPath,
+
+    /// Open model: send this many requests per second on a fixed schedule,
+    /// measuring latency from the scheduled time. Default: closed model.
+    #[arg(long)]
+    pub rate: Option<f64>,
+
+    /// Stop after this many seconds (default: 10 for read and create; a
+    /// 300-second limit for seed, which ends when its tasks are done).
+    #[arg(long)]
+    pub duration: Option<f64>,
+
+    /// Stop after this many measured requests (read and create).
+    #[arg(long)]
+    pub requests: Option<u64>,
+
+    /// Seconds of load before measuring starts (read and create).
+    #[arg(long, default_value_t = 0.0)]
+    pub warmup: f64,
+
+    /// Milliseconds before a request counts as timed out.
+    #[arg(long, default_value_t = 10_000)]
+    pub timeout_ms: u64,
+
+    /// Threads of the load generator (default: one per core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl StressArgs {
+    pub fn config(&self) -> Result<StressConfig, String> {
+        let secs = |name: &str, v: f64| {
+            if v.is_finite() && v >= 0.0 {
+                Ok(Duration::from_secs_f64(v))
+            } else {
+                Err(format!("--{name} must be a non-negative number of seconds"))
+            }
+        };
+        let default_duration = match self.scenario {
+            Scenario::Seed => 300.0,
+            _ => 10.0,
+        };
+        Ok(StressConfig {
+            url: self.url.clone(),
+            scenario: self.scenario,
+            workers: self.workers,
+            tasks: self.tasks,
+            gets_per_task: self.gets_per_task,
+            links: self.links,
+            keys: self.keys,
+            zipf_s: self.zipf_s,
+            read_path: self.read_path,
+            rate: self.rate,
+            duration: secs("duration", self.duration.unwrap_or(default_duration))?,
+            requests: self.requests,
+            warmup: secs("warmup", self.warmup)?,
+            timeout: Duration::from_millis(self.timeout_ms.max(1)),
+            progress: !self.json && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        })
+    }
 }

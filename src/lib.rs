@@ -11,4 +11,5 @@ pub mod http;
 pub mod links;
 pub mod server;
 pub mod store;
+pub mod stress;
 pub mod telemetry;

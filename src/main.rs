@@ -3,7 +3,11 @@ use std::process::ExitCode;
 use clap::Parser;
 use litelink::cli::{Cli, Command};
 use litelink::store::sqlite::memstatus;
-use litelink::{doctor, http, server, telemetry};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use litelink::cli::StressArgs;
+use litelink::{doctor, http, server, stress as engine, telemetry};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -13,6 +17,7 @@ fn main() -> ExitCode {
     let memstatus_on = match &command {
         Command::Serve(a) => a.sqlite.sqlite_memstatus.is_on(),
         Command::Doctor(a) => a.sqlite.sqlite_memstatus.is_on(),
+        Command::Stress(_) => false,
     };
     if let Err(e) = memstatus::configure(memstatus_on) {
         eprintln!("litelink: {e}");
@@ -28,6 +33,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }),
+        Command::Stress(args) => stress(args),
     };
     result.unwrap_or_else(|e| {
         tracing::error!("{e:#}");
@@ -44,4 +50,35 @@ fn serve(args: litelink::cli::ServeArgs) -> anyhow::Result<ExitCode> {
         server::run(args, listener, http::shutdown::signal()).await
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs a stress test; Ctrl-C stops it and still prints what was measured.
+/// Exit status 1 when not one request succeeded.
+fn stress(args: StressArgs) -> anyhow::Result<ExitCode> {
+    let config = args.config().map_err(anyhow::Error::msg)?;
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = args.threads {
+        builder.worker_threads(n.max(1));
+    }
+    let runtime = builder.enable_all().build()?;
+    let report = runtime.block_on(async move {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                flag.store(true, Ordering::Relaxed);
+            }
+        });
+        engine::run(config, stop).await
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{}", report.text());
+    }
+    Ok(if report.successful > 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

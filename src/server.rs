@@ -41,7 +41,7 @@ pub async fn build_links(args: &ServeArgs) -> anyhow::Result<Links> {
     let store = tokio::task::spawn_blocking(move || SqliteStore::open(db, config, codes))
         .await
         .context("opening the store panicked")??;
-    let memstatus_on = memstatus::active();
+    let memstatus_on = store.memstatus();
     tracing::info!(
         sqlite = memstatus::sqlite_version(),
         db = %store.path().display(),

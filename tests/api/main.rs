@@ -8,4 +8,5 @@ mod cache;
 mod durability;
 mod modes;
 mod process;
+mod stress;
 mod valkey_server;

@@ -117,6 +117,9 @@ struct Inner {
     readers: Readers,
     writer: Writer,
     compile_options: Vec<String>,
+    /// Read back from SQLite at open, while a connection was certainly
+    /// open: in per-request mode none may be open when `/stats` asks.
+    memstatus: bool,
 }
 
 impl SqliteStore {
@@ -139,6 +142,7 @@ impl SqliteStore {
             source,
         })?;
         let compile_options = memstatus::compile_options(&conn).map_err(open_err)?;
+        let memstatus = memstatus::active();
         let readers = Readers::new(path.clone(), config.clone());
         let writer = Writer::start(conn, path.clone(), config.clone(), codes)?;
         Ok(Self {
@@ -148,12 +152,19 @@ impl SqliteStore {
                 readers,
                 writer,
                 compile_options,
+                memstatus,
             }),
         })
     }
 
     pub fn config(&self) -> &SqliteConfig {
         &self.inner.config
+    }
+
+    /// Whether SQLite's memory statistics (and their global mutex) are on
+    /// in this process, as SQLite reported it when the store opened.
+    pub fn memstatus(&self) -> bool {
+        self.inner.memstatus
     }
 
     pub fn path(&self) -> &Path {
@@ -201,7 +212,7 @@ impl LinkStore for SqliteStore {
             "path": self.inner.path.display().to_string(),
             "sqlite_version": memstatus::sqlite_version(),
             "compile_options": self.inner.compile_options,
-            "memstatus": memstatus::active(),
+            "memstatus": self.inner.memstatus,
             "connections": c.connections,
             "read_on": c.read_on,
             "page_cache": if c.page_cache { "on" } else { "off" },
