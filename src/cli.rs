@@ -246,7 +246,8 @@ pub struct StressArgs {
     pub url: String,
 
     /// `seed`: each task creates a link and reads it --gets-per-task times
-    /// (the article's test); `read`: read --links links; `create`: only create.
+    /// (the article's test); `read`: read --links links; `create`: only
+    /// create; `heart-beat`: only GET /heart-beat (the baseline).
     #[arg(long, value_enum, default_value = "seed")]
     pub scenario: Scenario,
 

@@ -19,6 +19,11 @@ pub async fn heart_beat() -> Json<Value> {
 }
 
 #[derive(Serialize)]
+struct LinkBody<'a> {
+    link: &'a str,
+}
+
+#[derive(Serialize)]
 pub struct Created {
     short_link: String,
     /// The full short URL, when the public base URL or the Host is known.
@@ -114,7 +119,10 @@ pub async fn get_link(
 ) -> Result<Response, ApiError> {
     let code = parse_code(path)?;
     let target = resolve(&state, &code).await?;
-    Ok(Json(json!({ "link": target.as_str() })).into_response())
+    Ok(Json(LinkBody {
+        link: target.as_str(),
+    })
+    .into_response())
 }
 
 /// `GET /{code}` and `HEAD /{code}` (axum answers HEAD from the GET route

@@ -39,6 +39,9 @@ pub enum Scenario {
     Read,
     /// Only create.
     Create,
+    /// Only `GET /heart-beat`: the baseline that every ratio is taken
+    /// against, and the way to compare this tool with wrk.
+    HeartBeat,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -120,10 +123,12 @@ pub enum StressError {
 }
 
 /// Where to send requests and how to build them.
+#[derive(Clone)]
 struct Target {
     addr: SocketAddr,
     host: header::HeaderValue,
     create_uri: Uri,
+    heart_beat_uri: Uri,
     timeout: Duration,
     read_path: ReadPath,
 }
@@ -149,6 +154,7 @@ impl Target {
             host: header::HeaderValue::from_str(&authority)
                 .map_err(|_| StressError::Url(config.url.clone()))?,
             create_uri: Uri::from_static("/link"),
+            heart_beat_uri: Uri::from_static("/heart-beat"),
             timeout: config.timeout,
             read_path: config.read_path,
         })
@@ -178,12 +184,27 @@ impl Target {
     }
 
     async fn read(&self, conn: &mut Connection, uri: &Uri) -> (u16, Result<(), Failure>) {
+        let expect = match self.read_path {
+            ReadPath::Json => 200,
+            ReadPath::Redirect => 300,
+        };
+        self.read_status(conn, uri, expect).await
+    }
+
+    /// GET `uri`; success is status `expect`, or any 3xx when `expect` is 300.
+    async fn read_status(
+        &self,
+        conn: &mut Connection,
+        uri: &Uri,
+        expect: u16,
+    ) -> (u16, Result<(), Failure>) {
         match conn.send(Method::GET, uri, None).await {
             Err(f) => (0, Err(f)),
             Ok(a) => {
-                let ok = match self.read_path {
-                    ReadPath::Json => a.status == 200,
-                    ReadPath::Redirect => a.status.is_redirection(),
+                let ok = if expect == 300 {
+                    a.status.is_redirection()
+                } else {
+                    a.status == expect
                 };
                 let status = a.status.as_u16();
                 if ok {
@@ -354,6 +375,7 @@ pub async fn run(config: StressConfig, stop: Arc<AtomicBool>) -> Result<Report, 
             Scenario::Seed => "seed",
             Scenario::Read => "read",
             Scenario::Create => "create",
+            Scenario::HeartBeat => "heart-beat",
         },
         workers: c.workers,
         elapsed,
@@ -437,7 +459,14 @@ async fn one_request(s: &Shared, conn: &mut Connection, n: u64) -> (Op, u16, Res
             let (status, r) = s.target.create(conn, create_body("create", n)).await;
             (Op::Create, status, r.map(|_| ()))
         }
-        _ => {
+        Scenario::HeartBeat => {
+            let (status, r) = s
+                .target
+                .read_status(conn, &s.target.heart_beat_uri, 200)
+                .await;
+            (Op::Read, status, r)
+        }
+        Scenario::Read | Scenario::Seed => {
             let uri = s.pick(&mut rand::rng()).clone();
             let (status, r) = s.target.read(conn, &uri).await;
             (Op::Read, status, r)
@@ -497,13 +526,7 @@ async fn open_worker(s: &Shared, rec: &mut Recorder, _w: usize, rate: f64) {
 async fn setup_links(target: &Target, config: &StressConfig) -> Result<Vec<Uri>, StressError> {
     let next = Arc::new(AtomicU64::new(0));
     let mut set = tokio::task::JoinSet::new();
-    let target = Arc::new(Target {
-        addr: target.addr,
-        host: target.host.clone(),
-        create_uri: target.create_uri.clone(),
-        timeout: target.timeout,
-        read_path: target.read_path,
-    });
+    let target = Arc::new(target.clone());
     for _ in 0..config.workers.min(64) {
         let (next, target, total) = (Arc::clone(&next), Arc::clone(&target), config.links);
         set.spawn(async move {

@@ -29,8 +29,9 @@ pub use connection::DEFAULT_BUSY_TIMEOUT;
 pub enum ConnectionMode {
     /// Long-lived connections reused across requests, with cached statements.
     Pooled,
-    /// A new connection for every request, as the first article's service
-    /// had; kept to reproduce its experiment.
+    /// A new connection for every read, as the first article's service
+    /// had; kept to reproduce its experiment. The writer thread keeps its
+    /// one connection either way.
     PerRequest,
 }
 
@@ -144,7 +145,7 @@ impl SqliteStore {
         let compile_options = memstatus::compile_options(&conn).map_err(open_err)?;
         let memstatus = memstatus::active();
         let readers = Readers::new(path.clone(), config.clone());
-        let writer = Writer::start(conn, path.clone(), config.clone(), codes)?;
+        let writer = Writer::start(conn, &config, codes)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 path,
@@ -191,8 +192,14 @@ impl SqliteStore {
 #[async_trait]
 impl LinkStore for SqliteStore {
     async fn get(&self, code: &ShortCode) -> Result<Option<TargetUrl>, StoreError> {
-        let code = code.clone();
-        self.read(move |r| r.get(&code)).await
+        match self.inner.config.read_on {
+            // No closure, no clone: the lookup runs right here.
+            ReadOn::Worker => Ok(self.inner.readers.get(code)?),
+            ReadOn::Blocking => {
+                let code = code.clone();
+                self.read(move |r| r.get(&code)).await
+            }
+        }
     }
 
     async fn create(&self, target: TargetUrl) -> Result<ShortCode, StoreError> {

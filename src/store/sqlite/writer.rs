@@ -7,7 +7,6 @@
 //! request. A lone create is committed at once: the writer never waits for
 //! a batch to fill, it only takes what is already there.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -17,7 +16,6 @@ use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 
 use super::SqliteConfig;
-use super::connection::{self, Role};
 use crate::domain::{CodeGenerator, ShortCode, TargetUrl};
 use crate::store::StoreError;
 
@@ -55,26 +53,27 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    /// Starts the writer thread. `conn` is the already-migrated connection
-    /// from start-up; in per-request mode it is closed and each batch opens
-    /// its own.
+    /// Starts the writer thread with the already-migrated connection from
+    /// start-up. The writer keeps it in every connection mode: it is a
+    /// thread, not a request. That also keeps one connection open at all
+    /// times, so a per-request reader is never the last connection, whose
+    /// close would checkpoint and delete the WAL on every request.
     pub(super) fn start(
         conn: Connection,
-        path: PathBuf,
-        config: SqliteConfig,
+        config: &SqliteConfig,
         codes: CodeGenerator,
     ) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel(config.write_queue);
         let stats = Arc::new(WriterStats::default());
         let thread_stats = Arc::clone(&stats);
         let capacity = config.write_queue;
+        let batch_max = config.batch_max;
         let thread = std::thread::Builder::new()
             .name("litelink-writer".into())
             .spawn(move || {
                 let mut w = WriterThread {
-                    conn: Some(conn),
-                    path,
-                    config,
+                    conn,
+                    batch_max,
                     codes,
                     stats: thread_stats,
                 };
@@ -123,20 +122,15 @@ impl Writer {
 }
 
 struct WriterThread {
-    /// The long-lived connection; `None` in per-request mode.
-    conn: Option<Connection>,
-    path: PathBuf,
-    config: SqliteConfig,
+    conn: Connection,
+    batch_max: usize,
     codes: CodeGenerator,
     stats: Arc<WriterStats>,
 }
 
 impl WriterThread {
     fn run(&mut self, mut rx: mpsc::Receiver<Message>) {
-        if self.config.connections == super::ConnectionMode::PerRequest {
-            self.conn = None;
-        }
-        let mut batch: Vec<(TargetUrl, Reply)> = Vec::with_capacity(self.config.batch_max);
+        let mut batch: Vec<(TargetUrl, Reply)> = Vec::with_capacity(self.batch_max);
         let mut shutting_down = false;
         while !shutting_down {
             let Some(first) = rx.blocking_recv() else {
@@ -151,7 +145,7 @@ impl WriterThread {
                         break;
                     }
                 }
-                if batch.len() < self.config.batch_max {
+                if batch.len() < self.batch_max {
                     next = rx.try_recv().ok();
                 }
             }
@@ -169,12 +163,7 @@ impl WriterThread {
     }
 
     fn commit_batch(&mut self, batch: &mut Vec<(TargetUrl, Reply)>) {
-        let outcome = match self.conn.as_mut() {
-            Some(conn) => insert_all(conn, batch, &self.codes, &self.stats),
-            None => connection::open(&self.path, &self.config, Role::Writer)
-                .map_err(StoreError::from)
-                .and_then(|mut conn| insert_all(&mut conn, batch, &self.codes, &self.stats)),
-        };
+        let outcome = insert_all(&mut self.conn, batch, &self.codes, &self.stats);
         match outcome {
             Ok(codes) => {
                 let n = codes.len() as u64;
