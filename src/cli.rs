@@ -35,6 +35,8 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Load-test a server that has the seed API (litelink or any other).
     Stress(StressArgs),
+    /// Reproduce both articles' experiments and write a report with charts.
+    Bench(BenchArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -330,6 +332,7 @@ impl StressArgs {
             tasks: self.tasks,
             gets_per_task: self.gets_per_task,
             links: self.links,
+            codes: Vec::new(),
             keys: self.keys,
             zipf_s: self.zipf_s,
             read_path: self.read_path,
@@ -339,6 +342,77 @@ impl StressArgs {
             warmup: secs("warmup", self.warmup)?,
             timeout: Duration::from_millis(self.timeout_ms.max(1)),
             progress: !self.json && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        })
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// A run of well under a minute, for CI: one short round per
+    /// configuration. Its figures are too short to quote.
+    #[arg(long)]
+    pub quick: bool,
+
+    /// Where report.md, results.json and the SVG charts go.
+    #[arg(long, default_value = "target/bench-report")]
+    pub out: PathBuf,
+
+    /// Rounds per configuration (default 3; 1 with --quick).
+    #[arg(long)]
+    pub rounds: Option<usize>,
+
+    /// Seconds measured per run (default 5; 0.3 with --quick).
+    #[arg(long)]
+    pub duration: Option<f64>,
+
+    /// Seconds of warm-up before each run (default 1; 0 with --quick).
+    #[arg(long)]
+    pub warmup: Option<f64>,
+
+    /// Do not pin servers and load generator to separate CPUs.
+    #[arg(long)]
+    pub no_pin: bool,
+
+    /// valkey-server (or redis-server) binary for the cache experiment
+    /// (default: found under target/ or on PATH).
+    #[arg(long, env = "LITELINK_BENCH_VALKEY_SERVER")]
+    pub valkey_server: Option<PathBuf>,
+
+    /// Run only these experiments: memstatus, caches, writes, concurrency.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+}
+
+impl BenchArgs {
+    pub fn options(&self) -> Result<crate::bench::BenchOptions, String> {
+        let secs = |name: &str, v: f64| {
+            if v.is_finite() && v >= 0.0 {
+                Ok(Duration::from_secs_f64(v))
+            } else {
+                Err(format!("--{name} must be a non-negative number of seconds"))
+            }
+        };
+        const KNOWN: [&str; 4] = ["memstatus", "caches", "writes", "concurrency"];
+        if let Some(bad) = self.only.iter().find(|o| !KNOWN.contains(&o.as_str())) {
+            return Err(format!(
+                "--only: unknown experiment '{bad}' (known: {})",
+                KNOWN.join(", ")
+            ));
+        }
+        let (rounds, duration, warmup) = if self.quick {
+            (1, 0.3, 0.0)
+        } else {
+            (3, 5.0, 1.0)
+        };
+        Ok(crate::bench::BenchOptions {
+            quick: self.quick,
+            out: self.out.clone(),
+            rounds: self.rounds.unwrap_or(rounds).max(1),
+            duration: secs("duration", self.duration.unwrap_or(duration))?,
+            warmup: secs("warmup", self.warmup.unwrap_or(warmup))?,
+            pin: !self.no_pin,
+            valkey: self.valkey_server.clone(),
+            only: self.only.clone(),
         })
     }
 }

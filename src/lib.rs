@@ -3,6 +3,7 @@
 //! The binary in `main.rs` only parses the command line and dispatches here.
 //! A request flows `http` -> `links` (cache, then store) and back.
 
+pub mod bench;
 pub mod cache;
 pub mod cli;
 pub mod doctor;

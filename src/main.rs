@@ -6,7 +6,7 @@ use litelink::store::sqlite::memstatus;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use litelink::cli::StressArgs;
+use litelink::cli::{BenchArgs, StressArgs};
 use litelink::{doctor, http, server, stress as engine, telemetry};
 
 fn main() -> ExitCode {
@@ -17,7 +17,7 @@ fn main() -> ExitCode {
     let memstatus_on = match &command {
         Command::Serve(a) => a.sqlite.sqlite_memstatus.is_on(),
         Command::Doctor(a) => a.sqlite.sqlite_memstatus.is_on(),
-        Command::Stress(_) => false,
+        Command::Stress(_) | Command::Bench(_) => false,
     };
     if let Err(e) = memstatus::configure(memstatus_on) {
         eprintln!("litelink: {e}");
@@ -34,6 +34,7 @@ fn main() -> ExitCode {
             }
         }),
         Command::Stress(args) => stress(args),
+        Command::Bench(args) => bench(args),
     };
     result.unwrap_or_else(|e| {
         tracing::error!("{e:#}");
@@ -88,4 +89,11 @@ fn stress(args: StressArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let options = args.options().map_err(anyhow::Error::msg)?;
+    let report = litelink::bench::run(&options)?;
+    println!("report written to {}", report.display());
+    Ok(ExitCode::SUCCESS)
 }

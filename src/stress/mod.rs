@@ -73,6 +73,9 @@ pub struct StressConfig {
     pub tasks: u64,
     pub gets_per_task: u64,
     pub links: u64,
+    /// Read scenario: read these codes instead of creating `links` new ones
+    /// (the benchmark creates them once and measures many rounds).
+    pub codes: Vec<String>,
     pub keys: Keys,
     pub zipf_s: f64,
     pub read_path: ReadPath,
@@ -97,6 +100,7 @@ impl Default for StressConfig {
             tasks: 100,
             gets_per_task: 80,
             links: 1000,
+            codes: Vec::new(),
             keys: Keys::Uniform,
             zipf_s: 1.0,
             read_path: ReadPath::Json,
@@ -313,7 +317,9 @@ pub async fn run(config: StressConfig, stop: Arc<AtomicBool>) -> Result<Report, 
         ));
     }
     let target = Target::resolve(&config).await?;
-    let codes = if config.scenario == Scenario::Read {
+    let codes = if config.scenario == Scenario::Read && !config.codes.is_empty() {
+        config.codes.iter().map(|c| target.read_uri(c)).collect()
+    } else if config.scenario == Scenario::Read {
         setup_links(&target, &config).await?
     } else {
         Vec::new()
@@ -520,6 +526,24 @@ async fn open_worker(s: &Shared, rec: &mut Recorder, _w: usize, rate: f64) {
             rec.record(op, done - due, done - sent, outcome);
         }
     }
+}
+
+/// Creates `n` links with up to `workers` connections and returns their
+/// codes; used to prepare a read benchmark.
+pub async fn create_links(url: &str, n: u64, workers: usize) -> Result<Vec<String>, StressError> {
+    let config = StressConfig {
+        url: url.to_owned(),
+        links: n,
+        workers,
+        ..StressConfig::default()
+    };
+    let mut target = Target::resolve(&config).await?;
+    target.read_path = ReadPath::Json;
+    let uris = setup_links(&target, &config).await?;
+    Ok(uris
+        .iter()
+        .map(|u| u.path().trim_start_matches("/link/").to_owned())
+        .collect())
 }
 
 /// Creates the links the read scenario reads, with all workers, untimed.

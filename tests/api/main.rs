@@ -4,6 +4,7 @@
 mod helpers;
 
 mod api;
+mod bench;
 mod cache;
 mod durability;
 mod modes;

@@ -1,0 +1,183 @@
+//! The four experiments: what each compares, with which server settings
+//! and which load.
+
+use crate::stress::{Keys, Scenario};
+
+/// One server configuration.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Config {
+    pub name: String,
+    pub args: Vec<String>,
+    /// Needs a Valkey server; skipped (and said so) without one.
+    pub needs_valkey: bool,
+    /// Ratios for this configuration are taken against this one, measured in
+    /// the same round with the same workload.
+    pub baseline: Option<String>,
+}
+
+/// One kind of load.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Workload {
+    pub name: String,
+    pub scenario: Scenario,
+    pub connections: usize,
+    pub keys: Keys,
+    /// Seed scenario sizes.
+    pub tasks: u64,
+    pub gets_per_task: u64,
+    /// Ratios are taken against this workload on the same server in the
+    /// same round (e.g. `/heart-beat`), instead of against a config.
+    pub baseline_workload: Option<String>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Experiment {
+    pub id: &'static str,
+    pub title: &'static str,
+    pub question: &'static str,
+    pub configs: Vec<Config>,
+    pub workloads: Vec<Workload>,
+}
+
+fn config(name: &str, args: &[&str], baseline: Option<&str>) -> Config {
+    Config {
+        name: name.to_owned(),
+        args: args.iter().map(|s| s.to_string()).collect(),
+        needs_valkey: args.contains(&"valkey") || args.contains(&"tiered"),
+        baseline: baseline.map(str::to_owned),
+    }
+}
+
+fn workload(name: &str, scenario: Scenario, connections: usize) -> Workload {
+    Workload {
+        name: name.to_owned(),
+        scenario,
+        connections,
+        keys: Keys::Uniform,
+        tasks: 100,
+        gets_per_task: 80,
+        baseline_workload: None,
+    }
+}
+
+pub const LINKS: u64 = 1000;
+
+pub fn all(quick: bool) -> Vec<Experiment> {
+    let read50 = workload("read", Scenario::Read, 50);
+    let heart = workload("heart-beat", Scenario::HeartBeat, 50);
+    let mut zipf = workload("read-zipf", Scenario::Read, 50);
+    zipf.keys = Keys::Zipf;
+    zipf.baseline_workload = Some("heart-beat".into());
+    let mut seed = workload("seed", Scenario::Seed, 30);
+    seed.baseline_workload = Some("heart-beat".into());
+    if quick {
+        seed.tasks = 10;
+        seed.gets_per_task = 20;
+    }
+    let levels: Vec<usize> = (0..=8).map(|i| 1usize << i).collect();
+    vec![
+        Experiment {
+            id: "memstatus",
+            title: "MEMSTATUS on and off (first article)",
+            question: "How much does SQLite's global allocator mutex cost, with a connection \
+                       per request and with pooled connections? 50 connections on a single-row \
+                       endpoint (GET /link/{code}, no cache), as in the article.",
+            configs: vec![
+                config(
+                    "per-request, memstatus on",
+                    &[
+                        "--cache",
+                        "none",
+                        "--sqlite-connections",
+                        "per-request",
+                        "--sqlite-memstatus",
+                        "on",
+                    ],
+                    None,
+                ),
+                config(
+                    "per-request, memstatus off",
+                    &[
+                        "--cache",
+                        "none",
+                        "--sqlite-connections",
+                        "per-request",
+                        "--sqlite-memstatus",
+                        "off",
+                    ],
+                    Some("per-request, memstatus on"),
+                ),
+                config(
+                    "pooled, memstatus on",
+                    &["--cache", "none", "--sqlite-memstatus", "on"],
+                    None,
+                ),
+                config(
+                    "pooled, memstatus off",
+                    &["--cache", "none", "--sqlite-memstatus", "off"],
+                    Some("pooled, memstatus on"),
+                ),
+            ],
+            workloads: vec![read50.clone()],
+        },
+        Experiment {
+            id: "caches",
+            title: "Caches against SQLite's own (second article)",
+            question: "Does an external Valkey cache beat SQLite's page cache? Each cache mode, \
+                       on the article's seed scenario and on a zipf read mix, as a ratio to \
+                       /heart-beat on the same server in the same round.",
+            configs: vec![
+                config("none", &["--cache", "none"], None),
+                config(
+                    "none, page cache off",
+                    &["--cache", "none", "--sqlite-page-cache", "off"],
+                    None,
+                ),
+                config("memory", &["--cache", "memory"], None),
+                config("valkey", &["--cache", "valkey"], None),
+                config("tiered", &["--cache", "tiered"], None),
+            ],
+            workloads: vec![heart, zipf, seed],
+        },
+        Experiment {
+            id: "writes",
+            title: "Durable creates: durability levels and group commit",
+            question: "Creates per second with 64 concurrent clients at each durability level \
+                       with group commit, and at full durability with one commit per create; \
+                       ratios to `off`.",
+            configs: vec![
+                config(
+                    "full, group commit",
+                    &["--durability", "full"],
+                    Some("off, group commit"),
+                ),
+                config(
+                    "normal, group commit",
+                    &["--durability", "normal"],
+                    Some("off, group commit"),
+                ),
+                config("off, group commit", &["--durability", "off"], None),
+                config(
+                    "full, one commit per create",
+                    &["--durability", "full", "--group-commit", "off"],
+                    Some("off, group commit"),
+                ),
+            ],
+            workloads: vec![workload("create", Scenario::Create, 64)],
+        },
+        Experiment {
+            id: "concurrency",
+            title: "Throughput and p99 against concurrency",
+            question: "GET /link/{code} (pooled connections, no cache) with 1 to 256 connections.",
+            configs: vec![config("pooled, no cache", &["--cache", "none"], None)],
+            workloads: levels
+                .iter()
+                .map(|&c| {
+                    let mut w = workload(&format!("{c} connections"), Scenario::Read, c);
+                    w.keys = Keys::Uniform;
+                    w
+                })
+                .collect(),
+        },
+    ]
+}

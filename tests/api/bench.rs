@@ -1,0 +1,86 @@
+//! `litelink bench --quick` produces a complete report. No timing is
+//! asserted: only that every experiment and configuration was measured.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+#[test]
+fn quick_bench_reports_every_experiment_and_configuration() {
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_litelink"))
+        .args(["bench", "--quick", "--out"])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap())
+            .unwrap();
+    let experiments = results["experiments"].as_array().unwrap();
+    let ids: Vec<&str> = experiments
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["memstatus", "caches", "writes", "concurrency"]);
+    // scripts/test provides a Valkey binary, so nothing may be skipped.
+    let valkey_expected = std::env::var("LITELINK_TEST_VALKEY_SERVER").is_ok();
+    for e in experiments {
+        let skipped = e["skipped"].as_array().unwrap();
+        if valkey_expected {
+            assert!(skipped.is_empty(), "{}: {skipped:?}", e["id"]);
+        }
+        for c in e["configs"].as_array().unwrap() {
+            let name = c["name"].as_str().unwrap();
+            if skipped.iter().any(|s| s["config"] == name) {
+                continue;
+            }
+            for w in e["workloads"].as_array().unwrap() {
+                let wname = w["name"].as_str().unwrap();
+                let s = e["summary"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|s| s["config"] == name && s["workload"] == wname)
+                    .unwrap_or_else(|| panic!("{} / {name} / {wname} missing", e["id"]));
+                assert!(s["requests_per_second"]["median"].as_f64().unwrap() > 0.0);
+                assert_eq!(s["failed"], 0, "{} / {name} / {wname}", e["id"]);
+            }
+        }
+    }
+    // Ratios exist where a baseline is defined: heart-beat for caches,
+    // memstatus on for memstatus off, `off` for the write configurations.
+    let caches = &experiments[1]["summary"];
+    let zipf_none = caches
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["config"] == "none" && s["workload"] == "read-zipf")
+        .unwrap();
+    assert_eq!(zipf_none["ratio_to"], "heart-beat");
+    assert!(zipf_none["ratio"]["median"].as_f64().unwrap() > 0.0);
+    let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    for title in [
+        "MEMSTATUS on and off",
+        "Caches against SQLite",
+        "Durable creates",
+        "against concurrency",
+        "## Machine",
+    ] {
+        assert!(report.contains(title), "report.md lacks {title}");
+    }
+    for svg in [
+        "memstatus-throughput.svg",
+        "caches-latency.svg",
+        "writes-throughput.svg",
+        "concurrency.svg",
+    ] {
+        let text = std::fs::read_to_string(out.path().join(svg)).unwrap();
+        assert!(text.starts_with("<svg") && text.contains("</svg>"), "{svg}");
+        assert!(report.contains(svg), "report.md does not show {svg}");
+    }
+}
