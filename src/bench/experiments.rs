@@ -13,6 +13,10 @@ pub struct Config {
     /// Ratios for this configuration are taken against this one, measured in
     /// the same round with the same workload.
     pub baseline: Option<String>,
+    /// Pin the server to its own CPU (the default). Unpinned, it runs on
+    /// every CPU, sharing one with the load generator: the only way a
+    /// 2-CPU machine has two server threads in SQLite at once.
+    pub pinned: bool,
 }
 
 /// One kind of load.
@@ -45,7 +49,13 @@ fn config(name: &str, args: &[&str], baseline: Option<&str>) -> Config {
         args: args.iter().map(|s| s.to_string()).collect(),
         needs_valkey: args.contains(&"valkey") || args.contains(&"tiered"),
         baseline: baseline.map(str::to_owned),
+        pinned: true,
     }
+}
+
+fn unpinned(mut c: Config) -> Config {
+    c.pinned = false;
+    c
 }
 
 fn workload(name: &str, scenario: Scenario, connections: usize) -> Workload {
@@ -81,7 +91,10 @@ pub fn all(quick: bool) -> Vec<Experiment> {
             title: "MEMSTATUS on and off (first article)",
             question: "How much does SQLite's global allocator mutex cost, with a connection \
                        per request and with pooled connections? 50 connections on a single-row \
-                       endpoint (GET /link/{code}, no cache), as in the article.",
+                       endpoint (GET /link/{code}, no cache), as in the article. Pinned to one \
+                       CPU, the server has one thread in SQLite at a time, so the mutex is never \
+                       contended; the `all CPUs` configurations let the server use every CPU \
+                       (sharing one with the load generator) so that two threads can meet on it.",
             configs: vec![
                 config(
                     "per-request, memstatus on",
@@ -117,6 +130,40 @@ pub fn all(quick: bool) -> Vec<Experiment> {
                     &["--cache", "none", "--sqlite-memstatus", "off"],
                     Some("pooled, memstatus on"),
                 ),
+                unpinned(config(
+                    "per-request, memstatus on, all CPUs",
+                    &[
+                        "--cache",
+                        "none",
+                        "--sqlite-connections",
+                        "per-request",
+                        "--sqlite-memstatus",
+                        "on",
+                    ],
+                    None,
+                )),
+                unpinned(config(
+                    "per-request, memstatus off, all CPUs",
+                    &[
+                        "--cache",
+                        "none",
+                        "--sqlite-connections",
+                        "per-request",
+                        "--sqlite-memstatus",
+                        "off",
+                    ],
+                    Some("per-request, memstatus on, all CPUs"),
+                )),
+                unpinned(config(
+                    "pooled, memstatus on, all CPUs",
+                    &["--cache", "none", "--sqlite-memstatus", "on"],
+                    None,
+                )),
+                unpinned(config(
+                    "pooled, memstatus off, all CPUs",
+                    &["--cache", "none", "--sqlite-memstatus", "off"],
+                    Some("pooled, memstatus on, all CPUs"),
+                )),
             ],
             workloads: vec![read50.clone()],
         },

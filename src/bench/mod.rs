@@ -297,7 +297,8 @@ fn run_experiment(
             }
         }
         let db = work.join(format!("{}-{i}.db", exp.id));
-        let server = ServerProcess::start(exe, &db, &args, server_cpu)?;
+        let cpu = if config.pinned { server_cpu } else { None };
+        let server = ServerProcess::start(exe, &db, &args, cpu)?;
         if sqlite_facts.is_none()
             && let Ok(s) = server.stats()
         {

@@ -32,6 +32,12 @@ async fn concurrent_creates_share_commits() {
     assert_eq!(rows, 256, "{w}");
     assert!(commits < rows, "creates should share commits: {w}");
     assert!(w["largest_batch"].as_u64().unwrap() > 1, "{w}");
+    // Full durability with group commit: the WAL is synced on the syncer
+    // thread, at most once per commit, and every reply waited for a sync.
+    assert_eq!(w["pipelined_sync"], true, "{w}");
+    let syncs = w["syncs"].as_u64().unwrap();
+    assert!(syncs >= 1 && syncs <= commits, "{w}");
+    assert_eq!(w["failed_syncs"], 0);
 }
 
 #[tokio::test]
@@ -57,6 +63,9 @@ async fn without_group_commit_every_create_commits_alone() {
     let w = &app.stats().await["writer"];
     assert_eq!(w["commits"], 64, "{w}");
     assert_eq!(w["largest_batch"], 1, "{w}");
+    // The baseline syncs inside each commit (synchronous=FULL), no syncer.
+    assert_eq!(w["pipelined_sync"], false, "{w}");
+    assert_eq!(w["syncs"], 0, "{w}");
 }
 
 #[tokio::test]

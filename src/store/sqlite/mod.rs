@@ -5,6 +5,7 @@ mod connection;
 pub mod memstatus;
 pub mod migrations;
 mod readers;
+mod syncer;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -77,6 +78,16 @@ pub struct SqliteConfig {
     pub max_readers: usize,
 }
 
+impl SqliteConfig {
+    /// Full durability with group commit syncs the WAL on a thread of its
+    /// own, overlapping the next batch (see `syncer.rs`). Without group
+    /// commit, `synchronous=FULL` syncs inside every commit, the classic
+    /// one-sync-per-create baseline.
+    pub fn pipelined_sync(&self) -> bool {
+        self.durability == Durability::Full && self.batch_max > 1
+    }
+}
+
 impl Default for SqliteConfig {
     fn default() -> Self {
         Self {
@@ -145,7 +156,7 @@ impl SqliteStore {
         let compile_options = memstatus::compile_options(&conn).map_err(open_err)?;
         let memstatus = memstatus::active();
         let readers = Readers::new(path.clone(), config.clone());
-        let writer = Writer::start(conn, &config, codes)?;
+        let writer = Writer::start(conn, &path, &config, codes)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 path,
@@ -236,6 +247,9 @@ impl LinkStore for SqliteStore {
                 "failed_batches": w.failed_batches.load(Ordering::Relaxed),
                 "code_collisions": w.code_collisions.load(Ordering::Relaxed),
                 "rejected_queue_full": w.rejected_full.load(Ordering::Relaxed),
+                "pipelined_sync": c.pipelined_sync(),
+                "syncs": w.syncs.load(Ordering::Relaxed),
+                "failed_syncs": w.failed_syncs.load(Ordering::Relaxed),
             },
         }))
     }

@@ -7,6 +7,7 @@
 //! request. A lone create is committed at once: the writer never waits for
 //! a batch to fill, it only takes what is already there.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -16,6 +17,7 @@ use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 
 use super::SqliteConfig;
+use super::syncer::Syncer;
 use crate::domain::{CodeGenerator, ShortCode, TargetUrl};
 use crate::store::StoreError;
 
@@ -26,7 +28,7 @@ const MAX_CODE_ATTEMPTS: u32 = 16;
 
 const INSERT: &str = "INSERT INTO links (code, target, created_at) VALUES (?1, ?2, ?3)";
 
-type Reply = oneshot::Sender<Result<ShortCode, StoreError>>;
+pub(super) type Reply = oneshot::Sender<Result<ShortCode, StoreError>>;
 
 enum Message {
     Create { target: TargetUrl, reply: Reply },
@@ -43,6 +45,9 @@ pub(super) struct WriterStats {
     pub code_collisions: AtomicU64,
     pub largest_batch: AtomicU64,
     pub rejected_full: AtomicU64,
+    /// Pipelined full durability: fsyncs of the WAL, and failed ones.
+    pub syncs: AtomicU64,
+    pub failed_syncs: AtomicU64,
 }
 
 pub(super) struct Writer {
@@ -60,11 +65,17 @@ impl Writer {
     /// close would checkpoint and delete the WAL on every request.
     pub(super) fn start(
         conn: Connection,
+        db: &Path,
         config: &SqliteConfig,
         codes: CodeGenerator,
     ) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel(config.write_queue);
         let stats = Arc::new(WriterStats::default());
+        let syncer = if config.pipelined_sync() {
+            Some(Syncer::start(db, Arc::clone(&stats))?)
+        } else {
+            None
+        };
         let thread_stats = Arc::clone(&stats);
         let capacity = config.write_queue;
         let batch_max = config.batch_max;
@@ -76,8 +87,11 @@ impl Writer {
                     batch_max,
                     codes,
                     stats: thread_stats,
+                    syncer,
                 };
                 w.run(rx);
+                // Dropping the syncer syncs and answers what it still holds.
+                drop(w);
             })?;
         Ok(Self {
             tx,
@@ -126,6 +140,8 @@ struct WriterThread {
     batch_max: usize,
     codes: CodeGenerator,
     stats: Arc<WriterStats>,
+    /// Set for pipelined full durability: replies wait for its fsync.
+    syncer: Option<Syncer>,
 }
 
 impl WriterThread {
@@ -170,8 +186,14 @@ impl WriterThread {
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
                 self.stats.rows.fetch_add(n, Ordering::Relaxed);
                 self.stats.largest_batch.fetch_max(n, Ordering::Relaxed);
-                for ((_, reply), code) in batch.drain(..).zip(codes) {
-                    let _ = reply.send(Ok(code));
+                let acks = batch.drain(..).map(|(_, reply)| reply).zip(codes);
+                match &self.syncer {
+                    Some(syncer) => syncer.submit(acks.collect()),
+                    None => {
+                        for (reply, code) in acks {
+                            let _ = reply.send(Ok(code));
+                        }
+                    }
                 }
             }
             Err(e) => {
