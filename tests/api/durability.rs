@@ -38,6 +38,16 @@ async fn concurrent_creates_share_commits() {
     let syncs = w["syncs"].as_u64().unwrap();
     assert!(syncs >= 1 && syncs <= commits, "{w}");
     assert_eq!(w["failed_syncs"], 0);
+    // Checkpoints happen off the writer, shortly after commits.
+    let mut checkpoints = 0;
+    for _ in 0..50 {
+        checkpoints = app.stats().await["writer"]["checkpoints"].as_u64().unwrap();
+        if checkpoints > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(checkpoints > 0, "the checkpointer never ran");
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! The embedded SQLite store: WAL mode, reader connections for lookups and
 //! one group-committing writer thread for creates.
 
+mod checkpointer;
 mod connection;
 pub mod memstatus;
 pub mod migrations;
@@ -16,6 +17,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::json;
 
+use self::checkpointer::Checkpointer;
 use self::connection::Role;
 use self::readers::Readers;
 use self::writer::Writer;
@@ -128,6 +130,7 @@ struct Inner {
     config: SqliteConfig,
     readers: Readers,
     writer: Writer,
+    checkpointer: std::sync::Mutex<Option<Checkpointer>>,
     compile_options: Vec<String>,
     /// Read back from SQLite at open, while a connection was certainly
     /// open: in per-request mode none may be open when `/stats` asks.
@@ -156,13 +159,20 @@ impl SqliteStore {
         let compile_options = memstatus::compile_options(&conn).map_err(open_err)?;
         let memstatus = memstatus::active();
         let readers = Readers::new(path.clone(), config.clone());
+        // Checkpoints run on their own thread (checkpointer.rs), not inside
+        // the writer's commits.
+        conn.pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(open_err)?;
         let writer = Writer::start(conn, &path, &config, codes)?;
+        let checkpointer =
+            Checkpointer::start(path.clone(), config.clone(), Arc::clone(&writer.stats))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 path,
                 config,
                 readers,
                 writer,
+                checkpointer: std::sync::Mutex::new(Some(checkpointer)),
                 compile_options,
                 memstatus,
             }),
@@ -250,12 +260,22 @@ impl LinkStore for SqliteStore {
                 "pipelined_sync": c.pipelined_sync(),
                 "syncs": w.syncs.load(Ordering::Relaxed),
                 "failed_syncs": w.failed_syncs.load(Ordering::Relaxed),
+                "checkpoints": w.checkpoints.load(Ordering::Relaxed),
             },
         }))
     }
 
     async fn close(&self) {
         self.inner.writer.close().await;
+        let checkpointer = self
+            .inner
+            .checkpointer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(c) = checkpointer {
+            let _ = tokio::task::spawn_blocking(move || drop(c)).await;
+        }
         self.inner.readers.close();
     }
 }

@@ -48,6 +48,8 @@ pub(super) struct WriterStats {
     /// Pipelined full durability: fsyncs of the WAL, and failed ones.
     pub syncs: AtomicU64,
     pub failed_syncs: AtomicU64,
+    /// Checkpoints run by the checkpointer thread.
+    pub checkpoints: AtomicU64,
 }
 
 pub(super) struct Writer {
