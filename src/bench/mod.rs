@@ -8,7 +8,7 @@
 
 mod charts;
 mod experiments;
-mod process;
+pub mod process;
 mod report;
 
 use std::path::{Path, PathBuf};

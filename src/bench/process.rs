@@ -1,5 +1,7 @@
-//! Child processes the benchmark runs: litelink servers (of this same
-//! binary) and a private Valkey, pinned to their own core.
+//! Child processes: litelink servers (of this same binary) and a private
+//! Valkey, optionally pinned to a core. The benchmark runs them; the
+//! integration tests use `ServerProcess` for what needs a process of its own
+//! (MEMSTATUS on, kill -9).
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
@@ -90,6 +92,22 @@ impl ServerProcess {
 
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Kills the server without warning, as a crash would.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then waits for the server to exit on its own.
+    pub fn terminate(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        let pid = libc::pid_t::try_from(self.child.id()).map_err(std::io::Error::other)?;
+        // SAFETY: kill(2) with a child's pid and a valid signal number.
+        if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        self.child.wait()
     }
 
     /// `GET /stats`, for the SQLite facts in the report.

@@ -68,6 +68,30 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Errors made by layers rather than handlers (the request timeout, for
+/// one) come without a body; give them the same JSON shape as every other
+/// error. Responses that already have a content type are left alone.
+pub async fn json_for_bodiless_errors(response: Response) -> Response {
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error())
+        || response.headers().contains_key(header::CONTENT_TYPE)
+    {
+        return response;
+    }
+    let message = match status {
+        StatusCode::SERVICE_UNAVAILABLE => "the request took too long; retry later",
+        other => other.canonical_reason().unwrap_or("error"),
+    };
+    let (mut parts, _) = response.into_parts();
+    let body = Json(ErrorBody { error: message }).into_response();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(parts, body.into_body())
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {

@@ -73,6 +73,10 @@ pub fn app(state: AppState, limits: HttpLimits) -> Router {
             StatusCode::SERVICE_UNAVAILABLE,
             limits.request_timeout,
         ))
+        // Outside the timeout, so that its 503 gets a JSON body too.
+        .layer(axum::middleware::map_response(
+            error::json_for_bodiless_errors,
+        ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

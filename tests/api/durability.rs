@@ -162,3 +162,28 @@ async fn a_full_queue_answers_503_and_loses_nothing_acknowledged() {
     }
     assert_eq!(app.stats().await["links"], accepted.len() as u64);
 }
+
+#[tokio::test]
+async fn a_request_over_the_timeout_gets_a_json_503() {
+    let app = spawn_app(&[
+        "--request-timeout",
+        "1",
+        "--sqlite-busy-timeout-ms",
+        "30000",
+        "--cache",
+        "none",
+    ])
+    .await;
+    // The writer waits for a lock held elsewhere, longer than the timeout.
+    let blocker = rusqlite::Connection::open(&app.db).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let started = std::time::Instant::now();
+    let r = app.create("https://example.com/slow").await;
+    let waited = started.elapsed();
+    blocker.execute_batch("COMMIT").unwrap();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    crate::helpers::assert_error(r, 503, "too long").await;
+}

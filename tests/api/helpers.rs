@@ -2,14 +2,13 @@
 //! runs the built binary as a child, for what needs a process of its own
 //! (MEMSTATUS on, kill -9).
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Once;
 use std::time::Duration;
 
 use clap::Parser;
+use litelink::bench::process::ServerProcess;
 use litelink::cli::{Cli, Command as CliCommand, ServeArgs};
 use litelink::store::sqlite::memstatus;
 use serde_json::{Value, json};
@@ -176,65 +175,9 @@ pub async fn assert_error(r: reqwest::Response, status: u16, needle: &str) {
     );
 }
 
-/// The built binary, run as a child process.
-pub struct ServerProcess {
-    pub child: Child,
-    pub addr: SocketAddr,
-}
-
+/// The built binary as a child process, on a free port.
 pub fn spawn_process(db: &Path, extra: &[&str]) -> ServerProcess {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_litelink"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
-        .arg(db)
-        .args(extra)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn litelink");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(i) = line.find("listening addr=")
-                && let Some(tx) = tx.take()
-            {
-                let addr = line[i + "listening addr=".len()..].trim().to_owned();
-                let _ = tx.send(addr);
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("server printed its address")
-        .parse()
-        .expect("address");
-    ServerProcess { child, addr }
-}
-
-impl ServerProcess {
-    pub fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.addr, path)
-    }
-
-    pub fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// SIGTERM, then waits for a clean exit.
-    pub fn terminate(&mut self) -> std::process::ExitStatus {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        self.child.wait().expect("wait")
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    ServerProcess::start(Path::new(env!("CARGO_BIN_EXE_litelink")), db, &args, None)
+        .expect("litelink server process")
 }

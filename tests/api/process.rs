@@ -26,10 +26,10 @@ async fn stats(url: String) -> Value {
 async fn memstatus_is_off_by_default_and_on_when_asked() {
     let dir = tempfile::tempdir().unwrap();
     let off = spawn_process(&dir.path().join("off.db"), &[]);
-    let s = stats(off.url("/stats")).await;
+    let s = stats(off.url() + "/stats").await;
     assert_eq!(s["memstatus"], false, "{s}");
     let on = spawn_process(&dir.path().join("on.db"), &["--sqlite-memstatus", "on"]);
-    let s = stats(on.url("/stats")).await;
+    let s = stats(on.url() + "/stats").await;
     assert_eq!(s["memstatus"], true, "{s}");
     // The build default stays visible either way.
     assert!(
@@ -38,6 +38,20 @@ async fn memstatus_is_off_by_default_and_on_when_asked() {
             .unwrap()
             .contains(&json!("DEFAULT_MEMSTATUS=0"))
     );
+    // In per-request mode few connections stay open; the state must still
+    // be reported as SQLite had it (a bug once reported it off).
+    let per_request = spawn_process(
+        &dir.path().join("pr.db"),
+        &[
+            "--sqlite-memstatus",
+            "on",
+            "--sqlite-connections",
+            "per-request",
+        ],
+    );
+    let s = stats(per_request.url() + "/stats").await;
+    assert_eq!(s["memstatus"], true, "{s}");
+    assert_eq!(s["connections"], "per-request");
 }
 
 #[tokio::test]
@@ -46,13 +60,13 @@ async fn sigterm_finishes_cleanly_and_doctor_approves_the_database() {
     let db = dir.path().join("t.db");
     let mut server = spawn_process(&db, &[]);
     let r = client()
-        .post(server.url("/link"))
+        .post(server.url() + "/link")
         .json(&json!({ "url": "https://example.com" }))
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 201);
-    let status = server.terminate();
+    let status = server.terminate().unwrap();
     assert!(status.success(), "exit status {status}");
 
     let out = Command::new(env!("CARGO_BIN_EXE_litelink"))
@@ -103,11 +117,11 @@ async fn acknowledged_creates_survive_kill_9() {
         let mut server = spawn_process(&db, &["--cache", "none"]);
         // Everything acknowledged in earlier rounds is still there.
         let earlier = acked.lock().unwrap().clone();
-        verify(&server.url(""), &earlier).await;
+        verify(&server.url(), &earlier).await;
 
         let mut workers = Vec::new();
         for w in 0..32 {
-            let url = server.url("/link");
+            let url = server.url() + "/link";
             let acked = Arc::clone(&acked);
             workers.push(tokio::spawn(async move {
                 let client = client();
@@ -150,8 +164,8 @@ async fn acknowledged_creates_survive_kill_9() {
         acked.len()
     );
     let server = spawn_process(&db, &["--cache", "none"]);
-    verify(&server.url(""), &acked).await;
-    let stats = stats(server.url("/stats")).await;
+    verify(&server.url(), &acked).await;
+    let stats = stats(server.url() + "/stats").await;
     assert!(stats["links"].as_u64().unwrap() >= acked.len() as u64);
     drop(server);
 

@@ -112,7 +112,7 @@ async fn read_and_create_scenarios_are_bounded_by_requests() {
 async fn failures_are_counted_when_the_server_dies_mid_run() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = spawn_process(&dir.path().join("s.db"), &[]);
-    let mut c = config(server.url(""));
+    let mut c = config(server.url());
     c.tasks = 1_000_000;
     c.gets_per_task = 10;
     c.workers = 8;
