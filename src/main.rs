@@ -1,3 +1,4 @@
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -79,10 +80,16 @@ fn stress(args: StressArgs) -> anyhow::Result<ExitCode> {
         });
         engine::run(config, stop).await
     })?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+    let text = if args.json {
+        serde_json::to_string_pretty(&report)?
     } else {
-        println!("{}", report.text());
+        report.text()
+    };
+    // A reader that stops early (`| head`) is not an error of the run.
+    if let Err(e) = writeln!(std::io::stdout().lock(), "{text}")
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        return Err(e.into());
     }
     Ok(if report.successful > 0 {
         ExitCode::SUCCESS
