@@ -314,13 +314,6 @@ pub struct StressArgs {
 
 impl StressArgs {
     pub fn config(&self) -> Result<StressConfig, String> {
-        let secs = |name: &str, v: f64| {
-            if v.is_finite() && v >= 0.0 {
-                Ok(Duration::from_secs_f64(v))
-            } else {
-                Err(format!("--{name} must be a non-negative number of seconds"))
-            }
-        };
         let default_duration = match self.scenario {
             Scenario::Seed => 300.0,
             _ => 10.0,
@@ -337,9 +330,9 @@ impl StressArgs {
             zipf_s: self.zipf_s,
             read_path: self.read_path,
             rate: self.rate,
-            duration: secs("duration", self.duration.unwrap_or(default_duration))?,
+            duration: seconds("duration", self.duration.unwrap_or(default_duration))?,
             requests: self.requests,
-            warmup: secs("warmup", self.warmup)?,
+            warmup: seconds("warmup", self.warmup)?,
             timeout: Duration::from_millis(self.timeout_ms.max(1)),
             progress: !self.json && std::io::IsTerminal::is_terminal(&std::io::stderr()),
         })
@@ -385,13 +378,6 @@ pub struct BenchArgs {
 
 impl BenchArgs {
     pub fn options(&self) -> Result<crate::bench::BenchOptions, String> {
-        let secs = |name: &str, v: f64| {
-            if v.is_finite() && v >= 0.0 {
-                Ok(Duration::from_secs_f64(v))
-            } else {
-                Err(format!("--{name} must be a non-negative number of seconds"))
-            }
-        };
         const KNOWN: [&str; 4] = ["memstatus", "caches", "writes", "concurrency"];
         if let Some(bad) = self.only.iter().find(|o| !KNOWN.contains(&o.as_str())) {
             return Err(format!(
@@ -408,11 +394,20 @@ impl BenchArgs {
             quick: self.quick,
             out: self.out.clone(),
             rounds: self.rounds.unwrap_or(rounds).max(1),
-            duration: secs("duration", self.duration.unwrap_or(duration))?,
-            warmup: secs("warmup", self.warmup.unwrap_or(warmup))?,
+            duration: seconds("duration", self.duration.unwrap_or(duration))?,
+            warmup: seconds("warmup", self.warmup.unwrap_or(warmup))?,
             pin: !self.no_pin,
             valkey: self.valkey_server.clone(),
             only: self.only.clone(),
         })
+    }
+}
+
+/// Checks a `--NAME SECONDS` option given as a float.
+fn seconds(name: &str, v: f64) -> Result<Duration, String> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err(format!("--{name} must be a non-negative number of seconds"))
     }
 }

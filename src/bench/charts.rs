@@ -34,6 +34,17 @@ pub fn write_all(results: &Results, out: &Path) -> anyhow::Result<Vec<Chart>> {
     Ok(charts)
 }
 
+/// The label of the bar at `y` on a category axis: bars sit at whole
+/// numbers, and the ticks in between stay blank.
+fn category(labels: &[String], y: f64) -> String {
+    let i = y.round();
+    if (y - i).abs() < 0.01 && i >= 0.0 {
+        labels.get(i as usize).cloned().unwrap_or_default()
+    } else {
+        String::new()
+    }
+}
+
 fn label(e: &ExperimentResult, config: &str, workload: &str) -> String {
     if e.experiment.workloads.len() == 1 {
         config.to_owned()
@@ -63,6 +74,7 @@ fn throughput(e: &ExperimentResult, out: &Path) -> anyhow::Result<Chart> {
         })
         .collect();
     let n = rows.len();
+    let labels: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
     let xmax = rows.iter().map(|r| r.3).fold(1.0, f64::max) * 1.15;
     let height = 120 + 36 * n as u32;
     {
@@ -80,14 +92,7 @@ fn throughput(e: &ExperimentResult, out: &Path) -> anyhow::Result<Chart> {
             .configure_mesh()
             .disable_y_mesh()
             .y_labels(n)
-            .y_label_formatter(&|y| {
-                let i = y.round();
-                if (y - i).abs() < 0.01 && i >= 0.0 && (i as usize) < n {
-                    rows[i as usize].0.clone()
-                } else {
-                    String::new()
-                }
-            })
+            .y_label_formatter(&|y| category(&labels, *y))
             .x_desc("requests/s")
             .draw()
             .map_err(err)?;
@@ -133,6 +138,7 @@ fn latency(e: &ExperimentResult, out: &Path) -> anyhow::Result<Chart> {
         })
         .collect();
     let n = rows.len();
+    let labels: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
     let lo = rows
         .iter()
         .flat_map(|r| r.1)
@@ -157,14 +163,7 @@ fn latency(e: &ExperimentResult, out: &Path) -> anyhow::Result<Chart> {
             .configure_mesh()
             .disable_y_mesh()
             .y_labels(n)
-            .y_label_formatter(&|y| {
-                let i = y.round();
-                if (y - i).abs() < 0.01 && i >= 0.0 && (i as usize) < n {
-                    rows[i as usize].0.clone()
-                } else {
-                    String::new()
-                }
-            })
+            .y_label_formatter(&|y| category(&labels, *y))
             .x_desc("milliseconds (log scale)")
             .draw()
             .map_err(err)?;

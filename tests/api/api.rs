@@ -248,27 +248,15 @@ async fn iris_are_stored_percent_encoded() {
 #[tokio::test]
 async fn two_hundred_concurrent_creates_get_distinct_codes_that_resolve() {
     let app = spawn_app(&["--cache", "none"]).await;
-    let mut tasks = Vec::new();
-    for i in 0..200 {
-        let client = app.client.clone();
-        let url = app.url("/link");
-        tasks.push(tokio::spawn(async move {
-            let target = format!("https://example.com/page/{i}");
-            let r = client
-                .post(url)
-                .json(&json!({ "url": target }))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 201);
-            let body: Value = r.json().await.unwrap();
-            (body["short_link"].as_str().unwrap().to_owned(), target)
-        }));
-    }
-    let mut created = Vec::new();
-    for t in tasks {
-        created.push(t.await.unwrap());
-    }
+    let created: Vec<(String, String)> = app
+        .create_concurrently("page", 200)
+        .await
+        .into_iter()
+        .map(|c| {
+            assert_eq!(c.status, 201, "{}", c.body);
+            (c.code().to_owned(), c.target)
+        })
+        .collect();
     let codes: HashSet<&str> = created.iter().map(|(c, _)| c.as_str()).collect();
     assert_eq!(codes.len(), 200, "codes must be distinct");
     for (code, target) in &created {

@@ -2,29 +2,15 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::helpers::spawn_app;
 
 #[tokio::test]
 async fn concurrent_creates_share_commits() {
     let app = spawn_app(&["--cache", "none"]).await;
-    let mut tasks = Vec::new();
-    for i in 0..256 {
-        let client = app.client.clone();
-        let url = app.url("/link");
-        tasks.push(tokio::spawn(async move {
-            client
-                .post(url)
-                .json(&json!({ "url": format!("https://example.com/{i}") }))
-                .send()
-                .await
-                .unwrap()
-                .status()
-        }));
-    }
-    for t in tasks {
-        assert_eq!(t.await.unwrap(), 201);
+    for c in app.create_concurrently("gc", 256).await {
+        assert_eq!(c.status, 201, "{}", c.body);
     }
     let w = &app.stats().await["writer"];
     let commits = w["commits"].as_u64().unwrap();
@@ -53,22 +39,8 @@ async fn concurrent_creates_share_commits() {
 #[tokio::test]
 async fn without_group_commit_every_create_commits_alone() {
     let app = spawn_app(&["--group-commit", "off", "--cache", "none"]).await;
-    let mut tasks = Vec::new();
-    for i in 0..64 {
-        let client = app.client.clone();
-        let url = app.url("/link");
-        tasks.push(tokio::spawn(async move {
-            let r = client
-                .post(url)
-                .json(&json!({ "url": format!("https://example.com/{i}") }))
-                .send()
-                .await
-                .unwrap();
-            r.status()
-        }));
-    }
-    for t in tasks {
-        assert_eq!(t.await.unwrap(), 201);
+    for c in app.create_concurrently("one", 64).await {
+        assert_eq!(c.status, 201, "{}", c.body);
     }
     let w = &app.stats().await["writer"];
     assert_eq!(w["commits"], 64, "{w}");
@@ -93,30 +65,8 @@ async fn a_full_queue_answers_503_and_loses_nothing_acknowledged() {
     .await;
     // Slow the writer down for real: another connection holds the write
     // lock, so the writer waits in its busy handler while requests queue.
-    let blocker = rusqlite::Connection::open(&app.db).unwrap();
-    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
-
-    let mut tasks = Vec::new();
-    for i in 0..40 {
-        let client = app.client.clone();
-        let url = app.url("/link");
-        tasks.push(tokio::spawn(async move {
-            let target = format!("https://example.com/bp/{i}");
-            let r = client
-                .post(url)
-                .json(&json!({ "url": target }))
-                .send()
-                .await
-                .unwrap();
-            let status = r.status().as_u16();
-            let retry_after = r
-                .headers()
-                .get("retry-after")
-                .map(|v| v.to_str().unwrap().to_owned());
-            let body: Value = r.json().await.unwrap();
-            (status, retry_after, body, target)
-        }));
-    }
+    let blocker = app.hold_write_lock();
+    let tasks = app.spawn_creates("bp", 40);
     // Let every request reach the server before the lock goes.
     let mut rejected = 0;
     for _ in 0..100 {
@@ -137,15 +87,19 @@ async fn a_full_queue_answers_503_and_loses_nothing_acknowledged() {
     let mut accepted = Vec::new();
     let mut refused = 0;
     for t in tasks {
-        let (status, retry_after, body, target) = t.await.unwrap();
-        match status {
-            201 => accepted.push((body["short_link"].as_str().unwrap().to_owned(), target)),
+        let c = t.await.unwrap();
+        match c.status {
+            201 => accepted.push((c.code().to_owned(), c.target)),
             503 => {
                 refused += 1;
-                assert_eq!(retry_after.as_deref(), Some("1"));
-                assert!(body["error"].as_str().unwrap().contains("retry"), "{body}");
+                assert_eq!(c.retry_after.as_deref(), Some("1"));
+                assert!(
+                    c.body["error"].as_str().unwrap().contains("retry"),
+                    "{}",
+                    c.body
+                );
             }
-            other => panic!("unexpected status {other}: {body}"),
+            other => panic!("unexpected status {other}: {}", c.body),
         }
     }
     assert_eq!(accepted.len() + refused, 40);
@@ -175,8 +129,7 @@ async fn a_request_over_the_timeout_gets_a_json_503() {
     ])
     .await;
     // The writer waits for a lock held elsewhere, longer than the timeout.
-    let blocker = rusqlite::Connection::open(&app.db).unwrap();
-    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let blocker = app.hold_write_lock();
     let started = std::time::Instant::now();
     let r = app.create("https://example.com/slow").await;
     let waited = started.elapsed();

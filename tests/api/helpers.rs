@@ -42,6 +42,21 @@ pub fn serve_args(db: &Path, extra: &[&str]) -> ServeArgs {
     }
 }
 
+/// The answer to one of several concurrent creates.
+pub struct Created {
+    pub status: u16,
+    pub retry_after: Option<String>,
+    pub body: Value,
+    /// The URL that was sent.
+    pub target: String,
+}
+
+impl Created {
+    pub fn code(&self) -> &str {
+        self.body["short_link"].as_str().expect("short_link")
+    }
+}
+
 pub struct TestApp {
     pub addr: SocketAddr,
     pub client: reqwest::Client,
@@ -130,6 +145,55 @@ impl TestApp {
 
     pub async fn get(&self, path: &str) -> reqwest::Response {
         self.client.get(self.url(path)).send().await.expect("GET")
+    }
+
+    /// Starts `n` creates at once, for `https://example.com/{label}/{i}`,
+    /// and returns their tasks, so a test can act while they are in flight.
+    pub fn spawn_creates(&self, label: &str, n: usize) -> Vec<JoinHandle<Created>> {
+        (0..n)
+            .map(|i| {
+                let (client, url) = (self.client.clone(), self.url("/link"));
+                let target = format!("https://example.com/{label}/{i}");
+                tokio::spawn(async move {
+                    let r = client
+                        .post(url)
+                        .json(&json!({ "url": target }))
+                        .send()
+                        .await
+                        .expect("POST /link");
+                    let status = r.status().as_u16();
+                    let retry_after = r
+                        .headers()
+                        .get("retry-after")
+                        .map(|v| v.to_str().unwrap_or("").to_owned());
+                    let body: Value = r.json().await.expect("JSON answer");
+                    Created {
+                        status,
+                        retry_after,
+                        body,
+                        target,
+                    }
+                })
+            })
+            .collect()
+    }
+
+    /// `n` concurrent creates; every answer, in order.
+    pub async fn create_concurrently(&self, label: &str, n: usize) -> Vec<Created> {
+        let mut out = Vec::with_capacity(n);
+        for t in self.spawn_creates(label, n) {
+            out.push(t.await.expect("create task"));
+        }
+        out
+    }
+
+    /// Holds the database's write lock from another connection, as another
+    /// process would: the writer waits in its busy handler until it is let go.
+    pub fn hold_write_lock(&self) -> rusqlite::Connection {
+        let conn = rusqlite::Connection::open(&self.db).expect("open");
+        conn.execute_batch("BEGIN IMMEDIATE")
+            .expect("BEGIN IMMEDIATE");
+        conn
     }
 
     pub async fn stats(&self) -> Value {
