@@ -352,6 +352,7 @@ fn run_experiment(
                     timeout: Duration::from_secs(10),
                     progress: false,
                 };
+                settle();
                 let r = runtime.block_on(stress::run(sc, Arc::clone(&stop)))?;
                 let sample = Sample {
                     config: config.name.clone(),
@@ -395,6 +396,16 @@ fn run_experiment(
         samples,
         summary,
     })
+}
+
+/// Lets the previous run's disk work finish before the next run starts:
+/// writes that were never synced (durability `off`) and a server's trailing
+/// checkpoint would otherwise be written back by the kernel during whatever
+/// runs next, charging one configuration's I/O to another.
+fn settle() {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+    std::thread::sleep(Duration::from_millis(300));
 }
 
 /// Ratios within one round: against the baseline workload on the same
