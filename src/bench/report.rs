@@ -127,7 +127,10 @@ pub fn markdown(r: &Results, charts: &[Chart]) -> String {
         st.links
     );
     let _ = writeln!(s, "- Pinning: {}.", st.pinned);
-    let _ = writeln!(s, "- Before every run the bench calls sync(2) and waits 0.3 s, so that no run pays for another's deferred disk writes.");
+    let _ = writeln!(
+        s,
+        "- Before every run the bench calls sync(2) and waits 0.3 s, so that no run pays for another's deferred disk writes."
+    );
     let _ = writeln!(s, "- Load generator: {}.", st.load_generator);
     let _ = writeln!(s, "- Valkey: {}.", st.valkey);
     let _ = writeln!(
