@@ -53,11 +53,6 @@ fn config(name: &str, args: &[&str], baseline: Option<&str>) -> Config {
     }
 }
 
-fn unpinned(mut c: Config) -> Config {
-    c.pinned = false;
-    c
-}
-
 fn workload(name: &str, scenario: Scenario, connections: usize) -> Workload {
     Workload {
         name: name.to_owned(),
@@ -71,6 +66,33 @@ fn workload(name: &str, scenario: Scenario, connections: usize) -> Workload {
 }
 
 pub const LINKS: u64 = 1000;
+
+/// Connection mode x MEMSTATUS, pinned and on all CPUs; every `off` is
+/// compared with the `on` of the same mode and placement.
+fn memstatus_configs() -> Vec<Config> {
+    let mut out = Vec::new();
+    for placement in ["", ", all CPUs"] {
+        for (mode, mode_args) in [
+            ("per-request", &["--sqlite-connections", "per-request"][..]),
+            ("pooled", &[][..]),
+        ] {
+            for status in ["on", "off"] {
+                let mut args = vec!["--cache", "none"];
+                args.extend_from_slice(mode_args);
+                args.extend(["--sqlite-memstatus", status]);
+                let baseline = format!("{mode}, memstatus on{placement}");
+                let mut c = config(
+                    &format!("{mode}, memstatus {status}{placement}"),
+                    &args,
+                    (status == "off").then_some(baseline.as_str()),
+                );
+                c.pinned = placement.is_empty();
+                out.push(c);
+            }
+        }
+    }
+    out
+}
 
 pub fn all(quick: bool) -> Vec<Experiment> {
     let read50 = workload("read", Scenario::Read, 50);
@@ -95,76 +117,7 @@ pub fn all(quick: bool) -> Vec<Experiment> {
                        CPU, the server has one thread in SQLite at a time, so the mutex is never \
                        contended; the `all CPUs` configurations let the server use every CPU \
                        (sharing one with the load generator) so that two threads can meet on it.",
-            configs: vec![
-                config(
-                    "per-request, memstatus on",
-                    &[
-                        "--cache",
-                        "none",
-                        "--sqlite-connections",
-                        "per-request",
-                        "--sqlite-memstatus",
-                        "on",
-                    ],
-                    None,
-                ),
-                config(
-                    "per-request, memstatus off",
-                    &[
-                        "--cache",
-                        "none",
-                        "--sqlite-connections",
-                        "per-request",
-                        "--sqlite-memstatus",
-                        "off",
-                    ],
-                    Some("per-request, memstatus on"),
-                ),
-                config(
-                    "pooled, memstatus on",
-                    &["--cache", "none", "--sqlite-memstatus", "on"],
-                    None,
-                ),
-                config(
-                    "pooled, memstatus off",
-                    &["--cache", "none", "--sqlite-memstatus", "off"],
-                    Some("pooled, memstatus on"),
-                ),
-                unpinned(config(
-                    "per-request, memstatus on, all CPUs",
-                    &[
-                        "--cache",
-                        "none",
-                        "--sqlite-connections",
-                        "per-request",
-                        "--sqlite-memstatus",
-                        "on",
-                    ],
-                    None,
-                )),
-                unpinned(config(
-                    "per-request, memstatus off, all CPUs",
-                    &[
-                        "--cache",
-                        "none",
-                        "--sqlite-connections",
-                        "per-request",
-                        "--sqlite-memstatus",
-                        "off",
-                    ],
-                    Some("per-request, memstatus on, all CPUs"),
-                )),
-                unpinned(config(
-                    "pooled, memstatus on, all CPUs",
-                    &["--cache", "none", "--sqlite-memstatus", "on"],
-                    None,
-                )),
-                unpinned(config(
-                    "pooled, memstatus off, all CPUs",
-                    &["--cache", "none", "--sqlite-memstatus", "off"],
-                    Some("pooled, memstatus on, all CPUs"),
-                )),
-            ],
+            configs: memstatus_configs(),
             workloads: vec![read50.clone()],
         },
         Experiment {
