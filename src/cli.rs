@@ -371,14 +371,14 @@ pub struct BenchArgs {
     #[arg(long, env = "LITELINK_BENCH_VALKEY_SERVER")]
     pub valkey_server: Option<PathBuf>,
 
-    /// Run only these experiments: memstatus, caches, writes, concurrency.
+    /// Run only these experiments: reads, memstatus, caches, writes, concurrency.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
 }
 
 impl BenchArgs {
     pub fn options(&self) -> Result<crate::bench::BenchOptions, String> {
-        const KNOWN: [&str; 4] = ["memstatus", "caches", "writes", "concurrency"];
+        const KNOWN: [&str; 5] = ["reads", "memstatus", "caches", "writes", "concurrency"];
         if let Some(bad) = self.only.iter().find(|o| !KNOWN.contains(&o.as_str())) {
             return Err(format!(
                 "--only: unknown experiment '{bad}' (known: {})",

@@ -107,7 +107,45 @@ pub fn all(quick: bool) -> Vec<Experiment> {
         seed.gets_per_task = 20;
     }
     let levels: Vec<usize> = (0..=8).map(|i| 1usize << i).collect();
+    let mut read_vs_heart = read50.clone();
+    read_vs_heart.baseline_workload = Some("heart-beat".into());
     vec![
+        Experiment {
+            id: "reads",
+            title: "Point reads against /heart-beat",
+            question: "How close does GET /link/{code} (no cache) come to the trivial endpoint, \
+                       with pooled connections and with a connection per request (MEMSTATUS on \
+                       and off)? 50 connections; each read's ratio is to /heart-beat on the same \
+                       server in the same round.",
+            configs: vec![
+                config("pooled", &["--cache", "none"], None),
+                config(
+                    "per-request, memstatus off",
+                    &[
+                        "--cache",
+                        "none",
+                        "--sqlite-connections",
+                        "per-request",
+                        "--sqlite-memstatus",
+                        "off",
+                    ],
+                    None,
+                ),
+                config(
+                    "per-request, memstatus on",
+                    &[
+                        "--cache",
+                        "none",
+                        "--sqlite-connections",
+                        "per-request",
+                        "--sqlite-memstatus",
+                        "on",
+                    ],
+                    None,
+                ),
+            ],
+            workloads: vec![heart.clone(), read_vs_heart],
+        },
         Experiment {
             id: "memstatus",
             title: "MEMSTATUS on and off (first article)",

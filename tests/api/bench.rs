@@ -26,7 +26,10 @@ fn quick_bench_reports_every_experiment_and_configuration() {
         .iter()
         .map(|e| e["id"].as_str().unwrap())
         .collect();
-    assert_eq!(ids, ["memstatus", "caches", "writes", "concurrency"]);
+    assert_eq!(
+        ids,
+        ["reads", "memstatus", "caches", "writes", "concurrency"]
+    );
     // scripts/test provides a Valkey binary, so nothing may be skipped.
     let valkey_expected = std::env::var("LITELINK_TEST_VALKEY_SERVER").is_ok();
     for e in experiments {
@@ -54,7 +57,7 @@ fn quick_bench_reports_every_experiment_and_configuration() {
     }
     // Ratios exist where a baseline is defined: heart-beat for caches,
     // memstatus on for memstatus off, `off` for the write configurations.
-    let caches = &experiments[1]["summary"];
+    let caches = &experiments[2]["summary"];
     let zipf_none = caches
         .as_array()
         .unwrap()
@@ -63,8 +66,22 @@ fn quick_bench_reports_every_experiment_and_configuration() {
         .unwrap();
     assert_eq!(zipf_none["ratio_to"], "heart-beat");
     assert!(zipf_none["ratio"]["median"].as_f64().unwrap() > 0.0);
+    let reads = experiments[0]["summary"].as_array().unwrap();
+    for config in [
+        "pooled",
+        "per-request, memstatus off",
+        "per-request, memstatus on",
+    ] {
+        let read = reads
+            .iter()
+            .find(|s| s["config"] == config && s["workload"] == "read")
+            .unwrap();
+        assert_eq!(read["ratio_to"], "heart-beat", "{config}");
+        assert!(read["ratio"]["median"].as_f64().unwrap() > 0.0, "{config}");
+    }
     let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
     for title in [
+        "Point reads against /heart-beat",
         "MEMSTATUS on and off",
         "Caches against SQLite",
         "Durable creates",
@@ -74,6 +91,7 @@ fn quick_bench_reports_every_experiment_and_configuration() {
         assert!(report.contains(title), "report.md lacks {title}");
     }
     for svg in [
+        "reads-throughput.svg",
         "memstatus-throughput.svg",
         "caches-latency.svg",
         "writes-throughput.svg",
