@@ -9,5 +9,6 @@ mod cache;
 mod durability;
 mod modes;
 mod process;
+mod snapshots;
 mod stress;
 mod valkey_server;

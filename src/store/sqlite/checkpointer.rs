@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use super::SqliteConfig;
 use super::connection::{self, Role};
+use super::readers::{Epoch, Readers};
 use super::writer::WriterStats;
 
 /// How often the thread looks for new commits to checkpoint.
@@ -37,11 +38,20 @@ impl Checkpointer {
         path: PathBuf,
         config: SqliteConfig,
         stats: Arc<WriterStats>,
+        readers: Arc<Readers>,
+        epoch: Arc<Epoch>,
     ) -> std::io::Result<Self> {
         let (stop, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("litelink-checkpoint".into())
-            .spawn(move || run(rx, path, config, stats))?;
+            .spawn(move || {
+                let context = Context {
+                    stats,
+                    readers,
+                    epoch,
+                };
+                run(rx, path, config, context)
+            })?;
         Ok(Self {
             stop: Some(stop),
             thread: Some(thread),
@@ -58,7 +68,16 @@ impl Drop for Checkpointer {
     }
 }
 
-fn run(stop: mpsc::Receiver<()>, path: PathBuf, config: SqliteConfig, stats: Arc<WriterStats>) {
+/// What the checkpointer works with besides its own connection.
+struct Context {
+    stats: Arc<WriterStats>,
+    /// Readers keep read snapshots open between lookups (readers.rs); the
+    /// checkpointer makes them let go, so that the WAL can be recycled.
+    readers: Arc<Readers>,
+    epoch: Arc<Epoch>,
+}
+
+fn run(stop: mpsc::Receiver<()>, path: PathBuf, config: SqliteConfig, cx: Context) {
     // Role::Writer: a checkpoint syncs according to the connection's
     // `synchronous`, which must match the configured durability.
     let conn = match connection::open(&path, &config, Role::Writer) {
@@ -75,20 +94,37 @@ fn run(stop: mpsc::Receiver<()>, path: PathBuf, config: SqliteConfig, stats: Arc
             // Stopped: the last connection to close checkpoints for us.
             _ => return,
         }
-        let commits = stats.commits.load(Ordering::Relaxed);
+        // Idle connections whose snapshot has aged out let go of it even
+        // when nothing is being written.
+        cx.readers.release_snapshots(false);
+        let commits = cx.stats.commits.load(Ordering::Relaxed);
         if commits == seen {
             continue;
         }
         seen = commits;
-        match checkpoint(&conn, "PASSIVE") {
+        let outcome = checkpoint(&conn, "PASSIVE");
+        // Readers that took their snapshot before the checkpoint may still
+        // be reading frames from the WAL; moving them on to a new snapshot
+        // (served from the database file once everything is backfilled)
+        // lets the writer start the WAL over from its beginning.
+        cx.epoch.advance();
+        cx.readers.release_snapshots(false);
+        match outcome {
             Ok(frames) if frames > MAX_WAL_FRAMES => {
+                // RESTART waits until no reader uses the WAL: stop keeping
+                // snapshots meanwhile, or an idle one would make it wait
+                // for its whole busy timeout.
+                cx.readers.set_reuse(false);
+                cx.readers.release_snapshots(true);
                 if let Err(e) = checkpoint(&conn, "RESTART") {
                     tracing::warn!(error = %e, "RESTART checkpoint failed");
                 }
-                stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+                cx.readers.set_reuse(true);
+                cx.epoch.advance();
+                cx.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
             }
             Ok(_) => {
-                stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+                cx.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) => tracing::warn!(error = %e, "checkpoint failed"),
         }

@@ -19,7 +19,7 @@ use serde_json::json;
 
 use self::checkpointer::Checkpointer;
 use self::connection::Role;
-use self::readers::Readers;
+use self::readers::{Epoch, Readers};
 use self::writer::Writer;
 use super::{LinkStore, StoreError};
 use crate::domain::{CodeGenerator, ShortCode, TargetUrl};
@@ -128,7 +128,7 @@ pub struct SqliteStore {
 struct Inner {
     path: PathBuf,
     config: SqliteConfig,
-    readers: Readers,
+    readers: Arc<Readers>,
     writer: Writer,
     checkpointer: std::sync::Mutex<Option<Checkpointer>>,
     compile_options: Vec<String>,
@@ -158,14 +158,24 @@ impl SqliteStore {
         })?;
         let compile_options = memstatus::compile_options(&conn).map_err(open_err)?;
         let memstatus = memstatus::active();
-        let readers = Readers::new(path.clone(), config.clone());
+        let epoch = Arc::new(Epoch::default());
+        let readers = Arc::new(Readers::new(
+            path.clone(),
+            config.clone(),
+            Arc::clone(&epoch),
+        ));
         // Checkpoints run on their own thread (checkpointer.rs), not inside
         // the writer's commits.
         conn.pragma_update(None, "wal_autocheckpoint", 0)
             .map_err(open_err)?;
-        let writer = Writer::start(conn, &path, &config, codes)?;
-        let checkpointer =
-            Checkpointer::start(path.clone(), config.clone(), Arc::clone(&writer.stats))?;
+        let writer = Writer::start(conn, &path, &config, codes, Arc::clone(&epoch))?;
+        let checkpointer = Checkpointer::start(
+            path.clone(),
+            config.clone(),
+            Arc::clone(&writer.stats),
+            Arc::clone(&readers),
+            epoch,
+        )?;
         Ok(Self {
             inner: Arc::new(Inner {
                 path,
@@ -246,6 +256,10 @@ impl LinkStore for SqliteStore {
             "page_cache": if c.page_cache { "on" } else { "off" },
             "durability": c.durability,
             "links": links,
+            "readers": {
+                "lookups": self.inner.readers.stats.lookups.load(Ordering::Relaxed),
+                "snapshots": self.inner.readers.stats.snapshots.load(Ordering::Relaxed),
+            },
             "writer": {
                 "group_commit": c.batch_max > 1,
                 "batch_max": c.batch_max,
@@ -260,6 +274,7 @@ impl LinkStore for SqliteStore {
                 "pipelined_sync": c.pipelined_sync(),
                 "syncs": w.syncs.load(Ordering::Relaxed),
                 "failed_syncs": w.failed_syncs.load(Ordering::Relaxed),
+                "sync_ms_total": w.sync_micros.load(Ordering::Relaxed) / 1000,
                 "checkpoints": w.checkpoints.load(Ordering::Relaxed),
             },
         }))

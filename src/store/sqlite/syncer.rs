@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use super::writer::{Reply, WriterStats};
 use crate::domain::ShortCode;
@@ -83,8 +84,12 @@ fn run(rx: mpsc::Receiver<Acks>, wal: PathBuf, dir: Option<PathBuf>, stats: Arc<
         while let Ok(more) = rx.try_recv() {
             pending.push(more);
         }
+        let started = Instant::now();
         let synced = sync(&mut file, &wal, dir.as_deref());
         stats.syncs.fetch_add(1, Ordering::Relaxed);
+        stats
+            .sync_micros
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         match synced {
             Ok(()) => {
                 for (reply, code) in pending.into_iter().flatten() {
