@@ -6,6 +6,7 @@ mod connection;
 pub mod memstatus;
 pub mod migrations;
 mod readers;
+mod replies;
 mod syncer;
 mod writer;
 

@@ -16,11 +16,12 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use super::replies::Replies;
 use super::writer::{Reply, WriterStats};
 use crate::domain::ShortCode;
 use crate::store::StoreError;
@@ -34,10 +35,16 @@ pub(super) type Acks = Vec<(Reply, ShortCode)>;
 pub(super) struct Syncer {
     tx: Option<mpsc::SyncSender<Acks>>,
     thread: Option<JoinHandle<()>>,
+    /// Batches submitted and not yet answered.
+    in_flight: Arc<AtomicUsize>,
 }
 
 impl Syncer {
-    pub(super) fn start(db: &Path, stats: Arc<WriterStats>) -> std::io::Result<Self> {
+    pub(super) fn start(
+        db: &Path,
+        stats: Arc<WriterStats>,
+        replies: Replies,
+    ) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::sync_channel(PENDING_BATCHES);
         let mut wal = db.as_os_str().to_owned();
         wal.push("-wal");
@@ -46,24 +53,35 @@ impl Syncer {
             .parent()
             .map(Path::to_path_buf)
             .filter(|p| !p.as_os_str().is_empty());
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&in_flight);
         let thread = std::thread::Builder::new()
             .name("litelink-syncer".into())
-            .spawn(move || run(rx, wal, dir, stats))?;
+            .spawn(move || run(rx, wal, dir, stats, &counter, &replies))?;
         Ok(Self {
             tx: Some(tx),
             thread: Some(thread),
+            in_flight,
         })
     }
 
     /// Hands over a committed batch; blocks while too many wait for a sync.
     pub(super) fn submit(&self, acks: Acks) {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
         if let Some(tx) = &self.tx
             && let Err(mpsc::SendError(acks)) = tx.send(acks)
         {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
             for (reply, _) in acks {
                 let _ = reply.send(Err(StoreError::Closed));
             }
         }
+    }
+
+    /// Whether a sync is running or waiting: a batch committed now could
+    /// not be synced before it ends anyway.
+    pub(super) fn busy(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) > 0
     }
 }
 
@@ -77,7 +95,14 @@ impl Drop for Syncer {
     }
 }
 
-fn run(rx: mpsc::Receiver<Acks>, wal: PathBuf, dir: Option<PathBuf>, stats: Arc<WriterStats>) {
+fn run(
+    rx: mpsc::Receiver<Acks>,
+    wal: PathBuf,
+    dir: Option<PathBuf>,
+    stats: Arc<WriterStats>,
+    in_flight: &AtomicUsize,
+    replies: &Replies,
+) {
     let mut file: Option<File> = None;
     while let Ok(first) = rx.recv() {
         let mut pending = vec![first];
@@ -85,17 +110,21 @@ fn run(rx: mpsc::Receiver<Acks>, wal: PathBuf, dir: Option<PathBuf>, stats: Arc<
             pending.push(more);
         }
         let started = Instant::now();
+        let batches = pending.len();
         let synced = sync(&mut file, &wal, dir.as_deref());
         stats.syncs.fetch_add(1, Ordering::Relaxed);
         stats
             .sync_micros
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        in_flight.fetch_sub(batches, Ordering::AcqRel);
         match synced {
-            Ok(()) => {
-                for (reply, code) in pending.into_iter().flatten() {
-                    let _ = reply.send(Ok(code));
-                }
-            }
+            Ok(()) => replies.send(
+                pending
+                    .into_iter()
+                    .flatten()
+                    .map(|(reply, code)| (reply, Ok(code)))
+                    .collect(),
+            ),
             Err(e) => {
                 // Committed but not known to be on disk: the client must not
                 // be told it is stored. Reopen the file for the next attempt.
@@ -103,9 +132,13 @@ fn run(rx: mpsc::Receiver<Acks>, wal: PathBuf, dir: Option<PathBuf>, stats: Arc<
                 stats.failed_syncs.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(error = %e, wal = %wal.display(), "fsync of the WAL failed");
                 let message = format!("could not sync the write-ahead log: {e}");
-                for (reply, _) in pending.into_iter().flatten() {
-                    let _ = reply.send(Err(StoreError::Task(message.clone())));
-                }
+                replies.send(
+                    pending
+                        .into_iter()
+                        .flatten()
+                        .map(|(reply, _)| (reply, Err(StoreError::Task(message.clone()))))
+                        .collect(),
+                );
             }
         }
     }

@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::SqliteConfig;
 use super::readers::Epoch;
+use super::replies::Replies;
 use super::syncer::Syncer;
 use crate::domain::{CodeGenerator, ShortCode, TargetUrl};
 use crate::store::StoreError;
@@ -78,8 +79,9 @@ impl Writer {
     ) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel(config.write_queue);
         let stats = Arc::new(WriterStats::default());
+        let replies = Replies::new();
         let syncer = if config.pipelined_sync() {
-            Some(Syncer::start(db, Arc::clone(&stats))?)
+            Some(Syncer::start(db, Arc::clone(&stats), replies.clone())?)
         } else {
             None
         };
@@ -96,6 +98,7 @@ impl Writer {
                     stats: thread_stats,
                     syncer,
                     epoch,
+                    replies,
                 };
                 w.run(rx);
                 // Dropping the syncer syncs and answers what it still holds.
@@ -153,6 +156,7 @@ struct WriterThread {
     /// Advanced after every commit, before its replies go out, so that a
     /// client that got a 201 never reads through an older snapshot.
     epoch: Arc<Epoch>,
+    replies: Replies,
 }
 
 impl WriterThread {
@@ -168,7 +172,9 @@ impl WriterThread {
             // queued, and a bigger batch shares one commit among more of
             // them. With nothing else runnable this returns at once, so a
             // lone create under low load waits for nothing.
-            std::thread::yield_now();
+            if self.syncer.as_ref().is_none_or(Syncer::busy) {
+                std::thread::yield_now();
+            }
             let mut next = Some(first);
             while let Some(msg) = next.take() {
                 match msg {
@@ -207,11 +213,9 @@ impl WriterThread {
                 let acks = batch.drain(..).map(|(_, reply)| reply).zip(codes);
                 match &self.syncer {
                     Some(syncer) => syncer.submit(acks.collect()),
-                    None => {
-                        for (reply, code) in acks {
-                            let _ = reply.send(Ok(code));
-                        }
-                    }
+                    None => self
+                        .replies
+                        .send(acks.map(|(reply, code)| (reply, Ok(code))).collect()),
                 }
             }
             Err(e) => {
@@ -221,9 +225,12 @@ impl WriterThread {
                 self.stats.failed_batches.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(error = %e, rows = batch.len(), "write batch failed and was rolled back");
                 let message = e.to_string();
-                for (_, reply) in batch.drain(..) {
-                    let _ = reply.send(Err(StoreError::Task(message.clone())));
-                }
+                self.replies.send(
+                    batch
+                        .drain(..)
+                        .map(|(_, reply)| (reply, Err(StoreError::Task(message.clone()))))
+                        .collect(),
+                );
             }
         }
     }

@@ -1,0 +1,48 @@
+//! Answering a batch of creates from the writer's (or syncer's) thread.
+//!
+//! Completing a oneshot from outside the runtime wakes the runtime's worker
+//! thread, which on a busy CPU preempts the sender, handles that one reply
+//! and parks again: a context switch per create. Measured with `perf sched`,
+//! a batch of 40 replies was 80 switches of 5-10 us. Instead the whole
+//! batch goes to the runtime as one task, which completes every oneshot
+//! from the worker thread itself, where waking a task is a queue push.
+
+use tokio::runtime::Handle;
+
+use super::writer::Reply;
+use crate::domain::ShortCode;
+use crate::store::StoreError;
+
+pub(super) type Outcome = (Reply, Result<ShortCode, StoreError>);
+
+#[derive(Clone)]
+pub(super) struct Replies {
+    /// The runtime that serves requests; `None` when the store was opened
+    /// outside one (tools, some tests), and then replies go out directly.
+    runtime: Option<Handle>,
+}
+
+impl Replies {
+    pub(super) fn new() -> Self {
+        Self {
+            runtime: Handle::try_current().ok(),
+        }
+    }
+
+    pub(super) fn send(&self, outcomes: Vec<Outcome>) {
+        match &self.runtime {
+            // A runtime that is shutting down drops the task, and with it
+            // the senders: their receivers see the store as closed.
+            Some(rt) if outcomes.len() > 1 => {
+                rt.spawn(async move { send_now(outcomes) });
+            }
+            _ => send_now(outcomes),
+        }
+    }
+}
+
+fn send_now(outcomes: Vec<Outcome>) {
+    for (reply, outcome) in outcomes {
+        let _ = reply.send(outcome);
+    }
+}
