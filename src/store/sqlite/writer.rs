@@ -171,7 +171,9 @@ impl WriterThread {
             // on a busy machine they hold creates that are about to be
             // queued, and a bigger batch shares one commit among more of
             // them. With nothing else runnable this returns at once, so a
-            // lone create under low load waits for nothing.
+            // lone create under low load waits for nothing. At full
+            // durability only while a sync is in flight: with the syncer
+            // idle, committing at once lets the next sync start sooner.
             if self.syncer.as_ref().is_none_or(Syncer::busy) {
                 std::thread::yield_now();
             }
