@@ -151,6 +151,13 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub write_queue: u32,
 
+    /// At full durability, extend the WAL with zeros to this many MiB at
+    /// start-up, so that each sync overwrites allocated blocks instead of
+    /// growing the file (0: off).
+    #[arg(long, env = "LITELINK_WAL_PREALLOCATE_MIB", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(0..=65_536))]
+    pub wal_preallocate_mib: u32,
+
     /// Milliseconds SQLite waits for a lock held by another process.
     #[arg(long, env = "LITELINK_SQLITE_BUSY_TIMEOUT_MS", default_value_t = 5000)]
     pub sqlite_busy_timeout_ms: u64,

@@ -29,6 +29,7 @@ pub fn sqlite_config(args: &ServeArgs) -> SqliteConfig {
             1
         },
         write_queue: args.write_queue as usize,
+        wal_preallocate: u64::from(args.wal_preallocate_mib) << 20,
         ..SqliteConfig::default()
     }
 }

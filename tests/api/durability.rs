@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::helpers::spawn_app;
+use crate::helpers::{spawn_app, spawn_app_on};
 
 #[tokio::test]
 async fn concurrent_creates_share_commits() {
@@ -18,9 +18,9 @@ async fn concurrent_creates_share_commits() {
     assert_eq!(rows, 256, "{w}");
     assert!(commits < rows, "creates should share commits: {w}");
     assert!(w["largest_batch"].as_u64().unwrap() > 1, "{w}");
-    // Full durability with group commit: the WAL is synced on the syncer
-    // thread, at most once per commit, and every reply waited for a sync.
-    assert_eq!(w["pipelined_sync"], true, "{w}");
+    // Full durability with group commit: the writer syncs the WAL at most
+    // once per commit, and every reply waited for a sync.
+    assert_eq!(w["grouped_sync"], true, "{w}");
     let syncs = w["syncs"].as_u64().unwrap();
     assert!(syncs >= 1 && syncs <= commits, "{w}");
     assert_eq!(w["failed_syncs"], 0);
@@ -45,8 +45,9 @@ async fn without_group_commit_every_create_commits_alone() {
     let w = &app.stats().await["writer"];
     assert_eq!(w["commits"], 64, "{w}");
     assert_eq!(w["largest_batch"], 1, "{w}");
-    // The baseline syncs inside each commit (synchronous=FULL), no syncer.
-    assert_eq!(w["pipelined_sync"], false, "{w}");
+    // The baseline syncs inside each commit (synchronous=FULL), not on
+    // its own.
+    assert_eq!(w["grouped_sync"], false, "{w}");
     assert_eq!(w["syncs"], 0, "{w}");
 }
 
@@ -139,4 +140,42 @@ async fn a_request_over_the_timeout_gets_a_json_503() {
         "{waited:?}"
     );
     crate::helpers::assert_error(r, 503, "too long").await;
+}
+
+/// Size of the WAL next to `db`, or 0 when there is none.
+fn wal_len(db: &std::path::Path) -> u64 {
+    let mut wal = db.as_os_str().to_owned();
+    wal.push("-wal");
+    std::fs::metadata(wal).map(|m| m.len()).unwrap_or(0)
+}
+
+#[tokio::test]
+async fn the_wal_is_preallocated_at_full_durability_only() {
+    let full = spawn_app(&["--cache", "none", "--wal-preallocate-mib", "8"]).await;
+    assert_eq!(wal_len(&full.db), 8 << 20);
+    assert_eq!(
+        full.stats().await["writer"]["wal_preallocate_bytes"],
+        8 << 20
+    );
+    // Commits write over the zeros: the file does not grow, and what was
+    // written reads back, also from a server started anew on the file.
+    let mut created = Vec::new();
+    for i in 0..50 {
+        let target = format!("https://example.com/prealloc/{i}");
+        created.push((full.create_ok(&target).await, target));
+    }
+    assert_eq!(wal_len(&full.db), 8 << 20);
+    let db = full.db.clone();
+    let dir = full.stop().await;
+    let again = spawn_app_on(&db, &["--cache", "none"]).await;
+    for (code, target) in &created {
+        let r = again.get(&format!("/link/{code}")).await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.json::<Value>().await.unwrap()["link"], target.as_str());
+    }
+    drop(dir);
+
+    let normal = spawn_app(&["--durability", "normal", "--cache", "none"]).await;
+    assert!(wal_len(&normal.db) < 1 << 20, "{}", wal_len(&normal.db));
+    assert_eq!(normal.stats().await["writer"]["wal_preallocate_bytes"], 0);
 }

@@ -32,9 +32,9 @@ pub(super) fn open(path: &Path, config: &SqliteConfig, role: Role) -> rusqlite::
         Role::Reader => conn.pragma_update(None, "query_only", true)?,
         Role::Writer => {
             let sync = match config.durability {
-                // The syncer thread makes these commits durable before any
-                // reply: see syncer.rs.
-                Durability::Full if config.pipelined_sync() => "NORMAL",
+                // The writer syncs the WAL itself before any reply: see
+                // walsync.rs.
+                Durability::Full if config.grouped_sync() => "NORMAL",
                 Durability::Full => "FULL",
                 Durability::Normal => "NORMAL",
                 Durability::Off => "OFF",

@@ -7,7 +7,7 @@ pub mod memstatus;
 pub mod migrations;
 mod readers;
 mod replies;
-mod syncer;
+mod walsync;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -79,14 +79,17 @@ pub struct SqliteConfig {
     pub write_queue: usize,
     /// Most idle reader connections kept.
     pub max_readers: usize,
+    /// Bytes of zeros the WAL is extended to at start-up at full
+    /// durability (0: never), so that syncs overwrite allocated blocks.
+    pub wal_preallocate: u64,
 }
 
 impl SqliteConfig {
-    /// Full durability with group commit syncs the WAL on a thread of its
-    /// own, overlapping the next batch (see `syncer.rs`). Without group
-    /// commit, `synchronous=FULL` syncs inside every commit, the classic
-    /// one-sync-per-create baseline.
-    pub fn pipelined_sync(&self) -> bool {
+    /// Full durability with group commit: the writer syncs the WAL itself,
+    /// once for all commits made while creates kept arriving (see
+    /// `walsync.rs`). Without group commit, `synchronous=FULL` syncs inside
+    /// every commit, the classic one-sync-per-create baseline.
+    pub fn grouped_sync(&self) -> bool {
         self.durability == Durability::Full && self.batch_max > 1
     }
 }
@@ -102,6 +105,7 @@ impl Default for SqliteConfig {
             batch_max: 512,
             write_queue: 4096,
             max_readers: 64,
+            wal_preallocate: 64 << 20,
         }
     }
 }
@@ -272,7 +276,8 @@ impl LinkStore for SqliteStore {
                 "failed_batches": w.failed_batches.load(Ordering::Relaxed),
                 "code_collisions": w.code_collisions.load(Ordering::Relaxed),
                 "rejected_queue_full": w.rejected_full.load(Ordering::Relaxed),
-                "pipelined_sync": c.pipelined_sync(),
+                "grouped_sync": c.grouped_sync(),
+                "wal_preallocate_bytes": if c.durability == Durability::Full { c.wal_preallocate } else { 0 },
                 "syncs": w.syncs.load(Ordering::Relaxed),
                 "failed_syncs": w.failed_syncs.load(Ordering::Relaxed),
                 "sync_ms_total": w.sync_micros.load(Ordering::Relaxed) / 1000,

@@ -1,4 +1,4 @@
-//! Answering a batch of creates from the writer's (or syncer's) thread.
+//! Answering a batch of creates from the writer's thread.
 //!
 //! Completing a oneshot from outside the runtime wakes the runtime's worker
 //! thread, which on a busy CPU preempts the sender, handles that one reply
@@ -27,6 +27,11 @@ impl Replies {
         Self {
             runtime: Handle::try_current().ok(),
         }
+    }
+
+    /// Replies that always go out from the calling thread.
+    pub(super) fn direct() -> Self {
+        Self { runtime: None }
     }
 
     pub(super) fn send(&self, outcomes: Vec<Outcome>) {

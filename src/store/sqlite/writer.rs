@@ -3,9 +3,11 @@
 //! SQLite allows one writer at a time, and a durable commit costs an fsync
 //! (about 0.3 ms here). So all creates go through one bounded queue to one
 //! thread, which takes whatever is queued (up to `batch_max`), inserts it in
-//! one transaction, commits with one sync, and only then answers each
-//! request. A lone create is committed at once: the writer never waits for
-//! a batch to fill, it only takes what is already there.
+//! one transaction and commits it. At full durability it then syncs the WAL
+//! once for all commits made while creates kept arriving (walsync.rs), and
+//! only then answers each request. A lone create is committed and synced at
+//! once: the writer never waits for a batch to fill, it only takes what is
+//! already there.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -19,7 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::SqliteConfig;
 use super::readers::Epoch;
 use super::replies::Replies;
-use super::syncer::Syncer;
+use super::walsync::{self, WalSync};
 use crate::domain::{CodeGenerator, ShortCode, TargetUrl};
 use crate::store::StoreError;
 
@@ -47,7 +49,8 @@ pub(super) struct WriterStats {
     pub code_collisions: AtomicU64,
     pub largest_batch: AtomicU64,
     pub rejected_full: AtomicU64,
-    /// Pipelined full durability: fsyncs of the WAL, and failed ones.
+    /// Full durability with group commit: fsyncs of the WAL, and failed
+    /// ones.
     pub syncs: AtomicU64,
     pub failed_syncs: AtomicU64,
     /// Time spent in those fsyncs, in microseconds: with `syncs`, the mean
@@ -80,11 +83,19 @@ impl Writer {
         let (tx, rx) = mpsc::channel(config.write_queue);
         let stats = Arc::new(WriterStats::default());
         let replies = Replies::new();
-        let syncer = if config.pipelined_sync() {
-            Some(Syncer::start(db, Arc::clone(&stats), replies.clone())?)
-        } else {
-            None
-        };
+        if config.durability == super::Durability::Full && config.wal_preallocate > 0 {
+            match walsync::preallocate(&conn, db, config.wal_preallocate) {
+                Ok(added) if added > 0 => {
+                    tracing::debug!(bytes = added, "preallocated the WAL with zeros");
+                }
+                Ok(_) => {}
+                // Only slower, not less safe: go on without.
+                Err(e) => tracing::warn!(error = %e, "could not preallocate the WAL"),
+            }
+        }
+        let wal_sync = config
+            .grouped_sync()
+            .then(|| WalSync::new(db, Arc::clone(&stats)));
         let thread_stats = Arc::clone(&stats);
         let capacity = config.write_queue;
         let batch_max = config.batch_max;
@@ -96,13 +107,11 @@ impl Writer {
                     batch_max,
                     codes,
                     stats: thread_stats,
-                    syncer,
+                    wal_sync,
                     epoch,
                     replies,
                 };
                 w.run(rx);
-                // Dropping the syncer syncs and answers what it still holds.
-                drop(w);
             })?;
         Ok(Self {
             tx,
@@ -151,8 +160,9 @@ struct WriterThread {
     batch_max: usize,
     codes: CodeGenerator,
     stats: Arc<WriterStats>,
-    /// Set for pipelined full durability: replies wait for its fsync.
-    syncer: Option<Syncer>,
+    /// Set for full durability with group commit: replies wait for its
+    /// fsync.
+    wal_sync: Option<WalSync>,
     /// Advanced after every commit, before its replies go out, so that a
     /// client that got a 201 never reads through an older snapshot.
     epoch: Arc<Epoch>,
@@ -171,12 +181,8 @@ impl WriterThread {
             // on a busy machine they hold creates that are about to be
             // queued, and a bigger batch shares one commit among more of
             // them. With nothing else runnable this returns at once, so a
-            // lone create under low load waits for nothing. At full
-            // durability only while a sync is in flight: with the syncer
-            // idle, committing at once lets the next sync start sooner.
-            if self.syncer.as_ref().is_none_or(Syncer::busy) {
-                std::thread::yield_now();
-            }
+            // lone create under low load waits for nothing.
+            std::thread::yield_now();
             let mut next = Some(first);
             while let Some(msg) = next.take() {
                 match msg {
@@ -193,6 +199,17 @@ impl WriterThread {
             if !batch.is_empty() {
                 self.commit_batch(&mut batch);
             }
+            // Sync once nothing more is queued: everything committed since
+            // the last sync shares this one. `batch_max` bounds how long a
+            // queue that never empties can defer it.
+            if let Some(sync) = &mut self.wal_sync
+                && (rx.is_empty() || shutting_down || sync.held() >= self.batch_max)
+            {
+                sync.sync_and_answer(&self.replies);
+            }
+        }
+        if let Some(sync) = &mut self.wal_sync {
+            sync.sync_and_answer(&self.replies);
         }
         rx.close();
         // Anything still queued after a shutdown was sent after close():
@@ -213,8 +230,8 @@ impl WriterThread {
                 self.stats.rows.fetch_add(n, Ordering::Relaxed);
                 self.stats.largest_batch.fetch_max(n, Ordering::Relaxed);
                 let acks = batch.drain(..).map(|(_, reply)| reply).zip(codes);
-                match &self.syncer {
-                    Some(syncer) => syncer.submit(acks.collect()),
+                match &mut self.wal_sync {
+                    Some(sync) => sync.hold(acks),
                     None => self
                         .replies
                         .send(acks.map(|(reply, code)| (reply, Ok(code))).collect()),
