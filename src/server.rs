@@ -37,7 +37,7 @@ pub fn sqlite_config(args: &ServeArgs) -> SqliteConfig {
 /// Opens the store and builds the cache. MEMSTATUS must be configured first.
 pub async fn build_links(args: &ServeArgs) -> anyhow::Result<Links> {
     let config = sqlite_config(args);
-    let codes = CodeGenerator::new(args.code_length as usize);
+    let codes = CodeGenerator::new(args.code_length as usize, args.code_locality.is_on());
     let db = args.sqlite.db.clone();
     let store = tokio::task::spawn_blocking(move || SqliteStore::open(db, config, codes))
         .await

@@ -64,10 +64,37 @@ impl fmt::Debug for ShortCode {
 /// `rand::rng()` is a ChaCha-based CSPRNG seeded from the OS and reseeded
 /// periodically, so codes cannot be predicted from earlier ones: a link is
 /// only as private as its code is hard to guess.
+///
+/// With locality on (the default) and codes of at least
+/// [`MIN_LOCALITY_LEN`] characters, the first [`LOCALITY_PREFIX`]
+/// characters are not random: they name a bucket that
+/// [`LOCALITY_RUN`] consecutive creates share. Fully random codes land
+/// on a random leaf of the database's unique index, so a batch of 60
+/// creates dirties about 60 index pages and the fsync that makes them
+/// durable writes 240 KiB; codes that share a prefix land on the few leaves
+/// of their bucket (docs/benchmarks.md, section 5: about a fifth more
+/// creates per second at every durability level). The price is entropy
+/// against someone who knows when a particular link was made and so its
+/// bucket: at length 10 they face 62^8 (2.2e14) codes instead of 62^10.
+/// Against guessing any link, nothing changes: over time every bucket
+/// holds the same share of all links.
 #[derive(Debug, Clone, Copy)]
 pub struct CodeGenerator {
     length: usize,
+    locality: bool,
 }
+
+/// Consecutive creates that share one prefix: few enough that the bucket's
+/// index entries (about 20 bytes each) fit on a handful of 4 KiB pages.
+pub const LOCALITY_RUN: u64 = 1024;
+/// Characters of bucket prefix: 62^2 buckets, so prefixes repeat only
+/// every 3.9 million creates.
+pub const LOCALITY_PREFIX: usize = 2;
+/// Shorter codes stay fully random: their few random characters are all
+/// the protection they have.
+pub const MIN_LOCALITY_LEN: usize = 8;
+
+const ALPHABET: &[u8; 62] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 
 /// Shortest configurable length: 62^6 is about 5.7e10 codes, enough that a
 /// collision retry stays rare for tens of millions of links.
@@ -78,21 +105,35 @@ pub const MAX_GENERATED_LEN: usize = 32;
 impl CodeGenerator {
     /// Panics on a length outside `MIN_GENERATED_LEN..=MAX_GENERATED_LEN`;
     /// the command line checks the range before this is reached.
-    pub fn new(length: usize) -> Self {
+    pub fn new(length: usize, locality: bool) -> Self {
         assert!(
             (MIN_GENERATED_LEN..=MAX_GENERATED_LEN).contains(&length),
             "code length {length} out of range"
         );
-        Self { length }
+        Self { length, locality }
     }
 
     pub fn length(&self) -> usize {
         self.length
     }
 
-    pub fn generate(&self) -> ShortCode {
+    /// Whether generated codes start with a bucket prefix.
+    pub fn has_locality(&self) -> bool {
+        self.locality && self.length >= MIN_LOCALITY_LEN
+    }
+
+    /// A fresh code for the `sequence`-th create: the store numbers its
+    /// creates so that consecutive ones share a bucket, also across restarts.
+    pub fn generate(&self, sequence: u64) -> ShortCode {
         let mut rng = rand::rng();
-        let s = Alphanumeric.sample_string(&mut rng, self.length);
+        if !self.has_locality() {
+            return ShortCode(Alphanumeric.sample_string(&mut rng, self.length).into());
+        }
+        let bucket = (sequence / LOCALITY_RUN) % (62 * 62);
+        let mut s = String::with_capacity(self.length);
+        s.push(char::from(ALPHABET[(bucket / 62) as usize]));
+        s.push(char::from(ALPHABET[(bucket % 62) as usize]));
+        Alphanumeric.append_string(&mut rng, &mut s, self.length - LOCALITY_PREFIX);
         ShortCode(s.into())
     }
 
@@ -112,9 +153,9 @@ mod tests {
 
     #[test]
     fn accepts_generated_codes_and_aliases() {
-        let g = CodeGenerator::new(10);
-        for _ in 0..1000 {
-            let c = g.generate();
+        let g = CodeGenerator::new(10, true);
+        for i in 0..1000 {
+            let c = g.generate(i * 977);
             assert_eq!(c.as_str().len(), 10);
             assert!(c.as_str().bytes().all(|b| b.is_ascii_alphanumeric()));
             assert_eq!(ShortCode::parse(c.as_str()).unwrap(), c);
@@ -136,10 +177,47 @@ mod tests {
 
     #[test]
     fn unknown_codes_are_never_generated_shapes() {
-        let g = CodeGenerator::new(8);
+        let g = CodeGenerator::new(8, true);
         let u = g.unknown();
         assert_eq!(u.as_str().len(), 8);
         assert!(u.as_str().contains('_'));
         assert!(ShortCode::parse(u.as_str()).is_ok());
+    }
+
+    fn prefix(c: &ShortCode) -> &str {
+        &c.as_str()[..LOCALITY_PREFIX]
+    }
+
+    #[test]
+    fn consecutive_creates_share_a_prefix_and_nothing_else() {
+        let g = CodeGenerator::new(10, true);
+        let run: Vec<_> = (LOCALITY_RUN..2 * LOCALITY_RUN)
+            .map(|i| g.generate(i))
+            .collect();
+        assert!(run.iter().all(|c| prefix(c) == prefix(&run[0])));
+        // The rest is random: 1024 draws of 62^8 do not repeat.
+        let mut rest: Vec<_> = run.iter().map(|c| &c.as_str()[LOCALITY_PREFIX..]).collect();
+        rest.sort_unstable();
+        rest.dedup();
+        assert_eq!(rest.len(), run.len());
+        // The next run moves to the next bucket; after 62^2 runs it comes back.
+        assert_ne!(prefix(&g.generate(2 * LOCALITY_RUN)), prefix(&run[0]));
+        let cycle = 62 * 62 * LOCALITY_RUN;
+        assert_eq!(prefix(&g.generate(LOCALITY_RUN + cycle)), prefix(&run[0]));
+        assert_eq!(prefix(&g.generate(0)), "AA");
+        assert_eq!(prefix(&g.generate(cycle - 1)), "99");
+    }
+
+    #[test]
+    fn short_codes_and_locality_off_stay_fully_random() {
+        for g in [CodeGenerator::new(7, true), CodeGenerator::new(10, false)] {
+            assert!(!g.has_locality());
+            let mut prefixes: Vec<_> = (0..64).map(|_| g.generate(5)).collect();
+            prefixes.sort_unstable_by(|a, b| prefix(a).cmp(prefix(b)));
+            prefixes.dedup_by(|a, b| prefix(a) == prefix(b));
+            // 64 random draws from 3844 two-character prefixes: a handful
+            // may repeat, but far from all.
+            assert!(prefixes.len() > 32, "{}", prefixes.len());
+        }
     }
 }

@@ -300,3 +300,37 @@ async fn internal_failures_are_a_generic_500() {
         json!({ "error": "internal server error" })
     );
 }
+
+#[tokio::test]
+async fn consecutive_codes_share_a_prefix_that_survives_a_restart() {
+    let app = spawn_app(&["--cache", "none"]).await;
+    assert_eq!(app.stats().await["writer"]["code_locality"], true);
+    // 1,030 creates: the first 1,023 share "AA", the rest move on to "AB".
+    let mut prefixes = Vec::new();
+    for c in app.create_concurrently("bucket", 1030).await {
+        assert_eq!(c.status, 201, "{}", c.body);
+        prefixes.push(c.code()[..2].to_owned());
+    }
+    let aa = prefixes.iter().filter(|p| *p == "AA").count();
+    let ab = prefixes.iter().filter(|p| *p == "AB").count();
+    assert_eq!((aa, ab), (1023, 7), "{prefixes:?}");
+    // A restart numbers creates on from the highest id: still "AB".
+    let db = app.db.clone();
+    let dir = app.stop().await;
+    let again = spawn_app_on(&db, &["--cache", "none"]).await;
+    let code = again.create_ok("https://example.com/after-restart").await;
+    assert!(code.starts_with("AB"), "{code}");
+    drop(dir);
+
+    let random = spawn_app(&["--cache", "none", "--code-locality", "off"]).await;
+    assert_eq!(random.stats().await["writer"]["code_locality"], false);
+    let mut prefixes: Vec<String> = random
+        .create_concurrently("random", 64)
+        .await
+        .iter()
+        .map(|c| c.code()[..2].to_owned())
+        .collect();
+    prefixes.sort_unstable();
+    prefixes.dedup();
+    assert!(prefixes.len() > 32, "{prefixes:?}");
+}

@@ -140,6 +140,8 @@ struct Inner {
     /// Read back from SQLite at open, while a connection was certainly
     /// open: in per-request mode none may be open when `/stats` asks.
     memstatus: bool,
+    /// Whether generated codes share a bucket prefix (CodeGenerator).
+    code_locality: bool,
 }
 
 impl SqliteStore {
@@ -173,6 +175,7 @@ impl SqliteStore {
         // the writer's commits.
         conn.pragma_update(None, "wal_autocheckpoint", 0)
             .map_err(open_err)?;
+        let code_locality = codes.has_locality();
         let writer = Writer::start(conn, &path, &config, codes, Arc::clone(&epoch))?;
         let checkpointer = Checkpointer::start(
             path.clone(),
@@ -190,6 +193,7 @@ impl SqliteStore {
                 checkpointer: std::sync::Mutex::new(Some(checkpointer)),
                 compile_options,
                 memstatus,
+                code_locality,
             }),
         })
     }
@@ -275,6 +279,7 @@ impl LinkStore for SqliteStore {
                 "largest_batch": w.largest_batch.load(Ordering::Relaxed),
                 "failed_batches": w.failed_batches.load(Ordering::Relaxed),
                 "code_collisions": w.code_collisions.load(Ordering::Relaxed),
+                "code_locality": self.inner.code_locality,
                 "rejected_queue_full": w.rejected_full.load(Ordering::Relaxed),
                 "grouped_sync": c.grouped_sync(),
                 "wal_preallocate_bytes": if c.durability == Durability::Full { c.wal_preallocate } else { 0 },

@@ -93,6 +93,11 @@ impl Writer {
                 Err(e) => tracing::warn!(error = %e, "could not preallocate the WAL"),
             }
         }
+        // Creates are numbered on from the highest id, so that a restart
+        // continues the current code bucket (see CodeGenerator).
+        let sequence: i64 = conn
+            .query_row("SELECT coalesce(max(id), 0) FROM links", [], |r| r.get(0))
+            .map_err(std::io::Error::other)?;
         let wal_sync = config
             .grouped_sync()
             .then(|| WalSync::new(db, Arc::clone(&stats)));
@@ -106,6 +111,7 @@ impl Writer {
                     conn,
                     batch_max,
                     codes,
+                    sequence: sequence.max(0) as u64,
                     stats: thread_stats,
                     wal_sync,
                     epoch,
@@ -159,6 +165,8 @@ struct WriterThread {
     conn: Connection,
     batch_max: usize,
     codes: CodeGenerator,
+    /// How many codes were drawn: consecutive creates share a code prefix.
+    sequence: u64,
     stats: Arc<WriterStats>,
     /// Set for full durability with group commit: replies wait for its
     /// fsync.
@@ -221,7 +229,13 @@ impl WriterThread {
     }
 
     fn commit_batch(&mut self, batch: &mut Vec<(TargetUrl, Reply)>) {
-        let outcome = insert_all(&self.conn, batch, &self.codes, &self.stats);
+        let outcome = insert_all(
+            &self.conn,
+            batch,
+            &self.codes,
+            &mut self.sequence,
+            &self.stats,
+        );
         match outcome {
             Ok(codes) => {
                 self.epoch.advance();
@@ -262,6 +276,7 @@ fn insert_all(
     conn: &Connection,
     batch: &[(TargetUrl, Reply)],
     codes: &CodeGenerator,
+    sequence: &mut u64,
     stats: &WriterStats,
 ) -> Result<Vec<ShortCode>, StoreError> {
     let now = now_millis();
@@ -272,7 +287,7 @@ fn insert_all(
         let mut out = Vec::with_capacity(batch.len());
         let mut stmt = conn.prepare_cached(INSERT)?;
         for (target, _) in batch {
-            out.push(insert_one(&mut stmt, target, now, codes, stats)?);
+            out.push(insert_one(&mut stmt, target, now, codes, sequence, stats)?);
         }
         drop(stmt);
         conn.prepare_cached("COMMIT")?.execute([])?;
@@ -292,10 +307,12 @@ fn insert_one(
     target: &TargetUrl,
     now: i64,
     codes: &CodeGenerator,
+    sequence: &mut u64,
     stats: &WriterStats,
 ) -> Result<ShortCode, StoreError> {
     for _ in 0..MAX_CODE_ATTEMPTS {
-        let code = codes.generate();
+        *sequence = sequence.wrapping_add(1);
+        let code = codes.generate(*sequence);
         match stmt.execute((code.as_str(), target.as_str(), now)) {
             Ok(_) => return Ok(code),
             Err(rusqlite::Error::SqliteFailure(e, _))
