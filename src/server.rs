@@ -52,6 +52,8 @@ pub async fn build_links(args: &ServeArgs) -> anyhow::Result<Links> {
         page_cache = store.config().page_cache,
         durability = ?store.config().durability,
         batch_max = store.config().batch_max,
+        wal_preallocate_mib = args.wal_preallocate_mib,
+        code_locality = args.code_locality.is_on(),
         "store opened"
     );
     if memstatus_on {
