@@ -301,6 +301,17 @@ pub struct StressArgs {
     #[arg(long)]
     pub rate: Option<f64>,
 
+    /// Read and heart-beat scenarios: also create this many links per
+    /// second, on a fixed schedule and on connections of their own, to
+    /// measure reads while the writer commits. Reported as the create row.
+    #[arg(long)]
+    pub background_creates: Option<f64>,
+
+    /// Connections for `--background-creates`: enough to keep the schedule
+    /// while each create waits for its sync.
+    #[arg(long, default_value_t = 16)]
+    pub background_workers: usize,
+
     /// Stop after this many seconds (default: 10 for read and create; a
     /// 300-second limit for seed, which ends when its tasks are done).
     #[arg(long)]
@@ -345,6 +356,8 @@ impl StressArgs {
             zipf_s: self.zipf_s,
             read_path: self.read_path,
             rate: self.rate,
+            background_creates: self.background_creates,
+            background_workers: self.background_workers,
             duration: seconds("duration", self.duration.unwrap_or(default_duration))?,
             requests: self.requests,
             warmup: seconds("warmup", self.warmup)?,
@@ -386,14 +399,22 @@ pub struct BenchArgs {
     #[arg(long, env = "LITELINK_BENCH_VALKEY_SERVER")]
     pub valkey_server: Option<PathBuf>,
 
-    /// Run only these experiments: reads, memstatus, caches, writes, concurrency.
+    /// Run only these experiments: reads, memstatus, caches, writes,
+    /// reads-while-creating, concurrency.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
 }
 
 impl BenchArgs {
     pub fn options(&self) -> Result<crate::bench::BenchOptions, String> {
-        const KNOWN: [&str; 5] = ["reads", "memstatus", "caches", "writes", "concurrency"];
+        const KNOWN: [&str; 6] = [
+            "reads",
+            "memstatus",
+            "caches",
+            "writes",
+            "reads-while-creating",
+            "concurrency",
+        ];
         if let Some(bad) = self.only.iter().find(|o| !KNOWN.contains(&o.as_str())) {
             return Err(format!(
                 "--only: unknown experiment '{bad}' (known: {})",

@@ -1,5 +1,5 @@
-//! The four experiments: what each compares, with which server settings
-//! and which load.
+//! The experiments: what each compares, with which server settings and
+//! which load.
 
 use crate::stress::{Keys, Scenario};
 
@@ -32,6 +32,9 @@ pub struct Workload {
     /// Ratios are taken against this workload on the same server in the
     /// same round (e.g. `/heart-beat`), instead of against a config.
     pub baseline_workload: Option<String>,
+    /// Creates per second sent beside a read workload, on connections of
+    /// their own; the workload's figures are then those of its reads.
+    pub background_creates: Option<f64>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -62,8 +65,14 @@ fn workload(name: &str, scenario: Scenario, connections: usize) -> Workload {
         tasks: 100,
         gets_per_task: 80,
         baseline_workload: None,
+        background_creates: None,
     }
 }
+
+/// Creates per second beside the reads of the `reads-while-creating`
+/// experiment: a busy service's write load that still leaves most of the
+/// server's one CPU to the reads.
+pub const BACKGROUND_CREATES: f64 = 2000.0;
 
 pub const LINKS: u64 = 1000;
 
@@ -109,6 +118,13 @@ pub fn all(quick: bool) -> Vec<Experiment> {
     let levels: Vec<usize> = (0..=8).map(|i| 1usize << i).collect();
     let mut read_vs_heart = read50.clone();
     read_vs_heart.baseline_workload = Some("heart-beat".into());
+    let mut read_while_creating = workload(
+        &format!("read + {BACKGROUND_CREATES:.0} creates/s"),
+        Scenario::Read,
+        50,
+    );
+    read_while_creating.background_creates = Some(BACKGROUND_CREATES);
+    read_while_creating.baseline_workload = Some("read".into());
     vec![
         Experiment {
             id: "reads",
@@ -202,6 +218,22 @@ pub fn all(quick: bool) -> Vec<Experiment> {
                 ),
             ],
             workloads: vec![workload("create", Scenario::Create, 64)],
+        },
+        Experiment {
+            id: "reads-while-creating",
+            title: "Reads while creates run",
+            question: "Does GET /link/{code} (pooled, no cache) keep its speed while creates \
+                       are committed and synced? 50 read connections alone, then with \
+                       2,000 creates/s on 16 more connections, at full durability and at \
+                       `off`; ratio to the reads alone on the same server in the same round. \
+                       The creates take their share of the server's CPU; what they must not \
+                       do is hold reads up behind the writer's commits and syncs, which would \
+                       show as a lower ratio at `full` than at `off` and in the reads' p99.",
+            configs: vec![
+                config("full", &["--cache", "none"], None),
+                config("off", &["--cache", "none", "--durability", "off"], None),
+            ],
+            workloads: vec![read50.clone(), read_while_creating],
         },
         Experiment {
             id: "concurrency",

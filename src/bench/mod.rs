@@ -51,6 +51,8 @@ pub struct Sample {
     pub failed: u64,
     /// Seed workload: tasks per second, the article's headline figure.
     pub tasks_per_second: Option<f64>,
+    /// Creates stored per second beside a read workload.
+    pub background_creates_per_second: Option<f64>,
     /// Against the baseline workload or configuration, same round.
     pub ratio: Option<f64>,
 }
@@ -94,6 +96,7 @@ pub struct Summary {
     pub p99_ms: f64,
     pub p999_ms: f64,
     pub tasks_per_second: Option<Spread>,
+    pub background_creates_per_second: Option<Spread>,
     pub ratio: Option<Spread>,
     /// What the ratio is taken against.
     pub ratio_to: Option<String>,
@@ -342,6 +345,8 @@ fn run_experiment(
                     zipf_s: 1.0,
                     read_path: ReadPath::Json,
                     rate: None,
+                    background_creates: w.background_creates,
+                    background_workers: 16,
                     duration: if seed {
                         Duration::from_secs(120)
                     } else {
@@ -354,19 +359,32 @@ fn run_experiment(
                 };
                 settle();
                 let r = runtime.block_on(stress::run(sc, Arc::clone(&stop)))?;
+                // With creates beside them, the workload is its reads.
+                let (rps, latency, total) = match &r.background_creates {
+                    Some(_) => (
+                        r.read.requests_per_second,
+                        &r.read.latency_ms,
+                        r.read.total_requests,
+                    ),
+                    None => (r.requests_per_second, &r.latency_ms, r.total_requests),
+                };
                 let sample = Sample {
                     config: config.name.clone(),
                     workload: w.name.clone(),
                     round,
-                    requests_per_second: r.requests_per_second,
-                    p50_ms: r.latency_ms.p50,
-                    p90_ms: r.latency_ms.p90,
-                    p99_ms: r.latency_ms.p99,
-                    p999_ms: r.latency_ms.p999,
-                    max_ms: r.latency_ms.max,
-                    total_requests: r.total_requests,
+                    requests_per_second: rps,
+                    p50_ms: latency.p50,
+                    p90_ms: latency.p90,
+                    p99_ms: latency.p99,
+                    p999_ms: latency.p999,
+                    max_ms: latency.max,
+                    total_requests: total,
                     failed: r.failed,
                     tasks_per_second: r.tasks.as_ref().map(|t| t.tasks_per_second),
+                    background_creates_per_second: r
+                        .background_creates
+                        .as_ref()
+                        .map(|b| b.achieved_rate),
                     ratio: None,
                 };
                 progress.step(&format!(
@@ -459,6 +477,10 @@ fn summarise(exp: &Experiment, samples: &[Sample], skipped: &[Skipped]) -> Vec<S
             };
             let ratios: Vec<f64> = mine.iter().filter_map(|s| s.ratio).collect();
             let tps: Vec<f64> = mine.iter().filter_map(|s| s.tasks_per_second).collect();
+            let creates: Vec<f64> = mine
+                .iter()
+                .filter_map(|s| s.background_creates_per_second)
+                .collect();
             out.push(Summary {
                 config: c.name.clone(),
                 workload: w.name.clone(),
@@ -469,6 +491,7 @@ fn summarise(exp: &Experiment, samples: &[Sample], skipped: &[Skipped]) -> Vec<S
                 p99_ms: med(|s| s.p99_ms),
                 p999_ms: med(|s| s.p999_ms),
                 tasks_per_second: Spread::of(&tps),
+                background_creates_per_second: Spread::of(&creates),
                 ratio: Spread::of(&ratios),
                 ratio_to: w
                     .baseline_workload

@@ -36,6 +36,9 @@ fn spread(s: &Spread, digits: usize) -> String {
 fn table(rows: &[Summary]) -> String {
     let mut s = String::new();
     let seed = rows.iter().any(|r| r.tasks_per_second.is_some());
+    let beside = rows
+        .iter()
+        .any(|r| r.background_creates_per_second.is_some());
     let _ = write!(
         s,
         "| configuration | workload | conns | req/s median (min–max) | p50 ms | p99 ms | p99.9 ms |"
@@ -43,11 +46,15 @@ fn table(rows: &[Summary]) -> String {
     if seed {
         let _ = write!(s, " tasks/s |");
     }
+    if beside {
+        let _ = write!(s, " creates/s stored beside |");
+    }
     let _ = writeln!(s, " ratio median (min–max) | ratio to | failed |");
     let _ = writeln!(
         s,
-        "|---|---|---:|---:|---:|---:|---:|{}---:|---|---:|",
-        if seed { "---:|" } else { "" }
+        "|---|---|---:|---:|---:|---:|---:|{}{}---:|---|---:|",
+        if seed { "---:|" } else { "" },
+        if beside { "---:|" } else { "" }
     );
     for r in rows {
         let _ = write!(
@@ -69,6 +76,16 @@ fn table(rows: &[Summary]) -> String {
                     .as_ref()
                     .map(|t| spread(t, 2))
                     .unwrap_or_default()
+            );
+        }
+        if beside {
+            let _ = write!(
+                s,
+                " {} |",
+                r.background_creates_per_second
+                    .as_ref()
+                    .map(|t| spread(t, 0))
+                    .unwrap_or_else(|| "—".into())
             );
         }
         let _ = writeln!(

@@ -7,6 +7,10 @@
 //! task); 200 and 201 both count as a successful create; in the open model,
 //! latency runs from the scheduled send time, so a stalled server shows up
 //! in the percentiles instead of silently slowing the load down.
+//!
+//! Reads can run against a steady stream of creates on connections of
+//! their own (`--background-creates`), so that the read path is measured
+//! while the writer commits and syncs.
 
 mod client;
 mod report;
@@ -24,7 +28,9 @@ use rand_distr::{Distribution, Zipf};
 use tokio::time::Instant;
 
 pub use client::FailureKind;
-pub use report::{FailureReport, LATE_AFTER, Latency, OpenModel, PhaseReport, Report, Tasks};
+pub use report::{
+    BackgroundCreates, FailureReport, LATE_AFTER, Latency, OpenModel, PhaseReport, Report, Tasks,
+};
 
 use client::{Connection, Failure};
 use report::ReportInput;
@@ -81,6 +87,10 @@ pub struct StressConfig {
     pub read_path: ReadPath,
     /// Open model when set: requests per second on a fixed schedule.
     pub rate: Option<f64>,
+    /// Read and heart-beat scenarios: creates per second sent meanwhile on
+    /// a fixed schedule, on `background_workers` connections of their own.
+    pub background_creates: Option<f64>,
+    pub background_workers: usize,
     /// Stop after this long (always set: every run is bounded in time).
     pub duration: Duration,
     /// Stop after this many measured requests.
@@ -105,6 +115,8 @@ impl Default for StressConfig {
             zipf_s: 1.0,
             read_path: ReadPath::Json,
             rate: None,
+            background_creates: None,
+            background_workers: 16,
             duration: Duration::from_secs(300),
             requests: None,
             warmup: Duration::ZERO,
@@ -264,6 +276,11 @@ struct Shared {
     target: Target,
     config: StressConfig,
     next: AtomicU64,
+    /// Background creates claimed so far: create `n` is due at
+    /// `start + n / rate`.
+    background_next: AtomicU64,
+    /// Set once the foreground workers are done.
+    background_stop: AtomicBool,
     stop: Arc<AtomicBool>,
     progress: Option<Arc<AtomicU64>>,
     start: Instant,
@@ -316,6 +333,20 @@ pub async fn run(config: StressConfig, stop: Arc<AtomicBool>) -> Result<Report, 
             "--rate must be a positive number".into(),
         ));
     }
+    if let Some(r) = config.background_creates {
+        if !matches!(config.scenario, Scenario::Read | Scenario::HeartBeat) {
+            return Err(StressError::Config(
+                "--background-creates goes with the read and heart-beat scenarios".into(),
+            ));
+        }
+        if !(r.is_finite() && r > 0.0) || config.background_workers == 0 {
+            return Err(StressError::Config(
+                "--background-creates must be a positive rate, with at least one \
+                 --background-workers"
+                    .into(),
+            ));
+        }
+    }
     let target = Target::resolve(&config).await?;
     let codes = if config.scenario == Scenario::Read && !config.codes.is_empty() {
         config.codes.iter().map(|c| target.read_uri(c)).collect()
@@ -334,6 +365,8 @@ pub async fn run(config: StressConfig, stop: Arc<AtomicBool>) -> Result<Report, 
     let shared = Arc::new(Shared {
         target,
         next: AtomicU64::new(0),
+        background_next: AtomicU64::new(0),
+        background_stop: AtomicBool::new(false),
         stop,
         progress: progress_counter.clone(),
         start,
@@ -358,6 +391,17 @@ pub async fn run(config: StressConfig, stop: Arc<AtomicBool>) -> Result<Report, 
             rec
         }));
     }
+    let mut background = Vec::new();
+    if let Some(rate) = shared.config.background_creates {
+        for _ in 0..shared.config.background_workers {
+            let shared = Arc::clone(&shared);
+            background.push(tokio::spawn(async move {
+                let mut rec = Recorder::new();
+                background_creator(&shared, &mut rec, rate).await;
+                rec
+            }));
+        }
+    }
     let mut recorder = Recorder::new();
     for h in handles {
         if let Ok(r) = h.await {
@@ -370,6 +414,13 @@ pub async fn run(config: StressConfig, stop: Arc<AtomicBool>) -> Result<Report, 
         shared.measure_from
     };
     let elapsed = Instant::now().saturating_duration_since(measured_from);
+    // The creates run only as long as the reads they accompany.
+    shared.background_stop.store(true, Ordering::Relaxed);
+    for h in background {
+        if let Ok(r) = h.await {
+            recorder.merge(r);
+        }
+    }
     if let Some((bar, task)) = bar {
         task.abort();
         bar.finish_and_clear();
@@ -388,6 +439,7 @@ pub async fn run(config: StressConfig, stop: Arc<AtomicBool>) -> Result<Report, 
         recorder: &recorder,
         seed_tasks: (c.scenario == Scenario::Seed).then_some(c.tasks),
         target_rate: c.rate,
+        background_rate: c.background_creates,
         interrupted: shared.stop.load(Ordering::Relaxed),
     }))
 }
@@ -524,6 +576,39 @@ async fn open_worker(s: &Shared, rec: &mut Recorder, _w: usize, rate: f64) {
                 rec.status(status);
             }
             rec.record(op, done - due, done - sent, outcome);
+        }
+    }
+}
+
+/// Creates at a fixed rate beside the reads, timed like the open model
+/// (from the scheduled send time), so that a writer that stalls shows in
+/// their percentiles and in the achieved rate.
+async fn background_creator(s: &Shared, rec: &mut Recorder, rate: f64) {
+    let mut conn = s.target.connection();
+    loop {
+        if s.stopped() || s.background_stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let n = s.background_next.fetch_add(1, Ordering::Relaxed);
+        let due = s.start + Duration::from_secs_f64(n as f64 / rate);
+        if due >= s.deadline {
+            return;
+        }
+        tokio::time::sleep_until(due).await;
+        if s.stop.load(Ordering::Relaxed) || s.background_stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let sent = Instant::now();
+        let (status, created) = s
+            .target
+            .create(&mut conn, create_body("background", n))
+            .await;
+        let done = Instant::now();
+        if due >= s.measure_from {
+            if status != 0 {
+                rec.status(status);
+            }
+            rec.record(Op::Create, done - due, done - sent, created.map(|_| ()));
         }
     }
 }

@@ -93,6 +93,15 @@ pub struct OpenModel {
     pub service_time_ms: Latency,
 }
 
+/// Creates sent at a fixed rate beside a read scenario.
+#[derive(Debug, Clone, Serialize)]
+pub struct BackgroundCreates {
+    pub target_rate: f64,
+    pub achieved_rate: f64,
+    /// Achieved at least 95% of the target.
+    pub target_reached: bool,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct FailureReport {
     pub kind: FailureKind,
@@ -118,6 +127,8 @@ pub struct Report {
     pub tasks: Option<Tasks>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub open_model: Option<OpenModel>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub background_creates: Option<BackgroundCreates>,
     pub status_counts: BTreeMap<String, u64>,
     pub errors: Vec<FailureReport>,
     /// Stopped early by Ctrl-C: the figures cover what ran.
@@ -136,6 +147,7 @@ pub struct ReportInput<'a> {
     pub recorder: &'a Recorder,
     pub seed_tasks: Option<u64>,
     pub target_rate: Option<f64>,
+    pub background_rate: Option<f64>,
     pub interrupted: bool,
 }
 
@@ -172,6 +184,14 @@ impl Report {
                 service_time_ms: Latency::of(&service),
             }
         });
+        let background_creates = input.background_rate.map(|target| {
+            let achieved = rate(r.create.successful, elapsed);
+            BackgroundCreates {
+                target_rate: target,
+                achieved_rate: achieved,
+                target_reached: achieved >= 0.95 * target,
+            }
+        });
         Self {
             target: input.target.to_owned(),
             scenario: input.scenario.to_owned(),
@@ -192,6 +212,7 @@ impl Report {
             read: PhaseReport::of(&r.read, elapsed),
             tasks,
             open_model,
+            background_creates,
             status_counts: r
                 .statuses
                 .iter()
@@ -253,6 +274,19 @@ impl Report {
                 s,
                 "Late starts:         {} requests sent over {:?} behind schedule (worst {:.1} ms)",
                 o.late_starts, LATE_AFTER, o.max_start_lag_ms
+            );
+        }
+        if let Some(b) = &self.background_creates {
+            let _ = writeln!(
+                s,
+                "Background creates:  {:.0}/s asked, {:.0}/s stored (their latency runs from the scheduled send time){}",
+                b.target_rate,
+                b.achieved_rate,
+                if b.target_reached {
+                    ""
+                } else {
+                    "  << TARGET RATE NOT REACHED"
+                }
             );
         }
         let _ = writeln!(

@@ -28,7 +28,14 @@ fn quick_bench_reports_every_experiment_and_configuration() {
         .collect();
     assert_eq!(
         ids,
-        ["reads", "memstatus", "caches", "writes", "concurrency"]
+        [
+            "reads",
+            "memstatus",
+            "caches",
+            "writes",
+            "reads-while-creating",
+            "concurrency"
+        ]
     );
     // scripts/test provides a Valkey binary, so nothing may be skipped.
     let valkey_expected = std::env::var("LITELINK_TEST_VALKEY_SERVER").is_ok();
@@ -79,12 +86,37 @@ fn quick_bench_reports_every_experiment_and_configuration() {
         assert_eq!(read["ratio_to"], "heart-beat", "{config}");
         assert!(read["ratio"]["median"].as_f64().unwrap() > 0.0, "{config}");
     }
+    // Reads beside creates: their ratio is to the reads alone, and the
+    // creates that ran beside them are counted.
+    let beside = experiments[4]["summary"].as_array().unwrap();
+    for config in ["full", "off"] {
+        let mixed = beside
+            .iter()
+            .find(|s| s["config"] == config && s["workload"] != "read")
+            .unwrap();
+        assert_eq!(mixed["ratio_to"], "read", "{config}");
+        assert!(mixed["ratio"]["median"].as_f64().unwrap() > 0.0);
+        assert!(
+            mixed["background_creates_per_second"]["median"]
+                .as_f64()
+                .unwrap()
+                > 0.0,
+            "{config}"
+        );
+        let alone = beside
+            .iter()
+            .find(|s| s["config"] == config && s["workload"] == "read")
+            .unwrap();
+        assert!(alone["background_creates_per_second"].is_null());
+    }
     let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
     for title in [
         "Point reads against /heart-beat",
         "MEMSTATUS on and off",
         "Caches against SQLite",
         "Durable creates",
+        "Reads while creates run",
+        "creates/s stored beside",
         "against concurrency",
         "## Machine",
     ] {
@@ -95,6 +127,7 @@ fn quick_bench_reports_every_experiment_and_configuration() {
         "memstatus-throughput.svg",
         "caches-latency.svg",
         "writes-throughput.svg",
+        "reads-while-creating-latency.svg",
         "concurrency.svg",
     ] {
         let text = std::fs::read_to_string(out.path().join(svg)).unwrap();

@@ -109,6 +109,40 @@ async fn read_and_create_scenarios_are_bounded_by_requests() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_run_beside_creates_sent_at_a_fixed_rate() {
+    let app = spawn_app(&[]).await;
+    let mut c = config(app.url(""));
+    c.scenario = Scenario::Read;
+    c.links = 20;
+    c.workers = 2;
+    c.duration = Duration::from_millis(1500);
+    c.background_creates = Some(200.0);
+    c.background_workers = 4;
+    let r = run(c.clone()).await;
+    assert_consistent(&r);
+    assert_eq!(r.failed, 0, "{:?}", r.errors);
+    assert!(r.read.successful > 0);
+    assert_eq!(r.background_creates.as_ref().unwrap().target_rate, 200.0);
+    // 200/s for 1.5 s schedules 300 creates; a loaded CI machine may fall
+    // somewhat behind, but every create sent is stored.
+    let created = r.create.successful;
+    assert!((240..=300).contains(&created), "{created} creates");
+    assert_eq!(app.stats().await["links"], 20 + created);
+
+    // The creates end with the reads they accompany.
+    c.duration = Duration::from_secs(60);
+    c.requests = Some(200);
+    let started = Instant::now();
+    let r = run(c.clone()).await;
+    assert_eq!(r.read.total_requests, 200);
+    assert!(started.elapsed() < Duration::from_secs(20));
+
+    c.scenario = Scenario::Create;
+    let refused = stress::run(c, Arc::new(AtomicBool::new(false))).await;
+    assert!(matches!(refused, Err(stress::StressError::Config(_))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_are_counted_when_the_server_dies_mid_run() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = spawn_process(&dir.path().join("s.db"), &[]);
