@@ -279,8 +279,9 @@ struct Shared {
     /// Background creates claimed so far: create `n` is due at
     /// `start + n / rate`.
     background_next: AtomicU64,
-    /// Set once the foreground workers are done.
-    background_stop: AtomicBool,
+    /// Turns true once the foreground workers are done, waking background
+    /// creators that wait for their next scheduled send.
+    background_stop: tokio::sync::watch::Sender<bool>,
     stop: Arc<AtomicBool>,
     progress: Option<Arc<AtomicU64>>,
     start: Instant,
@@ -366,7 +367,7 @@ pub async fn run(config: StressConfig, stop: Arc<AtomicBool>) -> Result<Report, 
         target,
         next: AtomicU64::new(0),
         background_next: AtomicU64::new(0),
-        background_stop: AtomicBool::new(false),
+        background_stop: tokio::sync::watch::Sender::new(false),
         stop,
         progress: progress_counter.clone(),
         start,
@@ -415,7 +416,7 @@ pub async fn run(config: StressConfig, stop: Arc<AtomicBool>) -> Result<Report, 
     };
     let elapsed = Instant::now().saturating_duration_since(measured_from);
     // The creates run only as long as the reads they accompany.
-    shared.background_stop.store(true, Ordering::Relaxed);
+    shared.background_stop.send_replace(true);
     for h in background {
         if let Ok(r) = h.await {
             recorder.merge(r);
@@ -585,8 +586,9 @@ async fn open_worker(s: &Shared, rec: &mut Recorder, _w: usize, rate: f64) {
 /// their percentiles and in the achieved rate.
 async fn background_creator(s: &Shared, rec: &mut Recorder, rate: f64) {
     let mut conn = s.target.connection();
+    let mut done = s.background_stop.subscribe();
     loop {
-        if s.stopped() || s.background_stop.load(Ordering::Relaxed) {
+        if s.stopped() || *done.borrow() {
             return;
         }
         let n = s.background_next.fetch_add(1, Ordering::Relaxed);
@@ -594,8 +596,13 @@ async fn background_creator(s: &Shared, rec: &mut Recorder, rate: f64) {
         if due >= s.deadline {
             return;
         }
-        tokio::time::sleep_until(due).await;
-        if s.stop.load(Ordering::Relaxed) || s.background_stop.load(Ordering::Relaxed) {
+        // At a low rate the next send may be seconds away: end as soon as
+        // the reads do rather than sleep it out.
+        tokio::select! {
+            _ = tokio::time::sleep_until(due) => {}
+            _ = done.wait_for(|stopped| *stopped) => return,
+        }
+        if s.stop.load(Ordering::Relaxed) {
             return;
         }
         let sent = Instant::now();

@@ -129,13 +129,19 @@ async fn reads_run_beside_creates_sent_at_a_fixed_rate() {
     assert!((240..=300).contains(&created), "{created} creates");
     assert_eq!(app.stats().await["links"], 20 + created);
 
-    // The creates end with the reads they accompany.
+    // The creates end with the reads they accompany, even when their next
+    // scheduled sends are seconds away (at 0.5/s, the fourth is due at 6 s).
     c.duration = Duration::from_secs(60);
     c.requests = Some(200);
+    c.background_creates = Some(0.5);
     let started = Instant::now();
     let r = run(c.clone()).await;
     assert_eq!(r.read.total_requests, 200);
-    assert!(started.elapsed() < Duration::from_secs(20));
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
 
     c.scenario = Scenario::Create;
     let refused = stress::run(c, Arc::new(AtomicBool::new(false))).await;
