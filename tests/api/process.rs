@@ -79,6 +79,18 @@ async fn sigterm_finishes_cleanly_and_doctor_approves_the_database() {
     assert!(text.contains("DEFAULT_MEMSTATUS=0"), "{text}");
     assert!(text.contains("integrity check:    ok"), "{text}");
     assert!(text.contains("links:              1"), "{text}");
+    // The sync probe ran next to the database and cleaned up after itself.
+    assert!(
+        text.contains("disk sync:") && text.contains("fdatasync"),
+        "{text}"
+    );
+    assert!(text.contains("runs)"), "{text}");
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".litelink-doctor"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 #[test]
