@@ -83,7 +83,7 @@ pub fn run(db: &Path) -> anyhow::Result<bool> {
                 p.runs
             );
             println!(
-                "                    at --durability full, one commit per create tops out near {:.0}/s; group commit shares each sync",
+                "                    at --durability full, one commit per create cannot exceed about {:.0}/s; group commit shares each sync",
                 1.0 / p.median.as_secs_f64().max(1e-6)
             );
         }
