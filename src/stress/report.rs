@@ -151,6 +151,15 @@ pub struct ReportInput<'a> {
     pub interrupted: bool,
 }
 
+/// Flags a rate that fell short of its target, so it cannot be missed.
+fn missed_mark(reached: bool) -> &'static str {
+    if reached {
+        ""
+    } else {
+        "  << TARGET RATE NOT REACHED"
+    }
+}
+
 fn rate(n: u64, elapsed: Duration) -> f64 {
     let s = elapsed.as_secs_f64();
     if s > 0.0 { n as f64 / s } else { 0.0 }
@@ -264,11 +273,7 @@ impl Report {
                 "Target rate:         {:.0}/s, achieved {:.0}/s{}",
                 o.target_rate,
                 o.achieved_rate,
-                if o.target_reached {
-                    ""
-                } else {
-                    "  << TARGET RATE NOT REACHED"
-                }
+                missed_mark(o.target_reached)
             );
             let _ = writeln!(
                 s,
@@ -282,11 +287,7 @@ impl Report {
                 "Background creates:  {:.0}/s asked, {:.0}/s stored (their latency runs from the scheduled send time){}",
                 b.target_rate,
                 b.achieved_rate,
-                if b.target_reached {
-                    ""
-                } else {
-                    "  << TARGET RATE NOT REACHED"
-                }
+                missed_mark(b.target_reached)
             );
         }
         let _ = writeln!(
