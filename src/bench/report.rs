@@ -33,28 +33,39 @@ fn spread(s: &Spread, digits: usize) -> String {
     format!("{:.d$} ({:.d$}–{:.d$})", s.median, s.min, s.max, d = digits)
 }
 
+/// A column shown only when some row has a figure for it: header, the
+/// figure, decimals.
+type OptionalColumn = (&'static str, fn(&Summary) -> Option<&Spread>, usize);
+
+fn optional_columns() -> [OptionalColumn; 2] {
+    [
+        ("tasks/s", |r| r.tasks_per_second.as_ref(), 2),
+        (
+            "creates/s stored beside",
+            |r| r.background_creates_per_second.as_ref(),
+            0,
+        ),
+    ]
+}
+
 fn table(rows: &[Summary]) -> String {
     let mut s = String::new();
-    let seed = rows.iter().any(|r| r.tasks_per_second.is_some());
-    let beside = rows
-        .iter()
-        .any(|r| r.background_creates_per_second.is_some());
+    let optional: Vec<OptionalColumn> = optional_columns()
+        .into_iter()
+        .filter(|(_, figure, _)| rows.iter().any(|r| figure(r).is_some()))
+        .collect();
     let _ = write!(
         s,
         "| configuration | workload | conns | req/s median (min–max) | p50 ms | p99 ms | p99.9 ms |"
     );
-    if seed {
-        let _ = write!(s, " tasks/s |");
-    }
-    if beside {
-        let _ = write!(s, " creates/s stored beside |");
+    for (header, _, _) in &optional {
+        let _ = write!(s, " {header} |");
     }
     let _ = writeln!(s, " ratio median (min–max) | ratio to | failed |");
     let _ = writeln!(
         s,
-        "|---|---|---:|---:|---:|---:|---:|{}{}---:|---|---:|",
-        if seed { "---:|" } else { "" },
-        if beside { "---:|" } else { "" }
+        "|---|---|---:|---:|---:|---:|---:|{}---:|---|---:|",
+        "---:|".repeat(optional.len())
     );
     for r in rows {
         let _ = write!(
@@ -68,25 +79,9 @@ fn table(rows: &[Summary]) -> String {
             r.p99_ms,
             r.p999_ms
         );
-        if seed {
-            let _ = write!(
-                s,
-                " {} |",
-                r.tasks_per_second
-                    .as_ref()
-                    .map(|t| spread(t, 2))
-                    .unwrap_or_default()
-            );
-        }
-        if beside {
-            let _ = write!(
-                s,
-                " {} |",
-                r.background_creates_per_second
-                    .as_ref()
-                    .map(|t| spread(t, 0))
-                    .unwrap_or_else(|| "—".into())
-            );
+        for (_, figure, digits) in &optional {
+            let cell = figure(r).map_or_else(|| "—".into(), |x| spread(x, *digits));
+            let _ = write!(s, " {cell} |");
         }
         let _ = writeln!(
             s,
