@@ -103,7 +103,35 @@ impl From<StoreError> for ApiError {
                 message: "the service is shutting down".into(),
                 retry_after: 5,
             },
+            // Logged once by the writer when it happened; clients learn
+            // only that links cannot be stored by this server for now.
+            StoreError::WritesStopped(_) => Self::Unavailable {
+                message: "new links cannot be stored: this server's disk failed to sync; \
+                          existing links still resolve"
+                    .into(),
+                retry_after: 60,
+            },
             other => Self::Internal(other.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn stopped_writes_are_a_json_503_that_hides_the_disk_error() {
+        let e = StoreError::WritesStopped("fdatasync of /srv/secret/l.db-wal failed: EIO".into());
+        let response = ApiError::from(e).into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "60");
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("body");
+        let body: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+        let message = body["error"].as_str().expect("error message");
+        assert!(message.contains("cannot be stored"), "{message}");
+        assert!(!message.contains("/srv/secret"), "{message}");
     }
 }

@@ -41,4 +41,9 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     #[error("background task failed: {0}")]
     Task(String),
+    /// Creates are refused for the rest of this process's life because a
+    /// sync of the write-ahead log failed (see `sqlite::walsync`); reads go
+    /// on. The string is the failure, for the log.
+    #[error("writes are stopped: {0}")]
+    WritesStopped(String),
 }

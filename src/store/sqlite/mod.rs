@@ -285,6 +285,7 @@ impl LinkStore for SqliteStore {
                 "wal_preallocate_bytes": if c.durability == Durability::Full { c.wal_preallocate } else { 0 },
                 "syncs": w.syncs.load(Ordering::Relaxed),
                 "failed_syncs": w.failed_syncs.load(Ordering::Relaxed),
+                "writes_stopped": w.writes_stopped.get(),
                 "sync_ms_total": w.sync_micros.load(Ordering::Relaxed) / 1000,
                 "checkpoints": w.checkpoints.load(Ordering::Relaxed),
             },
@@ -303,5 +304,68 @@ impl LinkStore for SqliteStore {
             let _ = tokio::task::spawn_blocking(move || drop(c)).await;
         }
         self.inner.readers.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failed sync of the WAL must never be followed by a 201: the pages
+    /// it failed to write may be gone from the disk while later syncs
+    /// succeed (walsync.rs). The disk error is injected; the database, its
+    /// WAL, the writer and the syncs around it are real.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_wal_sync_stops_creates_and_keeps_reads() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = SqliteStore::open(
+            dir.path().join("l.db"),
+            SqliteConfig::default(),
+            CodeGenerator::new(8, true),
+        )
+        .expect("open");
+        let url = |i: u32| TargetUrl::parse(&format!("https://example.com/{i}")).expect("url");
+
+        let kept = store
+            .create(url(1))
+            .await
+            .expect("create before the failure");
+
+        store
+            .inner
+            .writer
+            .stats
+            .fail_syncs
+            .store(1, Ordering::Relaxed);
+        let failed = store.create(url(2)).await;
+        assert!(
+            matches!(failed, Err(StoreError::WritesStopped(ref why)) if why.contains("fdatasync")),
+            "the create whose sync failed: {failed:?}"
+        );
+        // The injected failure is used up: this create would sync fine,
+        // and must still be refused.
+        let later = store.create(url(3)).await;
+        assert!(
+            matches!(later, Err(StoreError::WritesStopped(_))),
+            "a create after the failure: {later:?}"
+        );
+
+        assert_eq!(
+            store.get(&kept).await.expect("read").map(|t| t.to_string()),
+            Some(url(1).to_string()),
+            "reads go on"
+        );
+        let stats = store.stats().await.expect("stats");
+        assert_eq!(stats["writer"]["failed_syncs"], 1);
+        assert!(
+            stats["writer"]["writes_stopped"]
+                .as_str()
+                .is_some_and(|s| s.contains("fdatasync")),
+            "{stats}"
+        );
+        // The second create was committed before its sync failed; the
+        // third never reached the database.
+        assert_eq!(stats["writer"]["rows"], 2);
+        store.close().await;
     }
 }

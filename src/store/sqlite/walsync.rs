@@ -19,6 +19,16 @@
 //! syncs the WAL and the database itself (that is what NORMAL still does).
 //! A crash before the sync can lose only batches nobody was told about.
 //!
+//! A failed sync stops all further creates until the process restarts
+//! (`WriterStats::writes_stopped`). After `fdatasync` reports an error,
+//! Linux may already have marked the unwritten pages clean, so a later sync
+//! can succeed without them ever reaching the disk ("fsyncgate";
+//! PostgreSQL panics for the same reason). Commits after the lost frames
+//! would then be acknowledged yet unrecoverable: WAL checksums chain from
+//! frame to frame, so recovery stops at the first frame that is missing.
+//! Refusing writes (503) while reads go on keeps the promise of every 201;
+//! a restart recovers from what the disk really holds.
+//!
 //! The WAL is also preallocated with zeros ([`preallocate`]): an
 //! `fdatasync` of pages written over existing blocks has no file size or
 //! block allocation to record, and measured about a fifth faster here.
@@ -93,14 +103,20 @@ impl WalSync {
                     .collect(),
             ),
             Err(e) => {
-                // Reopen the file for the next attempt.
                 self.file = None;
                 self.stats.failed_syncs.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(error = %e, wal = %self.wal.display(), "fsync of the WAL failed");
-                let message = format!("could not sync the write-ahead log: {e}");
+                let why = format!("fdatasync of {} failed: {e}", self.wal.display());
+                let _ = self.stats.writes_stopped.set(why.clone());
+                tracing::error!(
+                    error = %e,
+                    wal = %self.wal.display(),
+                    "fsync of the WAL failed: new links are refused until litelink restarts"
+                );
+                // Committed, but not known to be on disk: nobody may be
+                // told these links are stored.
                 replies.send(
                     held.into_iter()
-                        .map(|(reply, _)| (reply, Err(StoreError::Task(message.clone()))))
+                        .map(|(reply, _)| (reply, Err(StoreError::WritesStopped(why.clone()))))
                         .collect(),
                 );
             }
@@ -108,6 +124,15 @@ impl WalSync {
     }
 
     fn sync(&mut self) -> std::io::Result<()> {
+        #[cfg(test)]
+        if self
+            .stats
+            .fail_syncs
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(std::io::Error::from_raw_os_error(libc::EIO));
+        }
         let file = match &mut self.file {
             Some(f) => f,
             None => {

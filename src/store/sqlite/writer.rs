@@ -10,8 +10,8 @@
 //! already there.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -58,6 +58,15 @@ pub(super) struct WriterStats {
     pub sync_micros: AtomicU64,
     /// Checkpoints run by the checkpointer thread.
     pub checkpoints: AtomicU64,
+    /// Set, with the error, by the first failed sync of the WAL: from then
+    /// on every create is refused (walsync.rs says why).
+    pub writes_stopped: OnceLock<String>,
+    /// Tests only: how many of the next syncs fail as if the disk had
+    /// returned EIO. No real disk error can be provoked without root, and
+    /// the path it exercises is the one that must never acknowledge a
+    /// create the disk may not hold.
+    #[cfg(test)]
+    pub fail_syncs: std::sync::atomic::AtomicU32,
 }
 
 pub(super) struct Writer {
@@ -128,6 +137,9 @@ impl Writer {
     }
 
     pub(super) async fn create(&self, target: TargetUrl) -> Result<ShortCode, StoreError> {
+        if let Some(why) = self.stats.writes_stopped.get() {
+            return Err(StoreError::WritesStopped(why.clone()));
+        }
         let (reply, answer) = oneshot::channel();
         match self.tx.try_send(Message::Create { target, reply }) {
             Ok(()) => {}
@@ -229,6 +241,17 @@ impl WriterThread {
     }
 
     fn commit_batch(&mut self, batch: &mut Vec<(TargetUrl, Reply)>) {
+        // Creates queued before a sync failed are refused like later ones:
+        // nothing more is written to a WAL the disk may not hold.
+        if let Some(why) = self.stats.writes_stopped.get() {
+            self.replies.send(
+                batch
+                    .drain(..)
+                    .map(|(_, reply)| (reply, Err(StoreError::WritesStopped(why.clone()))))
+                    .collect(),
+            );
+            return;
+        }
         let outcome = insert_all(
             &self.conn,
             batch,
