@@ -37,6 +37,23 @@ async fn concurrent_creates_share_commits() {
 }
 
 #[tokio::test]
+async fn a_lone_create_is_committed_and_synced_before_its_201() {
+    let app = spawn_app(&["--cache", "none"]).await;
+    for i in 1..=5u64 {
+        app.create_ok(&format!("https://example.com/lone/{i}"))
+            .await;
+        // Read after the 201: the writer counts a sync before it replies,
+        // so a create answered before its own sync would show here as a
+        // missing one (and one that waited for company would never get
+        // its 201, as none comes).
+        let w = &app.stats().await["writer"];
+        assert_eq!(w["commits"], i, "{w}");
+        assert_eq!(w["syncs"], i, "{w}");
+        assert_eq!(w["rows"], i, "{w}");
+    }
+}
+
+#[tokio::test]
 async fn without_group_commit_every_create_commits_alone() {
     let app = spawn_app(&["--group-commit", "off", "--cache", "none"]).await;
     for c in app.create_concurrently("one", 64).await {
