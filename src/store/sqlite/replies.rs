@@ -34,6 +34,20 @@ impl Replies {
         Self { runtime: None }
     }
 
+    /// Answers every one of `replies` with the same error.
+    pub(super) fn fail_all(
+        &self,
+        replies: impl IntoIterator<Item = Reply>,
+        error: impl Fn() -> StoreError,
+    ) {
+        self.send(
+            replies
+                .into_iter()
+                .map(|reply| (reply, Err(error())))
+                .collect(),
+        );
+    }
+
     pub(super) fn send(&self, outcomes: Vec<Outcome>) {
         match &self.runtime {
             // A runtime that is shutting down drops the task, and with it

@@ -114,11 +114,9 @@ impl WalSync {
                 );
                 // Committed, but not known to be on disk: nobody may be
                 // told these links are stored.
-                replies.send(
-                    held.into_iter()
-                        .map(|(reply, _)| (reply, Err(StoreError::WritesStopped(why.clone()))))
-                        .collect(),
-                );
+                replies.fail_all(held.into_iter().map(|(reply, _)| reply), || {
+                    StoreError::WritesStopped(why.clone())
+                });
             }
         }
     }

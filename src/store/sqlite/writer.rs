@@ -244,12 +244,10 @@ impl WriterThread {
         // Creates queued before a sync failed are refused like later ones:
         // nothing more is written to a WAL the disk may not hold.
         if let Some(why) = self.stats.writes_stopped.get() {
-            self.replies.send(
-                batch
-                    .drain(..)
-                    .map(|(_, reply)| (reply, Err(StoreError::WritesStopped(why.clone()))))
-                    .collect(),
-            );
+            self.replies
+                .fail_all(batch.drain(..).map(|(_, reply)| reply), || {
+                    StoreError::WritesStopped(why.clone())
+                });
             return;
         }
         let outcome = insert_all(
@@ -281,12 +279,10 @@ impl WriterThread {
                 self.stats.failed_batches.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(error = %e, rows = batch.len(), "write batch failed and was rolled back");
                 let message = e.to_string();
-                self.replies.send(
-                    batch
-                        .drain(..)
-                        .map(|(_, reply)| (reply, Err(StoreError::Task(message.clone()))))
-                        .collect(),
-                );
+                self.replies
+                    .fail_all(batch.drain(..).map(|(_, reply)| reply), || {
+                        StoreError::Task(message.clone())
+                    });
             }
         }
     }
