@@ -1,16 +1,6 @@
-//! litelink: a URL shortener on SQLite.
-//!
-//! The binary in `main.rs` only parses the command line and dispatches here.
-//! A request flows `http` -> `links` (cache, then store) and back.
+//! The `litelink` binary's own code: the command line. It is a library so
+//! that the integration tests parse arguments exactly as the binary does.
+//! The service is `litelink-service`, the load generator `litelink-stress`,
+//! the benchmark lab `litelink-bench` (crates/).
 
-pub mod bench;
-pub mod cache;
 pub mod cli;
-pub mod doctor;
-pub mod domain;
-pub mod http;
-pub mod links;
-pub mod server;
-pub mod store;
-pub mod stress;
-pub mod telemetry;

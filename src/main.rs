@@ -1,33 +1,20 @@
+//! `litelink`: parse the command line, dispatch.
+
 use std::io::Write;
 use std::process::ExitCode;
-
-use clap::Parser;
-use litelink::cli::{Cli, Command};
-use litelink::store::sqlite::memstatus;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use litelink::cli::{BenchArgs, StressArgs};
-use litelink::{doctor, http, server, stress as engine, telemetry};
+use clap::Parser;
+use litelink::cli::{BenchArgs, Cli, Command, StressArgs};
+use litelink_service::{Application, Settings, doctor, http, telemetry};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let command = cli.command.unwrap_or(Command::Serve(cli.serve));
-    // MEMSTATUS can only be set before SQLite initialises, which the first
-    // connection does: so before anything else.
-    let memstatus_on = match &command {
-        Command::Serve(a) => a.sqlite.sqlite_memstatus.is_on(),
-        Command::Doctor(a) => a.sqlite.sqlite_memstatus.is_on(),
-        Command::Stress(_) | Command::Bench(_) => false,
-    };
-    if let Err(e) = memstatus::configure(memstatus_on) {
-        eprintln!("litelink: {e}");
-        return ExitCode::FAILURE;
-    }
+    let command = Cli::parse().into_command();
     telemetry::init();
     let result = match command {
-        Command::Serve(args) => serve(args),
-        Command::Doctor(args) => doctor::run(&args.sqlite.db).map(|ok| {
+        Command::Serve(args) => serve(args.settings()),
+        Command::Doctor(args) => doctor::run(&args.settings()).map(|ok| {
             if ok {
                 ExitCode::SUCCESS
             } else {
@@ -43,13 +30,13 @@ fn main() -> ExitCode {
     })
 }
 
-fn serve(args: litelink::cli::ServeArgs) -> anyhow::Result<ExitCode> {
+fn serve(settings: Settings) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(args.listen).await?;
-        server::run(args, listener, http::shutdown::signal()).await
+        let app = Application::build(settings).await?;
+        app.run_until(http::shutdown::signal()).await
     })?;
     Ok(ExitCode::SUCCESS)
 }
@@ -78,7 +65,7 @@ fn stress(args: StressArgs) -> anyhow::Result<ExitCode> {
                 flag.store(true, Ordering::Relaxed);
             }
         });
-        engine::run(config, stop).await
+        litelink_stress::run(config, stop).await
     })?;
     let text = if args.json {
         serde_json::to_string_pretty(&report)?
@@ -100,7 +87,7 @@ fn stress(args: StressArgs) -> anyhow::Result<ExitCode> {
 
 fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let options = args.options().map_err(anyhow::Error::msg)?;
-    let report = litelink::bench::run(&options)?;
+    let report = litelink_bench::run(&options)?;
     println!("report written to {}", report.display());
     Ok(ExitCode::SUCCESS)
 }

@@ -142,7 +142,7 @@ pub async fn exercise_api(app: &TestApp) {
     }
     let too_long = format!(
         "https://example.com/{}",
-        "a".repeat(litelink::domain::MAX_URL_BYTES)
+        "a".repeat(litelink_service::domain::MAX_URL_BYTES)
     );
     assert_error(app.create(&too_long).await, 400, "longer than").await;
 

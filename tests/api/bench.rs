@@ -26,17 +26,7 @@ fn quick_bench_reports_every_experiment_and_configuration() {
         .iter()
         .map(|e| e["id"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        ids,
-        [
-            "reads",
-            "memstatus",
-            "caches",
-            "writes",
-            "reads-while-creating",
-            "concurrency"
-        ]
-    );
+    assert_eq!(ids, litelink_bench::experiment_ids());
     // scripts/test provides a Valkey binary, so nothing may be skipped.
     let valkey_expected = std::env::var("LITELINK_TEST_VALKEY_SERVER").is_ok();
     for e in experiments {

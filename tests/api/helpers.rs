@@ -4,13 +4,12 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Once;
 use std::time::Duration;
 
 use clap::Parser;
-use litelink::bench::process::ServerProcess;
-use litelink::cli::{Cli, Command as CliCommand, ServeArgs};
-use litelink::store::sqlite::memstatus;
+use litelink::cli::{Cli, Command as CliCommand};
+use litelink_bench::process::ServerProcess;
+use litelink_service::{Application, Settings};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 use tokio::sync::oneshot;
@@ -26,7 +25,7 @@ pub fn client() -> reqwest::Client {
 
 /// Parses arguments exactly as the binary does, so tests run the same
 /// configuration path as users.
-pub fn serve_args(db: &Path, extra: &[&str]) -> ServeArgs {
+pub fn settings(db: &Path, extra: &[&str]) -> Settings {
     let mut argv = vec![
         "litelink".to_owned(),
         "serve".to_owned(),
@@ -36,9 +35,9 @@ pub fn serve_args(db: &Path, extra: &[&str]) -> ServeArgs {
         db.display().to_string(),
     ];
     argv.extend(extra.iter().map(|s| s.to_string()));
-    match Cli::try_parse_from(argv).expect("arguments").command {
-        Some(CliCommand::Serve(a)) => a,
-        _ => unreachable!(),
+    match Cli::try_parse_from(argv).expect("arguments").into_command() {
+        CliCommand::Serve(a) => a.settings(),
+        other => panic!("not serve: {other:?}"),
     }
 }
 
@@ -66,8 +65,6 @@ pub struct TestApp {
     handle: Option<JoinHandle<anyhow::Result<()>>>,
 }
 
-static MEMSTATUS: Once = Once::new();
-
 /// Starts a server on a fresh database with extra command-line options.
 pub async fn spawn_app(extra: &[&str]) -> TestApp {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -79,22 +76,18 @@ pub async fn spawn_app(extra: &[&str]) -> TestApp {
 
 /// Starts a server on an existing (or new) database file.
 pub async fn spawn_app_on(db: &Path, extra: &[&str]) -> TestApp {
-    // The test process is one SQLite process: MEMSTATUS is set once, off,
-    // as in a default `litelink serve`.
-    MEMSTATUS.call_once(|| memstatus::configure(false).expect("memstatus"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .with_test_writer()
         .try_init();
-    let args = serve_args(db, extra);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+    let app = Application::build(settings(db, extra))
         .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
+        .expect("the service builds");
+    let addr = app.addr().expect("addr");
     let (tx, rx) = oneshot::channel::<()>();
-    let handle = tokio::spawn(litelink::server::run(args, listener, async {
+    let handle = tokio::spawn(app.run_until(async {
         let _ = rx.await;
     }));
     let app = TestApp {

@@ -10,7 +10,7 @@ use axum::Json;
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use litelink::stress::{self, FailureKind, Keys, Report, Scenario, StressConfig};
+use litelink_stress::{self as stress, FailureKind, Keys, Report, Scenario, StressConfig};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -295,7 +295,7 @@ async fn the_open_model_shows_a_stall_that_a_closed_loop_hides() {
         "uncorrected service time hides it: p90 {}",
         o.service_time_ms.p90
     );
-    assert!(o.target_reached, "achieved {}", o.achieved_rate);
+    assert!(o.rate.target_reached, "achieved {}", o.rate.achieved_rate);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -314,8 +314,8 @@ async fn an_unreachable_target_rate_is_reported() {
     c.duration = Duration::from_secs(1);
     let r = run(c).await;
     let o = r.open_model.as_ref().unwrap();
-    assert!(!o.target_reached, "{o:?}");
-    assert!(o.achieved_rate < 200.0, "{o:?}");
+    assert!(!o.rate.target_reached, "{o:?}");
+    assert!(o.rate.achieved_rate < 200.0, "{o:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,283 @@
+//! The experiments: what each compares, with which server settings and
+//! which load.
+
+use std::path::PathBuf;
+
+use litelink_stress::{Keys, Scenario};
+
+/// One server configuration.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Config {
+    pub name: String,
+    pub args: Vec<String>,
+    /// Needs a Valkey server; skipped (and said so) without one.
+    pub needs_valkey: bool,
+    /// Ratios for this configuration are taken against this one, measured in
+    /// the same round with the same workload.
+    pub baseline: Option<String>,
+    /// Pin the server to its own CPU (the default). Unpinned, it runs on
+    /// every CPU, sharing one with the load generator: the only way a
+    /// 2-CPU machine has two server threads in SQLite at once.
+    pub pinned: bool,
+    /// Another build to run this configuration with (`--compare-exe`);
+    /// `None`: the build under test.
+    pub exe: Option<PathBuf>,
+}
+
+/// One kind of load.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Workload {
+    pub name: String,
+    pub scenario: Scenario,
+    pub connections: usize,
+    pub keys: Keys,
+    /// Seed scenario sizes.
+    pub tasks: u64,
+    pub gets_per_task: u64,
+    /// Ratios are taken against this workload on the same server in the
+    /// same round (e.g. `/heart-beat`), instead of against a config.
+    pub baseline_workload: Option<String>,
+    /// Creates per second sent beside a read workload, on connections of
+    /// their own; the workload's figures are then those of its reads.
+    pub background_creates: Option<f64>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Experiment {
+    pub id: &'static str,
+    pub title: &'static str,
+    pub question: &'static str,
+    pub configs: Vec<Config>,
+    pub workloads: Vec<Workload>,
+}
+
+fn config(name: &str, args: &[&str], baseline: Option<&str>) -> Config {
+    Config {
+        name: name.to_owned(),
+        args: args.iter().map(|s| s.to_string()).collect(),
+        needs_valkey: args.contains(&"valkey") || args.contains(&"tiered"),
+        baseline: baseline.map(str::to_owned),
+        pinned: true,
+        exe: None,
+    }
+}
+
+fn workload(name: &str, scenario: Scenario, connections: usize) -> Workload {
+    Workload {
+        name: name.to_owned(),
+        scenario,
+        connections,
+        keys: Keys::Uniform,
+        tasks: 100,
+        gets_per_task: 80,
+        baseline_workload: None,
+        background_creates: None,
+    }
+}
+
+/// Creates per second beside the reads of the `reads-while-creating`
+/// experiment: a busy service's write load that still leaves most of the
+/// server's one CPU to the reads.
+pub const BACKGROUND_CREATES: f64 = 2000.0;
+
+pub const LINKS: u64 = 1000;
+
+/// Connection mode x MEMSTATUS, pinned and on all CPUs; every `off` is
+/// compared with the `on` of the same mode and placement.
+fn memstatus_configs() -> Vec<Config> {
+    let mut out = Vec::new();
+    for placement in ["", ", all CPUs"] {
+        for (mode, mode_args) in [
+            ("per-request", &["--sqlite-connections", "per-request"][..]),
+            ("pooled", &[][..]),
+        ] {
+            for status in ["on", "off"] {
+                let mut args = vec!["--cache", "none"];
+                args.extend_from_slice(mode_args);
+                args.extend(["--sqlite-memstatus", status]);
+                let baseline = format!("{mode}, memstatus on{placement}");
+                let mut c = config(
+                    &format!("{mode}, memstatus {status}{placement}"),
+                    &args,
+                    (status == "off").then_some(baseline.as_str()),
+                );
+                c.pinned = placement.is_empty();
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// Every experiment's id, in the order they run.
+pub fn ids() -> Vec<&'static str> {
+    all(true).iter().map(|e| e.id).collect()
+}
+
+/// Suffix of the configurations run with `--compare-exe`.
+pub const BEFORE: &str = " [compared build]";
+
+/// Each configuration twice: as given, then with `exe`, named with
+/// [`BEFORE`] and compared with the other such configurations.
+pub fn with_compared_build(configs: Vec<Config>, exe: &std::path::Path) -> Vec<Config> {
+    let mut out = Vec::with_capacity(configs.len() * 2);
+    for c in configs {
+        let mut other = c.clone();
+        other.name.push_str(BEFORE);
+        other.baseline = c.baseline.as_ref().map(|b| format!("{b}{BEFORE}"));
+        other.exe = Some(exe.to_path_buf());
+        out.push(c);
+        out.push(other);
+    }
+    out
+}
+
+pub fn all(quick: bool) -> Vec<Experiment> {
+    let read50 = workload("read", Scenario::Read, 50);
+    let heart = workload("heart-beat", Scenario::HeartBeat, 50);
+    let mut zipf = workload("read-zipf", Scenario::Read, 50);
+    zipf.keys = Keys::Zipf;
+    zipf.baseline_workload = Some("heart-beat".into());
+    let mut seed = workload("seed", Scenario::Seed, 30);
+    seed.baseline_workload = Some("heart-beat".into());
+    if quick {
+        seed.tasks = 10;
+        seed.gets_per_task = 20;
+    }
+    let levels: Vec<usize> = (0..=8).map(|i| 1usize << i).collect();
+    let mut read_vs_heart = read50.clone();
+    read_vs_heart.baseline_workload = Some("heart-beat".into());
+    let mut read_while_creating = workload(
+        &format!("read + {BACKGROUND_CREATES:.0} creates/s"),
+        Scenario::Read,
+        50,
+    );
+    read_while_creating.background_creates = Some(BACKGROUND_CREATES);
+    read_while_creating.baseline_workload = Some("read".into());
+    vec![
+        Experiment {
+            id: "reads",
+            title: "Point reads against /heart-beat",
+            question: "How close does GET /link/{code} come to the trivial endpoint, with \
+                       pooled connections, with the memory cache in front of them, and with a \
+                       connection per request (MEMSTATUS on and off)? 50 connections; each read's ratio is to /heart-beat on the same \
+                       server in the same round.",
+            configs: vec![
+                config("pooled", &["--cache", "none"], None),
+                config("memory cache", &["--cache", "memory"], None),
+                config(
+                    "per-request, memstatus off",
+                    &[
+                        "--cache",
+                        "none",
+                        "--sqlite-connections",
+                        "per-request",
+                        "--sqlite-memstatus",
+                        "off",
+                    ],
+                    None,
+                ),
+                config(
+                    "per-request, memstatus on",
+                    &[
+                        "--cache",
+                        "none",
+                        "--sqlite-connections",
+                        "per-request",
+                        "--sqlite-memstatus",
+                        "on",
+                    ],
+                    None,
+                ),
+            ],
+            workloads: vec![heart.clone(), read_vs_heart],
+        },
+        Experiment {
+            id: "memstatus",
+            title: "MEMSTATUS on and off (first article)",
+            question: "How much does SQLite's global allocator mutex cost, with a connection \
+                       per request and with pooled connections? 50 connections on a single-row \
+                       endpoint (GET /link/{code}, no cache), as in the article. Pinned to one \
+                       CPU, the server has one thread in SQLite at a time, so the mutex is never \
+                       contended; the `all CPUs` configurations let the server use every CPU \
+                       (sharing one with the load generator) so that two threads can meet on it.",
+            configs: memstatus_configs(),
+            workloads: vec![read50.clone()],
+        },
+        Experiment {
+            id: "caches",
+            title: "Caches against SQLite's own (second article)",
+            question: "Does an external Valkey cache beat SQLite's page cache? Each cache mode, \
+                       on the article's seed scenario and on a zipf read mix, as a ratio to \
+                       /heart-beat on the same server in the same round.",
+            configs: vec![
+                config("none", &["--cache", "none"], None),
+                config(
+                    "none, page cache off",
+                    &["--cache", "none", "--sqlite-page-cache", "off"],
+                    None,
+                ),
+                config("memory", &["--cache", "memory"], None),
+                config("valkey", &["--cache", "valkey"], None),
+                config("tiered", &["--cache", "tiered"], None),
+            ],
+            workloads: vec![heart, zipf, seed],
+        },
+        Experiment {
+            id: "writes",
+            title: "Durable creates: durability levels and group commit",
+            question: "Creates per second with 64 concurrent clients at each durability level \
+                       with group commit, and at full durability with one commit per create; \
+                       ratios to `off`.",
+            configs: vec![
+                config(
+                    "full, group commit",
+                    &["--durability", "full"],
+                    Some("off, group commit"),
+                ),
+                config(
+                    "normal, group commit",
+                    &["--durability", "normal"],
+                    Some("off, group commit"),
+                ),
+                config("off, group commit", &["--durability", "off"], None),
+                config(
+                    "full, one commit per create",
+                    &["--durability", "full", "--group-commit", "off"],
+                    Some("off, group commit"),
+                ),
+            ],
+            workloads: vec![workload("create", Scenario::Create, 64)],
+        },
+        Experiment {
+            id: "reads-while-creating",
+            title: "Reads while creates run",
+            question: "Does GET /link/{code} (pooled, no cache) keep its speed while creates \
+                       are committed and synced? 50 read connections alone, then with \
+                       2,000 creates/s on 16 more connections, at full durability and at \
+                       `off`; ratio to the reads alone on the same server in the same round. \
+                       The creates take their share of the server's CPU; what they must not \
+                       do is hold reads up behind the writer's commits and syncs, which would \
+                       show as a lower ratio at `full` than at `off` and in the reads' p99.",
+            configs: vec![
+                config("full", &["--cache", "none"], None),
+                config("off", &["--cache", "none", "--durability", "off"], None),
+            ],
+            workloads: vec![read50.clone(), read_while_creating],
+        },
+        Experiment {
+            id: "concurrency",
+            title: "Throughput and p99 against concurrency",
+            question: "GET /link/{code} (pooled connections, no cache) with 1 to 256 connections.",
+            configs: vec![config("pooled, no cache", &["--cache", "none"], None)],
+            workloads: levels
+                .iter()
+                .map(|&c| {
+                    let mut w = workload(&format!("{c} connections"), Scenario::Read, c);
+                    w.keys = Keys::Uniform;
+                    w
+                })
+                .collect(),
+        },
+    ]
+}

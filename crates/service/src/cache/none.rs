@@ -1,0 +1,26 @@
+//! `--cache none`: every lookup goes to the store.
+
+use async_trait::async_trait;
+
+use super::{CacheMode, CacheStats, LinkCache, Lookup};
+use crate::domain::{ShortCode, TargetUrl};
+
+#[derive(Debug, Default)]
+pub struct NoCache;
+
+#[async_trait]
+impl LinkCache for NoCache {
+    async fn get(&self, _: &ShortCode) -> Lookup {
+        Lookup::Unknown
+    }
+    async fn put(&self, _: &ShortCode, _: &TargetUrl) {}
+    async fn put_missing(&self, _: &ShortCode) {}
+    async fn invalidate(&self, _: &ShortCode) {}
+    fn stats(&self) -> CacheStats {
+        CacheStats {
+            mode: CacheMode::None,
+            memory: None,
+            valkey: None,
+        }
+    }
+}

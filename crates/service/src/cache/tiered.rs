@@ -1,0 +1,58 @@
+//! Memory in front of Valkey in front of the store: most reads never leave
+//! the process, and instances share what one of them has read or created.
+
+use async_trait::async_trait;
+
+use super::{CacheMode, CacheStats, LinkCache, Lookup, MemoryCache, ValkeyCache};
+use crate::domain::{ShortCode, TargetUrl};
+
+pub struct TieredCache {
+    memory: MemoryCache,
+    valkey: ValkeyCache,
+}
+
+impl TieredCache {
+    pub fn new(memory: MemoryCache, valkey: ValkeyCache) -> Self {
+        Self { memory, valkey }
+    }
+}
+
+#[async_trait]
+impl LinkCache for TieredCache {
+    async fn get(&self, code: &ShortCode) -> Lookup {
+        match self.memory.lookup(code) {
+            Lookup::Unknown => {}
+            known => return known,
+        }
+        let found = self.valkey.get(code).await;
+        match &found {
+            Lookup::Found(t) => self.memory.insert(code, t),
+            Lookup::Missing => self.memory.insert_missing(code),
+            Lookup::Unknown => {}
+        }
+        found
+    }
+
+    async fn put(&self, code: &ShortCode, target: &TargetUrl) {
+        self.memory.insert(code, target);
+        self.valkey.put(code, target).await;
+    }
+
+    async fn put_missing(&self, code: &ShortCode) {
+        self.memory.insert_missing(code);
+        self.valkey.put_missing(code).await;
+    }
+
+    async fn invalidate(&self, code: &ShortCode) {
+        self.memory.remove(code);
+        self.valkey.invalidate(code).await;
+    }
+
+    fn stats(&self) -> CacheStats {
+        CacheStats {
+            mode: CacheMode::Tiered,
+            memory: Some(self.memory.counters()),
+            valkey: Some(self.valkey.counters()),
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! The shared tier: Valkey (or Redis) over RESP.
+//!
+//! Every call is bounded by a short timeout, and after a failure the tier is
+//! skipped for a moment (a small circuit breaker), so a slow or dead Valkey
+//! costs a request at most one timeout and usually nothing: the lookup falls
+//! through to SQLite. redis-rs's `ConnectionManager` reconnects in the
+//! background, so hits come back by themselves when Valkey does.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use redis::AsyncCommands;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use serde::Serialize;
+
+use super::{CacheMode, CacheStats, LinkCache, Lookup};
+use crate::domain::{ShortCode, TargetUrl};
+
+/// Stored for a code the store does not have. A real target is never empty.
+const MISSING: &str = "";
+
+/// How long the tier is skipped after a failure before it is tried again.
+const BACKOFF: Duration = Duration::from_millis(500);
+
+/// At most one error log line per this period; the rest are counted.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone)]
+pub struct ValkeySettings {
+    pub url: String,
+    /// Prefix of every key litelink writes.
+    pub prefix: String,
+    /// Expiry of cached links; `None` keeps them until evicted.
+    pub ttl: Option<Duration>,
+    /// Bound on each cache call.
+    pub timeout: Duration,
+}
+
+impl Default for ValkeySettings {
+    fn default() -> Self {
+        Self {
+            url: "redis://127.0.0.1:6379".into(),
+            prefix: "litelink:".into(),
+            ttl: Some(Duration::from_secs(86_400)),
+            timeout: Duration::from_millis(50),
+        }
+    }
+}
+
+/// `/stats` of the Valkey tier.
+#[derive(Debug, Clone, Serialize)]
+pub struct ValkeyStats {
+    /// The server's URL without its password.
+    pub url: String,
+    pub hits: u64,
+    pub negative_hits: u64,
+    pub misses: u64,
+    pub errors: u64,
+    pub timeouts: u64,
+    pub skipped: u64,
+}
+
+pub struct ValkeyCache {
+    conn: ConnectionManager,
+    config: ValkeySettings,
+    /// Expiry of "no such code" entries; zero disables them.
+    negative_ttl: Duration,
+    started: Instant,
+    /// Milliseconds since `started` until which the tier is skipped.
+    skip_until_ms: AtomicU64,
+    counters: Counters,
+    log: Mutex<LogLimiter>,
+}
+
+#[derive(Default)]
+struct Counters {
+    hits: AtomicU64,
+    negative_hits: AtomicU64,
+    misses: AtomicU64,
+    errors: AtomicU64,
+    timeouts: AtomicU64,
+    skipped: AtomicU64,
+}
+
+struct LogLimiter {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ValkeyError {
+    #[error("invalid Valkey URL '{url}': {source}")]
+    Url {
+        url: String,
+        source: redis::RedisError,
+    },
+    #[error("cannot create the Valkey connection manager: {0}")]
+    Manager(redis::RedisError),
+}
+
+enum CallError {
+    Timeout,
+    Valkey(redis::RedisError),
+}
+
+impl ValkeyCache {
+    /// Connects lazily: litelink starts, and serves from SQLite, even when
+    /// Valkey is not up yet.
+    pub fn new(config: ValkeySettings, negative_ttl: Duration) -> Result<Self, ValkeyError> {
+        let client =
+            redis::Client::open(config.url.as_str()).map_err(|source| ValkeyError::Url {
+                url: config.url.clone(),
+                source,
+            })?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.timeout.max(Duration::from_millis(200))))
+            .set_response_timeout(Some(config.timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_secs(1));
+        let conn = ConnectionManager::new_lazy_with_config(client, manager_config)
+            .map_err(ValkeyError::Manager)?;
+        Ok(Self {
+            conn,
+            config,
+            negative_ttl,
+            started: Instant::now(),
+            skip_until_ms: AtomicU64::new(0),
+            counters: Counters::default(),
+            log: Mutex::new(LogLimiter {
+                last: None,
+                suppressed: 0,
+            }),
+        })
+    }
+
+    fn key(&self, code: &ShortCode) -> String {
+        format!("{}{}", self.config.prefix, code)
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Runs one command under the timeout and the circuit breaker. `None`
+    /// means the tier could not answer; the failure is counted and logged.
+    async fn call<T, F>(
+        &self,
+        what: &'static str,
+        f: impl FnOnce(ConnectionManager) -> F,
+    ) -> Option<T>
+    where
+        F: Future<Output = redis::RedisResult<T>>,
+    {
+        if self.now_ms() < self.skip_until_ms.load(Ordering::Relaxed) {
+            self.counters.skipped.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let outcome = match tokio::time::timeout(self.config.timeout, f(self.conn.clone())).await {
+            Ok(Ok(v)) => return Some(v),
+            Ok(Err(e)) => CallError::Valkey(e),
+            Err(_) => CallError::Timeout,
+        };
+        self.skip_until_ms.store(
+            self.now_ms() + BACKOFF.as_millis() as u64,
+            Ordering::Relaxed,
+        );
+        let message = match outcome {
+            CallError::Timeout => {
+                self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+                format!("timed out after {:?}", self.config.timeout)
+            }
+            // The client's own response timeout is the same event as ours.
+            CallError::Valkey(e) if e.is_timeout() => {
+                self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+                e.to_string()
+            }
+            CallError::Valkey(e) => {
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                e.to_string()
+            }
+        };
+        self.log_failure(what, &message);
+        None
+    }
+
+    fn log_failure(&self, what: &str, message: &str) {
+        let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        let due = log.last.is_none_or(|t| t.elapsed() >= LOG_EVERY);
+        if due {
+            tracing::warn!(
+                op = what,
+                error = message,
+                suppressed = log.suppressed,
+                "Valkey cache unavailable; serving from the store (skipping Valkey for {BACKOFF:?})"
+            );
+            log.last = Some(Instant::now());
+            log.suppressed = 0;
+        } else {
+            log.suppressed += 1;
+        }
+    }
+
+    async fn set(&self, code: &ShortCode, value: &str, ttl: Option<Duration>) {
+        let key = self.key(code);
+        let value = value.to_owned();
+        self.call("SET", |mut c| async move {
+            match ttl {
+                Some(ttl) => {
+                    c.pset_ex::<_, _, ()>(key, value, ttl.as_millis().max(1) as u64)
+                        .await
+                }
+                None => c.set::<_, _, ()>(key, value).await,
+            }
+        })
+        .await;
+    }
+
+    pub(super) fn counters(&self) -> ValkeyStats {
+        let c = &self.counters;
+        ValkeyStats {
+            url: redact(&self.config.url),
+            hits: c.hits.load(Ordering::Relaxed),
+            negative_hits: c.negative_hits.load(Ordering::Relaxed),
+            misses: c.misses.load(Ordering::Relaxed),
+            errors: c.errors.load(Ordering::Relaxed),
+            timeouts: c.timeouts.load(Ordering::Relaxed),
+            skipped: c.skipped.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Drops a password from `redis://user:pass@host` for display.
+fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[async_trait]
+impl LinkCache for ValkeyCache {
+    async fn get(&self, code: &ShortCode) -> Lookup {
+        let key = self.key(code);
+        let value: Option<Option<String>> = self
+            .call("GET", |mut c| async move {
+                c.get::<_, Option<String>>(key).await
+            })
+            .await;
+        match value {
+            None => Lookup::Unknown,
+            Some(None) => {
+                self.counters.misses.fetch_add(1, Ordering::Relaxed);
+                Lookup::Unknown
+            }
+            Some(Some(s)) if s == MISSING => {
+                self.counters.negative_hits.fetch_add(1, Ordering::Relaxed);
+                Lookup::Missing
+            }
+            Some(Some(s)) => match TargetUrl::parse(&s) {
+                Ok(t) => {
+                    self.counters.hits.fetch_add(1, Ordering::Relaxed);
+                    Lookup::Found(t)
+                }
+                // Not ours, or corrupted: never serve it, ask the store.
+                Err(_) => {
+                    self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                    Lookup::Unknown
+                }
+            },
+        }
+    }
+
+    async fn put(&self, code: &ShortCode, target: &TargetUrl) {
+        self.set(code, target.as_str(), self.config.ttl).await;
+    }
+
+    async fn put_missing(&self, code: &ShortCode) {
+        if !self.negative_ttl.is_zero() {
+            self.set(code, MISSING, Some(self.negative_ttl)).await;
+        }
+    }
+
+    async fn invalidate(&self, code: &ShortCode) {
+        let key = self.key(code);
+        self.call("DEL", |mut c| async move { c.del::<_, ()>(key).await })
+            .await;
+    }
+
+    fn stats(&self) -> CacheStats {
+        CacheStats {
+            mode: CacheMode::Valkey,
+            memory: None,
+            valkey: Some(self.counters()),
+        }
+    }
+}

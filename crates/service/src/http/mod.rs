@@ -1,0 +1,140 @@
+//! The HTTP face of the service: routes, handlers, extractors, errors, and
+//! serving with graceful shutdown. A new route is a handler in
+//! `handlers.rs` and one line in [`app`].
+
+mod error;
+mod extract;
+mod handlers;
+pub mod shutdown;
+
+use std::future::Future;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::routing::{get, post};
+use tokio::net::TcpListener;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+pub use error::ApiError;
+
+/// Status of `GET /{code}`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::Display, strum::VariantNames,
+)]
+pub enum RedirectStatus {
+    #[strum(serialize = "301")]
+    MovedPermanently,
+    #[strum(serialize = "302")]
+    Found,
+    #[strum(serialize = "307")]
+    TemporaryRedirect,
+    #[strum(serialize = "308")]
+    PermanentRedirect,
+}
+
+impl RedirectStatus {
+    pub fn status(self) -> StatusCode {
+        match self {
+            Self::MovedPermanently => StatusCode::MOVED_PERMANENTLY,
+            Self::Found => StatusCode::FOUND,
+            Self::TemporaryRedirect => StatusCode::TEMPORARY_REDIRECT,
+            Self::PermanentRedirect => StatusCode::PERMANENT_REDIRECT,
+        }
+    }
+}
+
+/// What the HTTP layer answers and how much it accepts.
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    pub redirect_status: RedirectStatus,
+    /// Base of the `short_url` field, e.g. `https://s.example.com`. Without
+    /// it the request's Host header is used.
+    pub public_url: Option<String>,
+    /// Largest request body; 413 above it.
+    pub max_body_bytes: usize,
+    /// How long a request may take before it is answered 503.
+    pub request_timeout: Duration,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        Self {
+            redirect_status: RedirectStatus::Found,
+            public_url: None,
+            max_body_bytes: 16 * 1024,
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+use crate::domain::ShortCode;
+use crate::links::Links;
+
+/// Everything a handler needs; cheap to clone.
+#[derive(Clone)]
+struct AppState {
+    links: Links,
+    redirect_status: StatusCode,
+    public_url: Option<String>,
+}
+
+impl AppState {
+    fn short_url(&self, headers: &HeaderMap, code: &ShortCode) -> Option<String> {
+        match &self.public_url {
+            Some(base) => Some(format!("{}/{code}", base.trim_end_matches('/'))),
+            None => headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(|host| format!("http://{host}/{code}")),
+        }
+    }
+}
+
+/// The router with every route and the layers every request passes.
+pub fn app(links: Links, settings: &HttpSettings) -> Router {
+    let state = AppState {
+        links,
+        redirect_status: settings.redirect_status.status(),
+        public_url: settings.public_url.clone(),
+    };
+    Router::new()
+        .route("/heart-beat", get(handlers::heart_beat))
+        .route("/stats", get(handlers::stats))
+        .route("/link", post(handlers::create_link))
+        .route("/link/{code}", get(handlers::get_link))
+        .route("/{code}", get(handlers::redirect))
+        .fallback(handlers::not_found)
+        .method_not_allowed_fallback(handlers::method_not_allowed)
+        .layer(DefaultBodyLimit::max(settings.max_body_bytes))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            settings.request_timeout,
+        ))
+        // Outside the timeout, so that its 503 gets a JSON body too.
+        .layer(axum::middleware::map_response(
+            error::json_for_bodiless_errors,
+        ))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// Serves until `shutdown` resolves, then stops accepting and waits for the
+/// requests in flight to finish.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        // Small JSON answers on keep-alive connections: without NODELAY
+        // Nagle's algorithm can hold each one back waiting for an ACK.
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}

@@ -1,0 +1,36 @@
+//! litelink: a URL shortener on SQLite, as a library. The `litelink`
+//! binary parses the command line into [`Settings`] and calls
+//! [`Application::build`]; tests do the same on port 0.
+//!
+//! # Layout
+//!
+//! ```text
+//! settings    the Settings tree (http, codes, store, cache); defaults beside each type
+//! startup     Application::build -> addr(), run_until(shutdown)
+//! domain/     ShortCode, TargetUrl (parsed once), CodeGenerator
+//! http/       fn app() -> Router, extractors, handlers, ApiError, shutdown signal
+//! links       the application service: cache, then store
+//! cache/      the LinkCache trait; none, memory, valkey, tiered
+//! store/      the LinkStore trait; sqlite/ (readers, writer, walsync, checkpointer, ...)
+//! doctor      `litelink doctor`; telemetry: logging set-up
+//! ```
+//!
+//! A read: `http::handlers::redirect` -> `Links::resolve` -> `LinkCache::get`
+//! -> (on a miss) `LinkStore::get` -> `sqlite::readers` on the worker thread.
+//! A create: `handlers::create_link` (body checked by `extract::NewLink`) ->
+//! `Links::create` -> `LinkStore::create` -> the writer's queue -> a batch
+//! committed (and, at full durability, synced by `walsync`) -> `replies`
+//! -> the 201, then the cache is written through.
+
+pub mod cache;
+pub mod doctor;
+pub mod domain;
+pub mod http;
+pub mod links;
+pub mod settings;
+pub mod startup;
+pub mod store;
+pub mod telemetry;
+
+pub use settings::Settings;
+pub use startup::Application;

@@ -1,0 +1,32 @@
+//! Every setting of `litelink serve`, as one tree. Each group's defaults
+//! live beside its type, in exactly one `Default` impl; the command line in
+//! the binary only overrides them.
+
+use std::net::SocketAddr;
+
+use crate::cache::CacheSettings;
+use crate::domain::CodeSettings;
+use crate::http::HttpSettings;
+use crate::store::StoreSettings;
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Address to listen on; port 0 picks a free one.
+    pub listen: SocketAddr,
+    pub http: HttpSettings,
+    pub codes: CodeSettings,
+    pub store: StoreSettings,
+    pub cache: CacheSettings,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            http: HttpSettings::default(),
+            codes: CodeSettings::default(),
+            store: StoreSettings::default(),
+            cache: CacheSettings::default(),
+        }
+    }
+}

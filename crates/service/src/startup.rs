@@ -1,0 +1,105 @@
+//! Putting the service together from its [`Settings`]: store, cache, the
+//! links service and the router; then serving until shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use axum::Router;
+use tokio::net::TcpListener;
+
+use crate::cache;
+use crate::domain::CodeGenerator;
+use crate::http;
+use crate::links::Links;
+use crate::settings::Settings;
+use crate::store::sqlite::{Durability, SqliteStore, build_info, memstatus};
+use crate::store::{LinkStore, StoreSettings};
+
+/// A built service: its listener is bound and its store open; nothing is
+/// served until [`Application::run_until`].
+pub struct Application {
+    listener: TcpListener,
+    links: Links,
+    router: Router,
+}
+
+impl Application {
+    /// Binds `settings.listen`, opens the store and builds the cache.
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind(settings.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", settings.listen))?;
+        Self::build_on(listener, settings).await
+    }
+
+    /// As [`build`](Self::build), on a listener that is already bound.
+    pub async fn build_on(listener: TcpListener, settings: Settings) -> anyhow::Result<Self> {
+        let store = open_store(&settings).await?;
+        let cache = cache::build(&settings.cache)?;
+        tracing::info!(mode = %settings.cache.mode, "cache ready");
+        let links = Links::new(cache, store);
+        let router = http::app(links.clone(), &settings.http);
+        Ok(Self {
+            listener,
+            links,
+            router,
+        })
+    }
+
+    /// The address actually bound (the port is real when 0 was asked for).
+    pub fn addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `shutdown` resolves, lets requests in flight finish,
+    /// then closes the store (queued creates are committed).
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        tracing::info!(addr = %self.listener.local_addr()?, "listening");
+        let served = http::serve(self.listener, self.router, shutdown).await;
+        self.links.close().await;
+        tracing::info!("stopped");
+        served.context("serving HTTP")
+    }
+}
+
+/// Opens the SQLite store on the blocking pool. MEMSTATUS is set first,
+/// since SQLite accepts it only before its first connection.
+async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn LinkStore>> {
+    let StoreSettings { db, sqlite } = settings.store.clone();
+    memstatus::configure(sqlite.memstatus)?;
+    let codes = CodeGenerator::new(settings.codes)?;
+    let store = tokio::task::spawn_blocking(move || SqliteStore::open(db, sqlite, codes))
+        .await
+        .context("opening the store panicked")??;
+    let s = store.settings();
+    tracing::info!(
+        sqlite = build_info::sqlite_version(),
+        db = %store.path().display(),
+        memstatus = store.memstatus(),
+        connections = %s.connections,
+        read_on = %s.read_on,
+        page_cache = s.page_cache,
+        durability = %s.durability,
+        batch_max = s.batch_max,
+        wal_preallocate_mib = s.wal_preallocate_applied() >> 20,
+        code_locality = codes.has_locality(),
+        "store opened"
+    );
+    if store.memstatus() {
+        tracing::warn!(
+            "SQLite MEMSTATUS is on: every SQLite allocation takes one process-wide mutex, \
+             which costs throughput when several threads use SQLite at once"
+        );
+    }
+    if s.durability == Durability::Off {
+        tracing::warn!(
+            "durability is off: acknowledged links can be lost in a crash; use for benchmarks only"
+        );
+    }
+    Ok(Arc::new(store))
+}

@@ -1,0 +1,58 @@
+//! SQLite's memory statistics switch (MEMSTATUS), set once per process.
+//!
+//! With MEMSTATUS on, every `sqlite3_malloc`/`sqlite3_free` in the process
+//! takes one global mutex to keep `sqlite3_memory_used()` exact. Threads that
+//! allocate a lot inside SQLite (opening connections, preparing statements)
+//! then queue on that mutex. The build sets `SQLITE_DEFAULT_MEMSTATUS=0`
+//! (`.cargo/config.toml`), and [`configure`] sets it again at run time so the
+//! choice holds even in a build made without that file.
+
+use std::sync::OnceLock;
+
+use rusqlite::ffi;
+
+static CONFIGURED: OnceLock<bool> = OnceLock::new();
+
+#[derive(Debug, thiserror::Error)]
+pub enum MemstatusError {
+    #[error(
+        "sqlite3_config(SQLITE_CONFIG_MEMSTATUS) returned {0}: SQLite was already initialised, \
+         so MEMSTATUS must be configured before the first connection opens"
+    )]
+    TooLate(i32),
+    #[error("MEMSTATUS was already configured as {0} in this process")]
+    AlreadySet(bool),
+}
+
+/// Turns SQLite's memory statistics on or off for the whole process.
+///
+/// Must run before anything opens a connection: `sqlite3_config` is refused
+/// once SQLite has initialised. Calling it again with the same value is a
+/// no-op, so test harnesses can call it from every test.
+pub fn configure(on: bool) -> Result<(), MemstatusError> {
+    let mut result = Ok(());
+    let set = *CONFIGURED.get_or_init(|| {
+        // SAFETY: sqlite3_config is documented as safe to call before
+        // sqlite3_initialize, from one thread; OnceLock gives us both. After
+        // initialisation it returns SQLITE_MISUSE, which we report.
+        let rc = unsafe { ffi::sqlite3_config(ffi::SQLITE_CONFIG_MEMSTATUS, i32::from(on)) };
+        if rc != ffi::SQLITE_OK {
+            result = Err(MemstatusError::TooLate(rc));
+        }
+        on
+    });
+    result?;
+    if set != on {
+        return Err(MemstatusError::AlreadySet(set));
+    }
+    Ok(())
+}
+
+/// Reads the state back from SQLite itself rather than trusting the request:
+/// with MEMSTATUS off, `sqlite3_memory_used()` stays 0, and any open
+/// connection has allocated memory, so a non-zero count means it is on.
+/// Only meaningful while at least one connection is open.
+pub fn active() -> bool {
+    // SAFETY: a plain read of a counter; thread-safe in SQLite's API.
+    unsafe { ffi::sqlite3_memory_used() > 0 }
+}

@@ -1,0 +1,237 @@
+//! The read side: connections for point lookups, either kept and reused
+//! (with their prepared statements and their read snapshot) or opened anew
+//! for every request.
+//!
+//! A kept connection also keeps its read transaction open between lookups
+//! for as long as nothing has been committed since it began: a snapshot that
+//! no commit has overtaken is as current as a new one, and beginning one
+//! costs about a fifth of a pooled lookup (README, "Storage design").
+//! [`Epoch`] is how readers learn that a commit (or a checkpoint) happened.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, OptionalExtension};
+
+use super::connection::{self, Role};
+use super::{ConnectionMode, SqliteSettings};
+use crate::domain::{ShortCode, TargetUrl};
+
+const SELECT_TARGET: &str = "SELECT target FROM links WHERE code = ?1";
+
+/// Longest a read snapshot is reused even when no commit of ours overtook
+/// it: it bounds how late a change made by another process (an operator's
+/// `sqlite3` session, say) becomes visible, and how long an idle
+/// connection can hold on to old WAL frames.
+const MAX_SNAPSHOT_AGE: Duration = Duration::from_millis(100);
+
+/// Counts the changes readers must not miss: the writer advances it after
+/// every commit (before any reply for that commit is sent) and the
+/// checkpointer after every checkpoint. A snapshot taken at epoch `e` is
+/// current for as long as the epoch is still `e`.
+#[derive(Debug, Default)]
+pub(super) struct Epoch(AtomicU64);
+
+impl Epoch {
+    pub(super) fn advance(&self) {
+        self.0.fetch_add(1, Ordering::Release);
+    }
+
+    fn current(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// Counters for `/stats`, and for the test that checks snapshots are
+/// reused.
+#[derive(Debug, Default)]
+pub(super) struct ReaderStats {
+    lookups: AtomicU64,
+    snapshots: AtomicU64,
+}
+
+/// The `/stats` view of the readers' counters.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ReaderCounts {
+    pub lookups: u64,
+    pub snapshots: u64,
+}
+
+/// A pooled connection and the read transaction it may hold open.
+struct Reader {
+    conn: Connection,
+    snapshot: Option<Snapshot>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Snapshot {
+    epoch: u64,
+    began: Instant,
+}
+
+impl Reader {
+    fn is_current(&self, epoch: u64) -> bool {
+        matches!(self.snapshot, Some(s) if s.epoch == epoch && s.began.elapsed() < MAX_SNAPSHOT_AGE)
+    }
+
+    /// Runs `f` inside a read transaction, reusing the open one if it is
+    /// still current. `epoch` must have been read before this call: a
+    /// commit between that read and the new snapshot only makes the
+    /// snapshot look older than it is, never newer.
+    fn run<T>(
+        &mut self,
+        epoch: u64,
+        stats: &ReaderStats,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        if !self.is_current(epoch) {
+            self.end()?;
+        }
+        if self.snapshot.is_none() {
+            // Deferred: the snapshot itself is taken by the first SELECT.
+            self.conn.prepare_cached("BEGIN")?.execute([])?;
+            self.snapshot = Some(Snapshot {
+                epoch,
+                began: Instant::now(),
+            });
+            stats.snapshots.fetch_add(1, Ordering::Relaxed);
+        }
+        let result = f(&self.conn);
+        if result.is_err() {
+            // Start the next lookup from a clean state whatever went wrong.
+            let _ = self.end();
+        }
+        result
+    }
+
+    /// Ends the open read transaction, if any.
+    fn end(&mut self) -> rusqlite::Result<()> {
+        self.snapshot = None;
+        if !self.conn.is_autocommit() {
+            self.conn.prepare_cached("COMMIT")?.execute([])?;
+        }
+        Ok(())
+    }
+}
+
+/// Idle reader connections. A plain mutex-guarded stack: it is held only to
+/// push or pop, never during a query, so on a handful of cores it is not
+/// contended; a connection is opened when the stack is empty and dropped
+/// when it is full, so the pool follows the real concurrency.
+pub(super) struct Readers {
+    path: PathBuf,
+    settings: SqliteSettings,
+    idle: Mutex<Vec<Reader>>,
+    max_idle: usize,
+    epoch: std::sync::Arc<Epoch>,
+    /// Cleared while a checkpoint must wait for every reader to leave the
+    /// WAL: connections then end their snapshot when they are checked in.
+    reuse: AtomicBool,
+    stats: ReaderStats,
+}
+
+impl Readers {
+    pub(super) fn new(
+        path: PathBuf,
+        settings: SqliteSettings,
+        epoch: std::sync::Arc<Epoch>,
+    ) -> Self {
+        let max_idle = settings.max_readers;
+        Self {
+            path,
+            settings,
+            idle: Mutex::new(Vec::with_capacity(max_idle)),
+            max_idle,
+            epoch,
+            reuse: AtomicBool::new(true),
+            stats: ReaderStats::default(),
+        }
+    }
+
+    pub(super) fn get(&self, code: &ShortCode) -> rusqlite::Result<Option<TargetUrl>> {
+        self.stats.lookups.fetch_add(1, Ordering::Relaxed);
+        self.with_connection(|conn| {
+            conn.prepare_cached(SELECT_TARGET)?
+                .query_row([code.as_str()], |r| {
+                    r.get_ref(0)?
+                        .as_str()
+                        .map(TargetUrl::from_trusted)
+                        .map_err(Into::into)
+                })
+                .optional()
+        })
+    }
+
+    pub(super) fn counts(&self) -> ReaderCounts {
+        ReaderCounts {
+            lookups: self.stats.lookups.load(Ordering::Relaxed),
+            snapshots: self.stats.snapshots.load(Ordering::Relaxed),
+        }
+    }
+
+    fn with_connection<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        match self.settings.connections {
+            ConnectionMode::PerRequest => {
+                let conn = connection::open(&self.path, &self.settings, Role::Reader)?;
+                f(&conn)
+            }
+            ConnectionMode::Pooled => {
+                let epoch = self.epoch.current();
+                let mut reader = self.checkout()?;
+                let result = reader.run(epoch, &self.stats, f);
+                self.checkin(reader);
+                result
+            }
+        }
+    }
+
+    fn checkout(&self) -> rusqlite::Result<Reader> {
+        let popped = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        match popped {
+            Some(reader) => Ok(reader),
+            None => Ok(Reader {
+                conn: connection::open(&self.path, &self.settings, Role::Reader)?,
+                snapshot: None,
+            }),
+        }
+    }
+
+    fn checkin(&self, mut reader: Reader) {
+        // An idle connection must not hold on to a snapshot that a commit
+        // has overtaken: it would keep the checkpointer from recycling the
+        // WAL. A connection that cannot end its transaction is dropped.
+        let keep_snapshot =
+            self.reuse.load(Ordering::Acquire) && reader.is_current(self.epoch.current());
+        if !keep_snapshot && reader.end().is_err() {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < self.max_idle {
+            idle.push(reader);
+        }
+    }
+
+    /// Ends the snapshots of idle connections that are no longer current
+    /// (all of them when `all`). The checkpointer calls this, so that a
+    /// connection nobody has used since a commit does not pin old frames.
+    pub(super) fn release_snapshots(&self, all: bool) {
+        let epoch = self.epoch.current();
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.retain_mut(|reader| (!all && reader.is_current(epoch)) || reader.end().is_ok());
+    }
+
+    /// Stops (or resumes) keeping snapshots across lookups.
+    pub(super) fn set_reuse(&self, on: bool) {
+        self.reuse.store(on, Ordering::Release);
+    }
+
+    /// Closes the idle connections; used at shutdown.
+    pub(super) fn close(&self) {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+}

@@ -1,0 +1,68 @@
+//! How a create's caller hears the outcome: the reply channel, and sending
+//! a batch of outcomes from the writer's thread.
+//!
+//! A batch's answers go to the runtime as one task rather than one wake-up
+//! per create, which had cost a context switch per reply (docs/benchmarks.md,
+//! "Answers as one task").
+
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+use crate::domain::ShortCode;
+use crate::store::StoreError;
+
+/// Where the writer sends one create's outcome.
+pub(super) type Reply = oneshot::Sender<Result<ShortCode, StoreError>>;
+
+pub(super) type Outcome = (Reply, Result<ShortCode, StoreError>);
+
+#[derive(Clone)]
+pub(super) struct Replies {
+    /// The runtime that serves requests; `None` when the store was opened
+    /// outside one (tools, some tests), and then replies go out directly.
+    runtime: Option<Handle>,
+}
+
+impl Replies {
+    pub(super) fn new() -> Self {
+        Self {
+            runtime: Handle::try_current().ok(),
+        }
+    }
+
+    /// Replies that always go out from the calling thread.
+    pub(super) fn direct() -> Self {
+        Self { runtime: None }
+    }
+
+    /// Answers every one of `replies` with the same error.
+    pub(super) fn fail_all(
+        &self,
+        replies: impl IntoIterator<Item = Reply>,
+        error: impl Fn() -> StoreError,
+    ) {
+        self.send(
+            replies
+                .into_iter()
+                .map(|reply| (reply, Err(error())))
+                .collect(),
+        );
+    }
+
+    pub(super) fn send(&self, outcomes: Vec<Outcome>) {
+        match &self.runtime {
+            // A runtime that is shutting down drops the task, and with it
+            // the senders: their receivers see the store as closed.
+            Some(rt) if outcomes.len() > 1 => {
+                rt.spawn(async move { send_now(outcomes) });
+            }
+            _ => send_now(outcomes),
+        }
+    }
+}
+
+fn send_now(outcomes: Vec<Outcome>) {
+    for (reply, outcome) in outcomes {
+        let _ = reply.send(outcome);
+    }
+}

@@ -1,0 +1,397 @@
+//! The single writer and its group commit.
+//!
+//! SQLite allows one writer at a time, and a durable commit costs an fsync.
+//! So all creates go through one bounded queue to one thread, which takes
+//! whatever is queued (up to `batch_max`), inserts it in one transaction and
+//! commits it; at full durability it then syncs the WAL once for all commits
+//! made while creates kept arriving (walsync.rs), and only then answers. A
+//! lone create is committed and synced at once: the writer never waits for
+//! a batch to fill.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, ErrorCode};
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+
+use super::SqliteSettings;
+use super::readers::Epoch;
+use super::replies::{Replies, Reply};
+use super::walsync::{self, SyncCounts, SyncStats, WalSync};
+use crate::domain::{CodeGenerator, ShortCode, TargetUrl};
+use crate::store::StoreError;
+
+/// How often one request may draw a fresh code after a collision. With
+/// 62^10 codes a second draw is already astronomically rare; hitting the
+/// bound means the code length is too short for the table.
+const MAX_CODE_ATTEMPTS: u32 = 16;
+
+const INSERT: &str = "INSERT INTO links (code, target, created_at) VALUES (?1, ?2, ?3)";
+
+enum Message {
+    Create { target: TargetUrl, reply: Reply },
+    Shutdown,
+}
+
+/// Counters the writer keeps for `/stats`, for the checkpointer (which
+/// looks for new commits) and for tests that check that concurrent creates
+/// share commits.
+#[derive(Debug, Default)]
+pub(super) struct WriterStats {
+    commits: AtomicU64,
+    rows: AtomicU64,
+    failed_batches: AtomicU64,
+    code_collisions: AtomicU64,
+    largest_batch: AtomicU64,
+    rejected_full: AtomicU64,
+    /// Rows in the table: counted once at start, then one per insert, so
+    /// that `/stats` never scans the table.
+    links: AtomicU64,
+}
+
+/// The `/stats` view of [`WriterStats`].
+#[derive(Debug, Clone, Serialize)]
+pub struct WriterCounts {
+    pub commits: u64,
+    pub rows: u64,
+    pub largest_batch: u64,
+    pub failed_batches: u64,
+    pub code_collisions: u64,
+    pub rejected_queue_full: u64,
+}
+
+impl WriterStats {
+    pub(super) fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+}
+
+pub(super) struct Writer {
+    tx: mpsc::Sender<Message>,
+    thread: std::sync::Mutex<Option<JoinHandle<()>>>,
+    stats: Arc<WriterStats>,
+    sync_stats: Arc<SyncStats>,
+    capacity: usize,
+}
+
+impl Writer {
+    /// Starts the writer thread with the already-migrated connection from
+    /// start-up. The writer keeps it in every connection mode: it is a
+    /// thread, not a request. That also keeps one connection open at all
+    /// times, so a per-request reader is never the last connection, whose
+    /// close would checkpoint and delete the WAL on every request.
+    pub(super) fn start(
+        conn: Connection,
+        db: &Path,
+        settings: &SqliteSettings,
+        codes: CodeGenerator,
+        epoch: Arc<Epoch>,
+    ) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel(settings.write_queue);
+        let stats = Arc::new(WriterStats::default());
+        let sync_stats = Arc::new(SyncStats::default());
+        let replies = Replies::new();
+        let preallocate = settings.wal_preallocate_applied();
+        if preallocate > 0 {
+            match walsync::preallocate(&conn, db, preallocate) {
+                Ok(added) if added > 0 => {
+                    tracing::debug!(bytes = added, "preallocated the WAL with zeros");
+                }
+                Ok(_) => {}
+                // Only slower, not less safe: go on without.
+                Err(e) => tracing::warn!(error = %e, "could not preallocate the WAL"),
+            }
+        }
+        // Creates are numbered on from the highest id, so that a restart
+        // continues the current code bucket (see CodeGenerator).
+        let (sequence, links): (i64, i64) = conn
+            .query_row(
+                "SELECT coalesce(max(id), 0), count(*) FROM links",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(std::io::Error::other)?;
+        stats.links.store(links.max(0) as u64, Ordering::Relaxed);
+        let wal_sync = settings
+            .grouped_sync()
+            .then(|| WalSync::new(db, Arc::clone(&sync_stats)));
+        let thread_stats = Arc::clone(&stats);
+        let thread_sync_stats = Arc::clone(&sync_stats);
+        let capacity = settings.write_queue;
+        let batch_max = settings.batch_max;
+        let thread = std::thread::Builder::new()
+            .name("litelink-writer".into())
+            .spawn(move || {
+                let mut w = WriterThread {
+                    conn,
+                    batch_max,
+                    codes,
+                    sequence: sequence.max(0) as u64,
+                    stats: thread_stats,
+                    sync_stats: thread_sync_stats,
+                    wal_sync,
+                    epoch,
+                    replies,
+                };
+                w.run(rx);
+            })?;
+        Ok(Self {
+            tx,
+            thread: std::sync::Mutex::new(Some(thread)),
+            stats,
+            sync_stats,
+            capacity,
+        })
+    }
+
+    pub(super) async fn create(&self, target: TargetUrl) -> Result<ShortCode, StoreError> {
+        if let Some(why) = self.sync_stats.writes_stopped() {
+            return Err(StoreError::WritesStopped(why.clone()));
+        }
+        let (reply, answer) = oneshot::channel();
+        match self.tx.try_send(Message::Create { target, reply }) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.stats.rejected_full.fetch_add(1, Ordering::Relaxed);
+                return Err(StoreError::Busy);
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(StoreError::Closed),
+        }
+        // The writer drops the sender only if it dies mid-batch.
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    pub(super) fn queue_len(&self) -> usize {
+        self.capacity - self.tx.capacity()
+    }
+
+    pub(super) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub(super) fn stats(&self) -> Arc<WriterStats> {
+        Arc::clone(&self.stats)
+    }
+
+    pub(super) fn links(&self) -> u64 {
+        self.stats.links.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn counts(&self) -> WriterCounts {
+        let s = &self.stats;
+        WriterCounts {
+            commits: s.commits.load(Ordering::Relaxed),
+            rows: s.rows.load(Ordering::Relaxed),
+            largest_batch: s.largest_batch.load(Ordering::Relaxed),
+            failed_batches: s.failed_batches.load(Ordering::Relaxed),
+            code_collisions: s.code_collisions.load(Ordering::Relaxed),
+            rejected_queue_full: s.rejected_full.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(super) fn sync_counts(&self) -> SyncCounts {
+        self.sync_stats.counts()
+    }
+
+    /// Tests only: the next `n` WAL syncs fail as if the disk returned EIO.
+    #[cfg(test)]
+    pub(super) fn fail_next_syncs(&self, n: u32) {
+        self.sync_stats.fail_syncs.store(n, Ordering::Relaxed);
+    }
+
+    /// Lets the writer finish everything queued before this call, then
+    /// waits for its thread to close the connection.
+    pub(super) async fn close(&self) {
+        // `send` waits for room, so a full queue still drains first.
+        let _ = self.tx.send(Message::Shutdown).await;
+        let handle = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(handle) = handle {
+            let _ = tokio::task::spawn_blocking(move || handle.join()).await;
+        }
+    }
+}
+
+struct WriterThread {
+    conn: Connection,
+    batch_max: usize,
+    codes: CodeGenerator,
+    /// How many codes were drawn: consecutive creates share a code prefix.
+    sequence: u64,
+    stats: Arc<WriterStats>,
+    sync_stats: Arc<SyncStats>,
+    /// Set for full durability with group commit: replies wait for its
+    /// fsync.
+    wal_sync: Option<WalSync>,
+    /// Advanced after every commit, before its replies go out, so that a
+    /// client that got a 201 never reads through an older snapshot.
+    epoch: Arc<Epoch>,
+    replies: Replies,
+}
+
+impl WriterThread {
+    fn run(&mut self, mut rx: mpsc::Receiver<Message>) {
+        let mut batch: Vec<(TargetUrl, Reply)> = Vec::with_capacity(self.batch_max);
+        let mut shutting_down = false;
+        while !shutting_down {
+            let Some(first) = rx.blocking_recv() else {
+                break;
+            };
+            // Let the request threads run once before taking the batch:
+            // on a busy machine they hold creates that are about to be
+            // queued, and a bigger batch shares one commit among more of
+            // them. With nothing else runnable this returns at once, so a
+            // lone create under low load waits for nothing.
+            std::thread::yield_now();
+            let mut next = Some(first);
+            while let Some(msg) = next.take() {
+                match msg {
+                    Message::Create { target, reply } => batch.push((target, reply)),
+                    Message::Shutdown => {
+                        shutting_down = true;
+                        break;
+                    }
+                }
+                if batch.len() < self.batch_max {
+                    next = rx.try_recv().ok();
+                }
+            }
+            if !batch.is_empty() {
+                self.commit_batch(&mut batch);
+            }
+            // Sync once nothing more is queued: everything committed since
+            // the last sync shares this one. `batch_max` bounds how long a
+            // queue that never empties can defer it.
+            if let Some(sync) = &mut self.wal_sync
+                && (rx.is_empty() || shutting_down || sync.held() >= self.batch_max)
+            {
+                sync.sync_and_answer(&self.replies);
+            }
+        }
+        if let Some(sync) = &mut self.wal_sync {
+            sync.sync_and_answer(&self.replies);
+        }
+        rx.close();
+        // Anything still queued after a shutdown was sent after close():
+        // answer it rather than leave its caller hanging.
+        while let Ok(Message::Create { reply, .. }) = rx.try_recv() {
+            let _ = reply.send(Err(StoreError::Closed));
+        }
+        tracing::debug!("writer stopped");
+    }
+
+    fn commit_batch(&mut self, batch: &mut Vec<(TargetUrl, Reply)>) {
+        // Creates queued before a sync failed are refused like later ones:
+        // nothing more is written to a WAL the disk may not hold.
+        if let Some(why) = self.sync_stats.writes_stopped() {
+            self.replies
+                .fail_all(batch.drain(..).map(|(_, reply)| reply), || {
+                    StoreError::WritesStopped(why.clone())
+                });
+            return;
+        }
+        let outcome = insert_all(
+            &self.conn,
+            batch,
+            &self.codes,
+            &mut self.sequence,
+            &self.stats,
+        );
+        match outcome {
+            Ok(codes) => {
+                self.epoch.advance();
+                let n = codes.len() as u64;
+                self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                self.stats.rows.fetch_add(n, Ordering::Relaxed);
+                self.stats.links.fetch_add(n, Ordering::Relaxed);
+                self.stats.largest_batch.fetch_max(n, Ordering::Relaxed);
+                let acks = batch.drain(..).map(|(_, reply)| reply).zip(codes);
+                match &mut self.wal_sync {
+                    Some(sync) => sync.hold(acks),
+                    None => self
+                        .replies
+                        .send(acks.map(|(reply, code)| (reply, Ok(code))).collect()),
+                }
+            }
+            Err(e) => {
+                // The transaction rolled back as a whole: nothing in this
+                // batch was stored, so every request in it is told so, and
+                // the next batch starts clean.
+                self.stats.failed_batches.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(error = %e, rows = batch.len(), "write batch failed and was rolled back");
+                let message = e.to_string();
+                self.replies
+                    .fail_all(batch.drain(..).map(|(_, reply)| reply), || {
+                        StoreError::Task(message.clone())
+                    });
+            }
+        }
+    }
+}
+
+/// Inserts every target in one transaction and commits it. A code collision
+/// is retried with a fresh code for that row alone: a failed INSERT on a
+/// UNIQUE constraint undoes only its own statement, not the transaction.
+fn insert_all(
+    conn: &Connection,
+    batch: &[(TargetUrl, Reply)],
+    codes: &CodeGenerator,
+    sequence: &mut u64,
+    stats: &WriterStats,
+) -> Result<Vec<ShortCode>, StoreError> {
+    let now = now_millis();
+    // BEGIN and COMMIT are cached statements like the INSERT: parsing them
+    // anew for every batch cost a visible share of the writer's time.
+    conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+    let written = (|| {
+        let mut out = Vec::with_capacity(batch.len());
+        let mut stmt = conn.prepare_cached(INSERT)?;
+        for (target, _) in batch {
+            out.push(insert_one(&mut stmt, target, now, codes, sequence, stats)?);
+        }
+        drop(stmt);
+        conn.prepare_cached("COMMIT")?.execute([])?;
+        Ok(out)
+    })();
+    if written.is_err() && !conn.is_autocommit() {
+        // Undo the whole batch, so that the next one starts clean.
+        if let Err(e) = conn.execute_batch("ROLLBACK") {
+            tracing::error!(error = %e, "rollback of a failed batch failed");
+        }
+    }
+    written
+}
+
+fn insert_one(
+    stmt: &mut rusqlite::CachedStatement<'_>,
+    target: &TargetUrl,
+    now: i64,
+    codes: &CodeGenerator,
+    sequence: &mut u64,
+    stats: &WriterStats,
+) -> Result<ShortCode, StoreError> {
+    for _ in 0..MAX_CODE_ATTEMPTS {
+        *sequence = sequence.wrapping_add(1);
+        let code = codes.generate(*sequence);
+        match stmt.execute((code.as_str(), target.as_str(), now)) {
+            Ok(_) => return Ok(code),
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == ErrorCode::ConstraintViolation =>
+            {
+                stats.code_collisions.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(StoreError::CodeSpaceExhausted(MAX_CODE_ATTEMPTS))
+}
+
+fn now_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

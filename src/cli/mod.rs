@@ -1,0 +1,99 @@
+//! The command line: clap's types live here and nowhere below. Each
+//! subcommand's arguments turn into the library's own settings
+//! ([`Settings`](litelink_service::Settings), `StressConfig`,
+//! `BenchOptions`), whose defaults they show in `--help`.
+
+mod bench;
+mod serve;
+mod stress;
+
+use std::str::FromStr;
+
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::{Parser, Subcommand};
+
+pub use bench::BenchArgs;
+pub use serve::{DoctorArgs, ServeArgs};
+pub use stress::StressArgs;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "litelink",
+    version,
+    about = "A fast, durable URL shortener on SQLite"
+)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Options for `serve`, which also runs when no subcommand is given.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the service (the default).
+    Serve(ServeArgs),
+    /// Print SQLite's build facts and check a database; non-zero exit status
+    /// when something is wrong.
+    Doctor(DoctorArgs),
+    /// Load-test a server that has the seed API (litelink or any other).
+    Stress(StressArgs),
+    /// Reproduce both articles' experiments and write a report with charts.
+    Bench(BenchArgs),
+}
+
+impl Cli {
+    /// The command to run: `serve` when none was named.
+    pub fn into_command(self) -> Command {
+        self.command.unwrap_or(Command::Serve(self.serve))
+    }
+}
+
+/// A value parser for the library's keyword enums (strum's `EnumString`
+/// and `VariantNames`), listing the keywords in `--help`.
+fn keyword<T>() -> impl TypedValueParser<Value = T>
+where
+    T: FromStr<Err = strum::ParseError> + strum::VariantNames + Clone + Send + Sync + 'static,
+{
+    PossibleValuesParser::new(T::VARIANTS).try_map(|s| s.parse::<T>())
+}
+
+/// `on` or `off`, for boolean switches that name their default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+impl OnOff {
+    pub fn is_on(self) -> bool {
+        self == Self::On
+    }
+}
+
+/// The word for a default that is a `bool`.
+fn on_off(on: bool) -> &'static str {
+    if on { "on" } else { "off" }
+}
+
+/// Checks a `--NAME SECONDS` option given as a float.
+fn seconds(name: &str, v: f64) -> Result<std::time::Duration, String> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(std::time::Duration::from_secs_f64(v))
+    } else {
+        Err(format!("--{name} must be a non-negative number of seconds"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,264 @@
+//! `litelink serve` and `litelink doctor`: options grouped as the help
+//! shows them, turned into [`Settings`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use litelink_service::Settings;
+use litelink_service::cache::CacheMode;
+use litelink_service::domain::code::{MAX_GENERATED_LEN, MIN_GENERATED_LEN};
+use litelink_service::http::RedirectStatus;
+use litelink_service::store::StoreSettings;
+use litelink_service::store::sqlite::{ConnectionMode, Durability, ReadOn};
+
+use super::{OnOff, keyword, on_off};
+
+/// Every default shown below comes from here.
+fn d() -> Settings {
+    Settings::default()
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub server: ServerArgs,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    #[command(flatten)]
+    pub lab: LabArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Server")]
+pub struct ServerArgs {
+    /// Address to listen on.
+    #[arg(long, env = "LITELINK_LISTEN", default_value_t = d().listen)]
+    pub listen: SocketAddr,
+
+    /// Public base URL for the `short_url` field, e.g. https://s.example.com
+    /// (default: http:// and the request's Host).
+    #[arg(long, env = "LITELINK_PUBLIC_URL")]
+    pub public_url: Option<String>,
+
+    /// Status of `GET /{code}`.
+    #[arg(long, env = "LITELINK_REDIRECT_STATUS", value_parser = keyword::<RedirectStatus>(),
+          default_value_t = d().http.redirect_status)]
+    pub redirect_status: RedirectStatus,
+
+    /// Largest request body accepted, in bytes (413 above it).
+    #[arg(long, env = "LITELINK_MAX_BODY_BYTES", default_value_t = d().http.max_body_bytes)]
+    pub max_body_bytes: usize,
+
+    /// Seconds a request may take before it is answered 503.
+    #[arg(long, env = "LITELINK_REQUEST_TIMEOUT",
+          default_value_t = d().http.request_timeout.as_secs())]
+    pub request_timeout: u64,
+}
+
+/// The database file, shared by `serve` and `doctor`.
+#[derive(Debug, Clone, Args)]
+pub struct DbArgs {
+    /// SQLite database file; created with its schema on first start.
+    #[arg(long, env = "LITELINK_DB", default_value_os_t = d().store.db)]
+    pub db: PathBuf,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Storage")]
+pub struct StorageArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+
+    /// What a 201 promises: `full` survives power loss, `normal` a process
+    /// crash, `off` nothing (benchmarks only).
+    #[arg(long, env = "LITELINK_DURABILITY", value_parser = keyword::<Durability>(),
+          default_value_t = d().store.sqlite.durability)]
+    pub durability: Durability,
+
+    /// Most creates in one group commit (1: one commit per create).
+    #[arg(long, env = "LITELINK_WRITE_BATCH_MAX",
+          default_value_t = d().store.sqlite.batch_max as u32,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub write_batch_max: u32,
+
+    /// Creates that may wait for the writer; beyond it `POST /link` answers
+    /// 503 with Retry-After.
+    #[arg(long, env = "LITELINK_WRITE_QUEUE",
+          default_value_t = d().store.sqlite.write_queue as u32,
+          value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub write_queue: u32,
+
+    /// Milliseconds SQLite waits for a lock held by another process.
+    #[arg(long, env = "LITELINK_SQLITE_BUSY_TIMEOUT_MS",
+          default_value_t = d().store.sqlite.busy_timeout.as_millis() as u64)]
+    pub sqlite_busy_timeout_ms: u64,
+
+    /// Length of generated codes (characters of [A-Za-z0-9]).
+    #[arg(long, env = "LITELINK_CODE_LENGTH", default_value_t = d().codes.length as u8,
+          value_parser = clap::value_parser!(u8).range(MIN_GENERATED_LEN as i64..=MAX_GENERATED_LEN as i64))]
+    pub code_length: u8,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Cache")]
+pub struct CacheArgs {
+    /// Cache in front of SQLite.
+    #[arg(long, env = "LITELINK_CACHE", value_parser = keyword::<CacheMode>(),
+          default_value_t = d().cache.mode)]
+    pub cache: CacheMode,
+
+    /// Entries the in-process cache holds.
+    #[arg(long, env = "LITELINK_CACHE_CAPACITY", default_value_t = d().cache.capacity)]
+    pub cache_capacity: usize,
+
+    /// Milliseconds an unknown code is remembered as unknown (0: never).
+    #[arg(long, env = "LITELINK_CACHE_NEGATIVE_TTL_MS",
+          default_value_t = d().cache.negative_ttl.as_millis() as u64)]
+    pub cache_negative_ttl_ms: u64,
+
+    /// Valkey (or Redis) server for `--cache valkey|tiered`.
+    #[arg(long, env = "LITELINK_VALKEY_URL", default_value_t = d().cache.valkey.url)]
+    pub valkey_url: String,
+
+    /// Prefix of every key litelink writes to Valkey.
+    #[arg(long, env = "LITELINK_VALKEY_PREFIX", default_value_t = d().cache.valkey.prefix)]
+    pub valkey_prefix: String,
+
+    /// Seconds a link stays in Valkey (0: until Valkey evicts it).
+    #[arg(long, env = "LITELINK_VALKEY_TTL",
+          default_value_t = d().cache.valkey.ttl.map_or(0, |t| t.as_secs()))]
+    pub valkey_ttl: u64,
+
+    /// Milliseconds each Valkey call may take before the lookup falls
+    /// through to SQLite.
+    #[arg(long, env = "LITELINK_VALKEY_TIMEOUT_MS",
+          default_value_t = d().cache.valkey.timeout.as_millis() as u64)]
+    pub valkey_timeout_ms: u64,
+}
+
+/// SQLite's MEMSTATUS, shared by `serve` and `doctor`.
+#[derive(Debug, Clone, Args)]
+pub struct MemstatusArgs {
+    /// SQLite's process-wide memory statistics. `on` puts a global mutex
+    /// around every SQLite allocation.
+    #[arg(long, env = "LITELINK_SQLITE_MEMSTATUS", value_enum,
+          default_value = on_off(d().store.sqlite.memstatus))]
+    pub sqlite_memstatus: OnOff,
+}
+
+/// Switches for experiments: the defaults are what production wants.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Benchmark switches")]
+pub struct LabArgs {
+    #[command(flatten)]
+    pub memstatus: MemstatusArgs,
+
+    /// `pooled` reuses connections and their prepared statements;
+    /// `per-request` opens a connection for every read (the first
+    /// article's set-up).
+    #[arg(long, env = "LITELINK_SQLITE_CONNECTIONS", value_parser = keyword::<ConnectionMode>(),
+          default_value_t = d().store.sqlite.connections)]
+    pub sqlite_connections: ConnectionMode,
+
+    /// Where lookups run: on the async worker thread, or on the blocking pool.
+    #[arg(long, env = "LITELINK_SQLITE_READ_ON", value_parser = keyword::<ReadOn>(),
+          default_value_t = d().store.sqlite.read_on)]
+    pub sqlite_read_on: ReadOn,
+
+    /// SQLite's page cache; `off` sets cache_size=0 and temp_store=0 on every
+    /// connection (the second article's experiment).
+    #[arg(long, env = "LITELINK_SQLITE_PAGE_CACHE", value_enum,
+          default_value = on_off(d().store.sqlite.page_cache))]
+    pub sqlite_page_cache: OnOff,
+
+    /// Commit concurrent creates together; `off` is `--write-batch-max 1`.
+    #[arg(long, env = "LITELINK_GROUP_COMMIT", value_enum,
+          default_value = on_off(d().store.sqlite.batch_max > 1))]
+    pub group_commit: OnOff,
+
+    /// Start generated codes (8 characters or more) with a 2-character
+    /// prefix that 1,024 consecutive creates share (README, "API");
+    /// `off`: every character random.
+    #[arg(long, env = "LITELINK_CODE_LOCALITY", value_enum,
+          default_value = on_off(d().codes.locality))]
+    pub code_locality: OnOff,
+
+    /// At full durability, extend the WAL with zeros to this many MiB at
+    /// start-up, so that each sync overwrites allocated blocks (0: off).
+    #[arg(long, env = "LITELINK_WAL_PREALLOCATE_MIB",
+          default_value_t = (d().store.sqlite.wal_preallocate >> 20) as u32,
+          value_parser = clap::value_parser!(u32).range(0..=65_536))]
+    pub wal_preallocate_mib: u32,
+}
+
+impl ServeArgs {
+    pub fn settings(&self) -> Settings {
+        let Self {
+            server,
+            storage,
+            cache,
+            lab,
+        } = self;
+        let mut s = Settings {
+            listen: server.listen,
+            ..Settings::default()
+        };
+        s.http.redirect_status = server.redirect_status;
+        s.http.public_url = server.public_url.clone();
+        s.http.max_body_bytes = server.max_body_bytes;
+        s.http.request_timeout = Duration::from_secs(server.request_timeout);
+
+        s.codes.length = usize::from(storage.code_length);
+        s.codes.locality = lab.code_locality.is_on();
+        s.store = store_settings(&storage.db, &lab.memstatus);
+        let sqlite = &mut s.store.sqlite;
+        sqlite.durability = storage.durability;
+        sqlite.batch_max = if lab.group_commit.is_on() {
+            storage.write_batch_max as usize
+        } else {
+            1
+        };
+        sqlite.write_queue = storage.write_queue as usize;
+        sqlite.busy_timeout = Duration::from_millis(storage.sqlite_busy_timeout_ms);
+        sqlite.connections = lab.sqlite_connections;
+        sqlite.read_on = lab.sqlite_read_on;
+        sqlite.page_cache = lab.sqlite_page_cache.is_on();
+        sqlite.wal_preallocate = u64::from(lab.wal_preallocate_mib) << 20;
+
+        s.cache.mode = cache.cache;
+        s.cache.capacity = cache.cache_capacity;
+        s.cache.negative_ttl = Duration::from_millis(cache.cache_negative_ttl_ms);
+        s.cache.valkey.url = cache.valkey_url.clone();
+        s.cache.valkey.prefix = cache.valkey_prefix.clone();
+        s.cache.valkey.ttl = (cache.valkey_ttl > 0).then(|| Duration::from_secs(cache.valkey_ttl));
+        s.cache.valkey.timeout = Duration::from_millis(cache.valkey_timeout_ms.max(1));
+        s
+    }
+}
+
+fn store_settings(db: &DbArgs, memstatus: &MemstatusArgs) -> StoreSettings {
+    let mut store = StoreSettings {
+        db: db.db.clone(),
+        ..StoreSettings::default()
+    };
+    store.sqlite.memstatus = memstatus.sqlite_memstatus.is_on();
+    store
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DoctorArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    #[command(flatten)]
+    pub memstatus: MemstatusArgs,
+}
+
+impl DoctorArgs {
+    pub fn settings(&self) -> StoreSettings {
+        store_settings(&self.db, &self.memstatus)
+    }
+}
