@@ -37,11 +37,42 @@ pub fn write_all(results: &Results, out: &Path) -> anyhow::Result<Vec<Chart>> {
     Ok(charts)
 }
 
-/// A white SVG canvas of `width` x `height` pixels at `path`.
-fn canvas(path: &Path, size: (u32, u32)) -> anyhow::Result<DrawingArea<SVGBackend<'_>, Shift>> {
-    let root = SVGBackend::new(path, size).into_drawing_area();
+type Canvas<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+
+/// Draws one chart of experiment `e` on a white SVG canvas of `size`
+/// pixels, written to `out/file`.
+fn svg(
+    e: &ExperimentResult,
+    out: &Path,
+    file: String,
+    title: String,
+    size: (u32, u32),
+    draw: impl FnOnce(&Canvas<'_>, &str) -> anyhow::Result<()>,
+) -> anyhow::Result<Chart> {
+    let path = out.join(&file);
+    let root = SVGBackend::new(&path, size).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
-    Ok(root)
+    draw(&root, &title)?;
+    root.present().map_err(err)?;
+    Ok(Chart {
+        experiment: e.experiment.id,
+        title,
+        file,
+    })
+}
+
+/// The legend box, in the same style on every chart.
+fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> anyhow::Result<()> {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .position(position)
+        .draw()
+        .map_err(err)
 }
 
 type BarChart<'a, 'b, X> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<X, RangedCoordf64>>;
@@ -49,7 +80,7 @@ type BarChart<'a, 'b, X> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<X, Range
 /// A horizontal bar chart's frame: the caption, an x axis over `x`, one
 /// labelled row per entry of `labels`, and the mesh.
 fn bar_frame<'a, 'b, R>(
-    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    root: &'a Canvas<'b>,
     title: &str,
     x: R,
     labels: &[String],
@@ -121,10 +152,8 @@ fn throughput(e: &ExperimentResult, out: &Path) -> anyhow::Result<Chart> {
     let labels: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
     let xmax = rows.iter().map(|r| r.3).fold(1.0, f64::max) * 1.15;
     let height = 120 + 36 * n as u32;
-    {
-        let path = out.join(&file);
-        let root = canvas(&path, (960, height))?;
-        let mut chart = bar_frame(&root, &title, 0.0..xmax, &labels, "requests/s")?;
+    svg(e, out, file, title, (960, height), |root, title| {
+        let mut chart = bar_frame(root, title, 0.0..xmax, &labels, "requests/s")?;
         chart
             .draw_series(rows.iter().enumerate().map(|(i, r)| {
                 let y = i as f64;
@@ -140,12 +169,7 @@ fn throughput(e: &ExperimentResult, out: &Path) -> anyhow::Result<Chart> {
                 PathElement::new(vec![(r.2, y), (r.3, y)], BLACK.stroke_width(2))
             }))
             .map_err(err)?;
-        root.present().map_err(err)?;
-    }
-    Ok(Chart {
-        experiment: e.experiment.id,
-        title,
-        file,
+        Ok(())
     })
 }
 
@@ -177,12 +201,10 @@ fn latency(e: &ExperimentResult, out: &Path) -> anyhow::Result<Chart> {
         / 2.0;
     let hi = rows.iter().flat_map(|r| r.1).fold(1.0, f64::max) * 2.0;
     let height = 140 + 48 * n as u32;
-    {
-        let path = out.join(&file);
-        let root = canvas(&path, (960, height))?;
+    svg(e, out, file, title, (960, height), |root, title| {
         let mut chart = bar_frame(
-            &root,
-            &title,
+            root,
+            title,
             (lo.max(0.001)..hi).log_scale(),
             &labels,
             "milliseconds (log scale)",
@@ -209,19 +231,7 @@ fn latency(e: &ExperimentResult, out: &Path) -> anyhow::Result<Chart> {
                     Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.mix(0.7).filled())
                 });
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::LowerRight)
-            .draw()
-            .map_err(err)?;
-        root.present().map_err(err)?;
-    }
-    Ok(Chart {
-        experiment: e.experiment.id,
-        title,
-        file,
+        legend(&mut chart, SeriesLabelPosition::LowerRight)
     })
 }
 
@@ -237,11 +247,9 @@ fn concurrency(e: &ExperimentResult, out: &Path) -> anyhow::Result<Chart> {
     let ymax = pts.iter().map(|p| p.1).fold(1.0, f64::max) * 1.15;
     let pmax = pts.iter().map(|p| p.2).fold(0.1, f64::max) * 1.15;
     let xmax = pts.iter().map(|p| p.0).fold(1.0, f64::max) * 1.5;
-    {
-        let path = out.join(&file);
-        let root = canvas(&path, (960, 480))?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(&title, ("sans-serif", 18))
+    svg(e, out, file, title, (960, 480), |root, title| {
+        let mut chart = ChartBuilder::on(root)
+            .caption(title, ("sans-serif", 18))
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(70)
@@ -261,32 +269,23 @@ fn concurrency(e: &ExperimentResult, out: &Path) -> anyhow::Result<Chart> {
             .y_desc("p99 ms")
             .draw()
             .map_err(err)?;
+        let line = |y: fn(&(f64, f64, f64)) -> f64, color: RGBColor| {
+            LineSeries::new(pts.iter().map(move |p| (p.0, y(p))), color.stroke_width(2))
+                .point_size(4)
+        };
+        let swatch = |color: RGBColor| {
+            move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+        };
         chart
-            .draw_series(
-                LineSeries::new(pts.iter().map(|p| (p.0, p.1)), BLUE.stroke_width(2)).point_size(4),
-            )
+            .draw_series(line(|p| p.1, BLUE))
             .map_err(err)?
             .label("requests/s")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLUE.stroke_width(2)));
+            .legend(swatch(BLUE));
         chart
-            .draw_secondary_series(
-                LineSeries::new(pts.iter().map(|p| (p.0, p.2)), RED.stroke_width(2)).point_size(4),
-            )
+            .draw_secondary_series(line(|p| p.2, RED))
             .map_err(err)?
             .label("p99 ms")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], RED.stroke_width(2)));
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()
-            .map_err(err)?;
-        root.present().map_err(err)?;
-    }
-    Ok(Chart {
-        experiment: e.experiment.id,
-        title,
-        file,
+            .legend(swatch(RED));
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)
     })
 }

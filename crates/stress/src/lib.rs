@@ -25,6 +25,8 @@ use bytes::Bytes;
 use hyper::{Method, Uri, header};
 use rand::RngExt;
 use rand_distr::{Distribution, Zipf};
+use serde::Serialize;
+use strum::{Display, EnumString, VariantNames};
 use tokio::time::Instant;
 
 pub use client::FailureKind;
@@ -37,17 +39,7 @@ use client::{Connection, Failure};
 use report::ReportInput;
 use stats::{Op, Recorder};
 
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    serde::Serialize,
-    strum::EnumString,
-    strum::Display,
-    strum::VariantNames,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, EnumString, Display, VariantNames)]
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum Scenario {
@@ -62,17 +54,7 @@ pub enum Scenario {
     HeartBeat,
 }
 
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    serde::Serialize,
-    strum::EnumString,
-    strum::Display,
-    strum::VariantNames,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, EnumString, Display, VariantNames)]
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum Keys {
@@ -83,17 +65,7 @@ pub enum Keys {
     Hot,
 }
 
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    serde::Serialize,
-    strum::EnumString,
-    strum::Display,
-    strum::VariantNames,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, EnumString, Display, VariantNames)]
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum ReadPath {

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Serialize;
+use strum::{Display, EnumString, VariantNames};
 
 use crate::domain::{ShortCode, TargetUrl};
 
@@ -25,17 +26,7 @@ pub use tiered::TieredCache;
 pub use valkey::{ValkeyCache, ValkeyError, ValkeySettings, ValkeyStats};
 
 /// Which cache sits in front of the store.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Serialize,
-    strum::EnumString,
-    strum::Display,
-    strum::VariantNames,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, EnumString, Display, VariantNames)]
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum CacheMode {

@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Serialize;
+use strum::{Display, EnumString, VariantNames};
 
 use self::checkpointer::Checkpointer;
 use self::connection::Role;
@@ -33,17 +34,7 @@ use super::{LinkStore, StoreError, StoreStats};
 use crate::domain::{CodeGenerator, ShortCode, TargetUrl};
 
 /// How reader connections live.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Serialize,
-    strum::EnumString,
-    strum::Display,
-    strum::VariantNames,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, EnumString, Display, VariantNames)]
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum ConnectionMode {
@@ -56,17 +47,7 @@ pub enum ConnectionMode {
 }
 
 /// Where a lookup runs.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Serialize,
-    strum::EnumString,
-    strum::Display,
-    strum::VariantNames,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, EnumString, Display, VariantNames)]
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum ReadOn {
@@ -79,17 +60,7 @@ pub enum ReadOn {
 }
 
 /// What a 201 promises about the row it announces.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Serialize,
-    strum::EnumString,
-    strum::Display,
-    strum::VariantNames,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, EnumString, Display, VariantNames)]
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum Durability {
