@@ -36,6 +36,12 @@ fn serve(settings: Settings) -> anyhow::Result<ExitCode> {
         .build()?;
     runtime.block_on(async move {
         let app = Application::build(settings).await?;
+        // The documented readiness line: scripts and the test harness wait
+        // for it rather than for a log message.
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "litelink listening on http://{}", app.addr()?)?;
+        out.flush()?;
+        drop(out);
         app.run_until(http::shutdown::signal()).await
     })?;
     Ok(ExitCode::SUCCESS)

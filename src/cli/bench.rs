@@ -16,7 +16,7 @@ pub struct BenchArgs {
     pub quick: bool,
 
     /// Where report.md, results.json and the SVG charts go.
-    #[arg(long, default_value = "target/bench-report")]
+    #[arg(long, default_value = litelink_bench::DEFAULT_OUT)]
     pub out: PathBuf,
 
     /// Rounds per configuration (default 3; 1 with --quick).

@@ -96,13 +96,9 @@ pub struct StressArgs {
 
 impl StressArgs {
     pub fn config(&self) -> Result<StressConfig, String> {
-        let default_duration = match self.scenario {
-            Scenario::Seed => d().duration,
-            _ => Duration::from_secs(10),
-        };
         let duration = match self.duration {
             Some(s) => seconds("duration", s)?,
-            None => default_duration,
+            None => StressConfig::default_duration(self.scenario),
         };
         Ok(StressConfig {
             url: self.url.clone(),

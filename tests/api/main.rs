@@ -4,11 +4,11 @@
 mod helpers;
 
 mod api;
-mod bench;
 mod cache;
 mod durability;
 mod modes;
 mod process;
+mod promises;
 mod snapshots;
 mod stress;
 mod valkey_server;

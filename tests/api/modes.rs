@@ -1,20 +1,57 @@
-//! Every storage and cache configuration serves the same API.
+//! Every storage and cache configuration serves the same API, and runs with
+//! what it was asked for: the settings are read back from SQLite
+//! (`/stats` `applied`) and from the store's counters, not from the
+//! configuration that `/stats` also repeats.
+
+use serde_json::Value;
 
 use crate::api::exercise_api;
 use crate::helpers::spawn_app;
 
-#[tokio::test]
-async fn per_request_connections_serve_the_api() {
-    let app = spawn_app(&["--sqlite-connections", "per-request", "--cache", "none"]).await;
-    exercise_api(&app).await;
-    assert_eq!(app.stats().await["connections"], "per-request");
+fn applied<'a>(s: &'a Value, side: &str) -> &'a Value {
+    &s["applied"][side]
 }
 
 #[tokio::test]
-async fn page_cache_off_serves_the_api() {
+async fn per_request_connections_open_one_per_lookup() {
+    let app = spawn_app(&["--sqlite-connections", "per-request", "--cache", "none"]).await;
+    exercise_api(&app).await;
+    let s = app.stats().await;
+    let r = &s["readers"];
+    let lookups = r["lookups"].as_u64().expect("lookups");
+    assert!(lookups > 0, "{s}");
+    assert_eq!(r["connections_opened"], lookups, "{s}");
+    // Each lookup opens its own, so none reuses a snapshot.
+    assert_eq!(r["snapshots"], 0, "{s}");
+}
+
+#[tokio::test]
+async fn pooled_connections_are_reused() {
+    let app = spawn_app(&["--cache", "none"]).await;
+    let code = app.create_ok("https://example.com/pooled").await;
+    for _ in 0..50 {
+        assert_eq!(app.get(&format!("/link/{code}")).await.status(), 200);
+    }
+    let s = app.stats().await;
+    let opened = s["readers"]["connections_opened"].as_u64().expect("opened");
+    assert!((1..=4).contains(&opened), "{s}");
+    assert_eq!(applied(&s, "reader")["query_only"], true, "{s}");
+}
+
+#[tokio::test]
+async fn page_cache_off_is_applied_to_every_connection() {
     let app = spawn_app(&["--sqlite-page-cache", "off", "--cache", "none"]).await;
     exercise_api(&app).await;
-    assert_eq!(app.stats().await["page_cache"], "off");
+    let s = app.stats().await;
+    for side in ["writer", "reader"] {
+        assert_eq!(applied(&s, side)["cache_size"], 0, "{side}: {s}");
+        assert_eq!(applied(&s, side)["temp_store"], "default", "{side}: {s}");
+    }
+    let on = spawn_app(&["--cache", "none"]).await;
+    exercise_api(&on).await;
+    let s = on.stats().await;
+    // SQLite's default: 2,000 KiB, written as -2000.
+    assert_eq!(applied(&s, "reader")["cache_size"], -2000, "{s}");
 }
 
 #[tokio::test]
@@ -28,20 +65,44 @@ async fn reads_on_the_blocking_pool_serve_the_api() {
 async fn no_cache_serves_the_api() {
     let app = spawn_app(&["--cache", "none"]).await;
     exercise_api(&app).await;
+    let s = app.stats().await;
+    assert!(s["cache"].get("memory").is_none(), "{s}");
+    assert!(s["readers"]["lookups"].as_u64().expect("lookups") > 0);
 }
 
+/// Each level runs with its own `synchronous` and its own syncs: at `full`
+/// the writer's connection runs NORMAL and the writer syncs the WAL itself
+/// (one or more syncs); `normal` and `off` never sync.
 #[tokio::test]
-async fn each_durability_level_serves_the_api() {
-    for level in ["full", "normal", "off"] {
-        let app = spawn_app(&["--durability", level]).await;
+async fn each_durability_level_runs_with_its_own_sync() {
+    for (level, synchronous, syncs) in [
+        ("full", "normal", true),
+        ("normal", "normal", false),
+        ("off", "off", false),
+    ] {
+        let app = spawn_app(&["--durability", level, "--cache", "none"]).await;
         exercise_api(&app).await;
-        assert_eq!(app.stats().await["durability"], level);
+        let s = app.stats().await;
+        assert_eq!(s["durability"], level);
+        assert_eq!(
+            applied(&s, "writer")["synchronous"],
+            synchronous,
+            "{level}: {s}"
+        );
+        let n = s["writer"]["syncs"].as_u64().expect("syncs");
+        assert_eq!(n > 0, syncs, "{level}: {n} syncs: {s}");
+        assert_eq!(s["writer"]["grouped_sync"], syncs, "{level}: {s}");
     }
 }
 
 #[tokio::test]
-async fn one_commit_per_create_serves_the_api() {
-    let app = spawn_app(&["--group-commit", "off"]).await;
+async fn one_commit_per_create_syncs_inside_each_commit() {
+    let app = spawn_app(&["--group-commit", "off", "--cache", "none"]).await;
     exercise_api(&app).await;
-    assert_eq!(app.stats().await["writer"]["group_commit"], false);
+    let s = app.stats().await;
+    assert_eq!(s["writer"]["group_commit"], false);
+    assert_eq!(s["writer"]["batch_max"], 1);
+    // synchronous=FULL: SQLite syncs in every commit, the writer never.
+    assert_eq!(applied(&s, "writer")["synchronous"], "full", "{s}");
+    assert_eq!(s["writer"]["syncs"], 0, "{s}");
 }

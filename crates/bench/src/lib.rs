@@ -23,6 +23,9 @@ pub use experiments::{Config, Experiment, Workload, ids as experiment_ids};
 use litelink_stress::{self as stress, ReadPath, Scenario, StressConfig};
 use process::{ServerProcess, ValkeyProcess};
 
+/// Where the report goes unless told otherwise.
+pub const DEFAULT_OUT: &str = "target/bench-report";
+
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
     /// The `litelink` binary whose `serve` is measured.
@@ -49,7 +52,7 @@ impl BenchOptions {
             server_exe,
             compare_exe: None,
             quick,
-            out: PathBuf::from("target/bench-report"),
+            out: PathBuf::from(DEFAULT_OUT),
             rounds,
             duration: Duration::from_secs_f64(duration),
             warmup: Duration::from_secs_f64(warmup),

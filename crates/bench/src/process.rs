@@ -38,6 +38,13 @@ pub fn cpus() -> usize {
         .unwrap_or(1)
 }
 
+/// What `litelink serve` prints on stdout once it listens, before the
+/// address (README, "Configuration").
+pub const LISTENING: &str = "litelink listening on http://";
+
+/// The log line of builds from before [`LISTENING`].
+const OLD_LISTENING: &str = "listening addr=";
+
 /// A `litelink serve` child on a free loopback port with its own database.
 pub struct ServerProcess {
     child: Child,
@@ -51,41 +58,75 @@ impl ServerProcess {
         args: &[String],
         cpu: Option<usize>,
     ) -> anyhow::Result<Self> {
+        Self::start_with_env(exe, db, args, &[], cpu)
+    }
+
+    /// Starts `exe serve` with `env` added to its environment, and waits
+    /// for the line `litelink serve` prints on stdout once it listens.
+    pub fn start_with_env(
+        exe: &Path,
+        db: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+        cpu: Option<usize>,
+    ) -> anyhow::Result<Self> {
         let mut cmd = Command::new(exe);
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--db"])
             .arg(db)
             .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         pin_child(&mut cmd, cpu);
         let mut child = cmd
             .spawn()
             .with_context(|| format!("starting {}", exe.display()))?;
+        let stdout = child.stdout.take().context("no stdout")?;
         let stderr = child.stderr.take().context("no stderr")?;
+        // The log is kept for the error message should the server not start;
+        // both pipes are drained for the server's whole life.
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let tail = std::sync::Arc::clone(&log);
         let (tx, rx) = std::sync::mpsc::channel();
+        let old_build = tx.clone();
         std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            let mut tail = Vec::new();
+            let mut tx = Some(old_build);
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(i) = line.find("listening addr=")
+                // Builds from before the stdout line (`--compare-exe`) are
+                // known to listen by their log line.
+                if let Some(i) = line.find(OLD_LISTENING)
                     && let Some(tx) = tx.take()
                 {
-                    let _ = tx.send(Ok(line[i + "listening addr=".len()..].trim().to_owned()));
+                    let _ = tx.send(line[i + OLD_LISTENING.len()..].trim().to_owned());
                 }
-                if tx.is_some() {
-                    tail.push(line);
+                let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
+                if t.len() < 200 {
+                    t.push(line);
                 }
             }
-            if let Some(tx) = tx {
-                let _ = tx.send(Err(tail.join("\n")));
+        });
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(addr) = line.strip_prefix(LISTENING)
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(addr.trim().to_owned());
+                }
             }
         });
         let addr = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(Ok(addr)) => addr.parse().context("server address")?,
-            Ok(Err(log)) => bail!("litelink {args:?} exited before listening:\n{log}"),
-            Err(_) => bail!("litelink {args:?} did not start within 30 s"),
+            Ok(addr) => addr.parse().context("server address")?,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                // Give the log reader a moment to take the last lines.
+                std::thread::sleep(Duration::from_millis(100));
+                let log = log.lock().unwrap_or_else(|e| e.into_inner()).join("\n");
+                bail!("litelink {args:?} did not start listening:\n{log}")
+            }
         };
         Ok(Self { child, addr })
     }

@@ -59,7 +59,7 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        tracing::info!(addr = %self.listener.local_addr()?, "listening");
+        tracing::info!(addr = %self.listener.local_addr()?, "serving");
         let served = http::serve(self.listener, self.router, shutdown).await;
         self.links.close().await;
         tracing::info!("stopped");

@@ -107,6 +107,18 @@ pub struct StressConfig {
     pub progress: bool,
 }
 
+impl StressConfig {
+    /// How long a run may last when no duration is given: the seed
+    /// scenario ends when its tasks are done, so it only gets a safety
+    /// limit; the others run for this long.
+    pub fn default_duration(scenario: Scenario) -> Duration {
+        match scenario {
+            Scenario::Seed => Duration::from_secs(300),
+            _ => Duration::from_secs(10),
+        }
+    }
+}
+
 impl Default for StressConfig {
     fn default() -> Self {
         Self {
@@ -123,7 +135,7 @@ impl Default for StressConfig {
             rate: None,
             background_creates: None,
             background_workers: 16,
-            duration: Duration::from_secs(300),
+            duration: Self::default_duration(Scenario::Seed),
             requests: None,
             warmup: Duration::ZERO,
             timeout: Duration::from_secs(10),

@@ -135,14 +135,16 @@ mod tests {
 
     #[test]
     fn remembers_links_and_misses_until_their_ttl() {
-        let c = MemoryCache::new(100, Duration::from_millis(50));
+        // A TTL long enough that no preemption between the insert and the
+        // check below can outlast it.
+        let c = MemoryCache::new(100, Duration::from_millis(1000));
         let t = TargetUrl::parse("https://example.com").unwrap();
         assert_eq!(c.lookup(&code("abc")), Lookup::Unknown);
         c.insert(&code("abc"), &t);
         assert_eq!(c.lookup(&code("abc")), Lookup::Found(t));
         c.insert_missing(&code("nope"));
         assert_eq!(c.lookup(&code("nope")), Lookup::Missing);
-        std::thread::sleep(Duration::from_millis(60));
+        std::thread::sleep(Duration::from_millis(1100));
         assert_eq!(c.lookup(&code("nope")), Lookup::Unknown);
         c.remove(&code("abc"));
         assert_eq!(c.lookup(&code("abc")), Lookup::Unknown);

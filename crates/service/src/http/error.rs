@@ -103,6 +103,10 @@ impl From<StoreError> for ApiError {
                 message: "the service is shutting down".into(),
                 retry_after: 5,
             },
+            StoreError::CodeSpaceExhausted(_) => Self::Unavailable {
+                message: "no free short code was found for this link; retry".into(),
+                retry_after: 1,
+            },
             // Logged once by the writer when it happened; clients learn
             // only that links cannot be stored by this server for now.
             StoreError::WritesStopped(_) => Self::Unavailable {

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use rusqlite::{Connection, OpenFlags};
+use serde::Serialize;
 
 use super::{Durability, SqliteSettings};
 
@@ -60,4 +61,37 @@ pub(super) fn enable_wal(conn: &Connection) -> rusqlite::Result<()> {
         ));
     }
     Ok(())
+}
+
+/// What SQLite says a connection runs with, read back from the connection
+/// itself rather than from the settings: `/stats` shows it, so that a
+/// setting that was not applied shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct Applied {
+    /// `off`, `normal`, `full` or `extra`.
+    pub synchronous: &'static str,
+    /// Pages (positive) or KiB (negative) of page cache; 0: none.
+    pub cache_size: i64,
+    /// `default`, `file` or `memory`.
+    pub temp_store: &'static str,
+    pub query_only: bool,
+}
+
+pub(super) fn applied(conn: &Connection) -> rusqlite::Result<Applied> {
+    let int = |pragma: &str| conn.pragma_query_value(None, pragma, |r| r.get::<_, i64>(0));
+    Ok(Applied {
+        synchronous: match int("synchronous")? {
+            0 => "off",
+            1 => "normal",
+            2 => "full",
+            _ => "extra",
+        },
+        cache_size: int("cache_size")?,
+        temp_store: match int("temp_store")? {
+            1 => "file",
+            2 => "memory",
+            _ => "default",
+        },
+        query_only: int("query_only")? != 0,
+    })
 }

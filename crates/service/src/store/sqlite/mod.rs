@@ -10,7 +10,7 @@
 
 pub mod build_info;
 mod checkpointer;
-mod connection;
+pub mod connection;
 pub mod memstatus;
 pub mod migrations;
 mod readers;
@@ -164,6 +164,16 @@ pub struct SqliteStats {
     pub links: u64,
     pub readers: readers::ReaderCounts,
     pub writer: WriterReport,
+    /// What the connections run with, as SQLite reports it.
+    pub applied: AppliedReport,
+}
+
+/// `PRAGMA`s read back from the writer's connection and from the first
+/// reader connection (`null` until a lookup has opened one).
+#[derive(Debug, Clone, Serialize)]
+pub struct AppliedReport {
+    pub writer: connection::Applied,
+    pub reader: Option<connection::Applied>,
 }
 
 /// The `writer` object of [`SqliteStats`]: the writer's settings and the
@@ -290,6 +300,10 @@ impl SqliteStore {
             durability: c.durability,
             links: inner.writer.links(),
             readers: inner.readers.counts(),
+            applied: AppliedReport {
+                writer: inner.writer.applied(),
+                reader: inner.readers.applied(),
+            },
             writer: WriterReport {
                 group_commit: c.batch_max > 1,
                 batch_max: c.batch_max,
@@ -406,6 +420,95 @@ mod tests {
         // The second create was committed before its sync failed; the
         // third never reached the database.
         assert_eq!(stats.writes.rows, 2);
+        store.close().await;
+    }
+
+    fn open(dir: &Path) -> SqliteStore {
+        SqliteStore::open(
+            dir.join("l.db"),
+            SqliteSettings::default(),
+            CodeGenerator::new(crate::domain::CodeSettings::default()).expect("generator"),
+        )
+        .expect("open")
+    }
+
+    fn url(i: u32) -> TargetUrl {
+        TargetUrl::parse(&format!("https://example.com/{i}")).expect("url")
+    }
+
+    /// Polls `done` every 5 ms for up to 10 s.
+    async fn wait_for(what: &str, done: impl Fn() -> bool) {
+        for _ in 0..2000 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    /// The 201's promise at full durability: the reply waits for the sync.
+    /// The sync is held until the test lets it go; a writer that answered
+    /// after its commit but before its sync would answer meanwhile.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_create_is_answered_only_after_its_sync() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Arc::new(open(dir.path()));
+        let (release, held) = std::sync::mpsc::channel();
+        store.inner.writer.hold_next_sync(held);
+        let creating = {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move { store.create(url(1)).await })
+        };
+        wait_for("the commit", || {
+            store.sqlite_stats().writer.writes.commits == 1
+        })
+        .await;
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(!creating.is_finished(), "answered before its sync");
+        assert_eq!(store.sqlite_stats().writer.syncs.syncs, 0);
+        release.send(()).expect("release the sync");
+        let code = tokio::time::timeout(std::time::Duration::from_secs(10), creating)
+            .await
+            .expect("answered after the sync")
+            .expect("task")
+            .expect("created");
+        assert_eq!(store.sqlite_stats().writer.syncs.syncs, 1);
+        assert!(store.get(&code).await.expect("read").is_some());
+        store.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_colliding_code_is_retried_and_an_exhausted_one_fails_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = open(dir.path());
+        let taken = ShortCode::parse("CCCCCCCCCC").expect("code");
+        store
+            .inner
+            .writer
+            .script_codes([taken.clone(), taken.clone()]);
+        assert_eq!(store.create(url(1)).await.expect("first"), taken);
+        // The second draw collides and is retried with a generated code.
+        let second = store.create(url(2)).await.expect("retried");
+        assert_ne!(second, taken);
+        assert_eq!(store.sqlite_stats().writer.writes.code_collisions, 1);
+
+        store.inner.writer.script_codes(std::iter::repeat_n(
+            taken.clone(),
+            writer::MAX_CODE_ATTEMPTS as usize,
+        ));
+        let exhausted = store.create(url(3)).await;
+        assert!(
+            matches!(exhausted, Err(StoreError::CodeSpaceExhausted(_))),
+            "{exhausted:?}"
+        );
+        // Only that create failed: the next is stored, and the count of
+        // links is right.
+        let fourth = store.create(url(4)).await.expect("after exhaustion");
+        let stats = store.sqlite_stats();
+        assert_eq!(stats.links, 3);
+        assert_eq!(stats.writer.writes.failed_batches, 0);
+        assert!(store.get(&fourth).await.expect("read").is_some());
         store.close().await;
     }
 }

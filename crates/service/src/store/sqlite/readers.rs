@@ -9,13 +9,13 @@
 //! [`Epoch`] is how readers learn that a commit (or a checkpoint) happened.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension};
 
-use super::connection::{self, Role};
+use super::connection::{self, Applied, Role};
 use super::{ConnectionMode, SqliteSettings};
 use crate::domain::{ShortCode, TargetUrl};
 
@@ -50,6 +50,10 @@ impl Epoch {
 pub(super) struct ReaderStats {
     lookups: AtomicU64,
     snapshots: AtomicU64,
+    /// Connections opened for reads: one per lookup in per-request mode.
+    opened: AtomicU64,
+    /// What the first reader connection ran with, read back from SQLite.
+    applied: OnceLock<Applied>,
 }
 
 /// The `/stats` view of the readers' counters.
@@ -57,6 +61,7 @@ pub(super) struct ReaderStats {
 pub struct ReaderCounts {
     pub lookups: u64,
     pub snapshots: u64,
+    pub connections_opened: u64,
 }
 
 /// A pooled connection and the read transaction it may hold open.
@@ -168,7 +173,24 @@ impl Readers {
         ReaderCounts {
             lookups: self.stats.lookups.load(Ordering::Relaxed),
             snapshots: self.stats.snapshots.load(Ordering::Relaxed),
+            connections_opened: self.stats.opened.load(Ordering::Relaxed),
         }
+    }
+
+    /// What reader connections run with, once one has been opened.
+    pub(super) fn applied(&self) -> Option<Applied> {
+        self.stats.applied.get().cloned()
+    }
+
+    fn open(&self) -> rusqlite::Result<Connection> {
+        let conn = connection::open(&self.path, &self.settings, Role::Reader)?;
+        self.stats.opened.fetch_add(1, Ordering::Relaxed);
+        if self.stats.applied.get().is_none()
+            && let Ok(applied) = connection::applied(&conn)
+        {
+            let _ = self.stats.applied.set(applied);
+        }
+        Ok(conn)
     }
 
     fn with_connection<T>(
@@ -177,7 +199,7 @@ impl Readers {
     ) -> rusqlite::Result<T> {
         match self.settings.connections {
             ConnectionMode::PerRequest => {
-                let conn = connection::open(&self.path, &self.settings, Role::Reader)?;
+                let conn = self.open()?;
                 f(&conn)
             }
             ConnectionMode::Pooled => {
@@ -195,7 +217,7 @@ impl Readers {
         match popped {
             Some(reader) => Ok(reader),
             None => Ok(Reader {
-                conn: connection::open(&self.path, &self.settings, Role::Reader)?,
+                conn: self.open()?,
                 snapshot: None,
             }),
         }

@@ -46,6 +46,10 @@ pub(super) struct SyncStats {
     /// returned EIO. No real disk error can be provoked without root.
     #[cfg(test)]
     pub(super) fail_syncs: std::sync::atomic::AtomicU32,
+    /// Tests only: the next sync waits for a message on this, so a test can
+    /// see what happens while a sync is in progress.
+    #[cfg(test)]
+    pub(super) hold: std::sync::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
 }
 
 /// The `/stats` view of [`SyncStats`].
@@ -148,6 +152,16 @@ impl WalSync {
     }
 
     fn sync(&mut self) -> std::io::Result<()> {
+        #[cfg(test)]
+        if let Some(release) = self
+            .stats
+            .hold
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let _ = release.recv();
+        }
         #[cfg(test)]
         if self
             .stats

@@ -19,6 +19,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
 use super::SqliteSettings;
+use super::connection::{self, Applied};
 use super::readers::Epoch;
 use super::replies::{Replies, Reply};
 use super::walsync::{self, SyncCounts, SyncStats, WalSync};
@@ -28,7 +29,7 @@ use crate::store::StoreError;
 /// How often one request may draw a fresh code after a collision. With
 /// 62^10 codes a second draw is already astronomically rare; hitting the
 /// bound means the code length is too short for the table.
-const MAX_CODE_ATTEMPTS: u32 = 16;
+pub(super) const MAX_CODE_ATTEMPTS: u32 = 16;
 
 const INSERT: &str = "INSERT INTO links (code, target, created_at) VALUES (?1, ?2, ?3)";
 
@@ -51,6 +52,10 @@ pub(super) struct WriterStats {
     /// Rows in the table: counted once at start, then one per insert, so
     /// that `/stats` never scans the table.
     links: AtomicU64,
+    /// Tests only: codes drawn before any generated one, to force
+    /// collisions.
+    #[cfg(test)]
+    pub(super) scripted_codes: std::sync::Mutex<std::collections::VecDeque<ShortCode>>,
 }
 
 /// The `/stats` view of [`WriterStats`].
@@ -76,6 +81,8 @@ pub(super) struct Writer {
     stats: Arc<WriterStats>,
     sync_stats: Arc<SyncStats>,
     capacity: usize,
+    /// What the writer's connection runs with, read back at start.
+    applied: Applied,
 }
 
 impl Writer {
@@ -91,6 +98,7 @@ impl Writer {
         codes: CodeGenerator,
         epoch: Arc<Epoch>,
     ) -> std::io::Result<Self> {
+        let applied = connection::applied(&conn).map_err(std::io::Error::other)?;
         let (tx, rx) = mpsc::channel(settings.write_queue);
         let stats = Arc::new(WriterStats::default());
         let sync_stats = Arc::new(SyncStats::default());
@@ -145,7 +153,12 @@ impl Writer {
             stats,
             sync_stats,
             capacity,
+            applied,
         })
+    }
+
+    pub(super) fn applied(&self) -> Applied {
+        self.applied.clone()
     }
 
     pub(super) async fn create(&self, target: TargetUrl) -> Result<ShortCode, StoreError> {
@@ -201,6 +214,26 @@ impl Writer {
     #[cfg(test)]
     pub(super) fn fail_next_syncs(&self, n: u32) {
         self.sync_stats.fail_syncs.store(n, Ordering::Relaxed);
+    }
+
+    /// Tests only: the next sync waits until `release` gets a message.
+    #[cfg(test)]
+    pub(super) fn hold_next_sync(&self, release: std::sync::mpsc::Receiver<()>) {
+        *self
+            .sync_stats
+            .hold
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(release);
+    }
+
+    /// Tests only: the next codes drawn, before any generated one.
+    #[cfg(test)]
+    pub(super) fn script_codes(&self, codes: impl IntoIterator<Item = ShortCode>) {
+        self.stats
+            .scripted_codes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(codes);
     }
 
     /// Lets the writer finish everything queued before this call, then
@@ -303,12 +336,31 @@ impl WriterThread {
         match outcome {
             Ok(codes) => {
                 self.epoch.advance();
-                let n = codes.len() as u64;
+                // A row that found no free code was not stored; the rest of
+                // its batch was, and is answered as usual.
+                let (stored, unstored): (Vec<_>, Vec<_>) = batch
+                    .drain(..)
+                    .map(|(_, reply)| reply)
+                    .zip(codes)
+                    .partition(|(_, code)| code.is_some());
+                if !unstored.is_empty() {
+                    tracing::warn!(
+                        creates = unstored.len(),
+                        "no free short code found; consider a longer --code-length"
+                    );
+                    self.replies
+                        .fail_all(unstored.into_iter().map(|(reply, _)| reply), || {
+                            StoreError::CodeSpaceExhausted(MAX_CODE_ATTEMPTS)
+                        });
+                }
+                let n = stored.len() as u64;
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
                 self.stats.rows.fetch_add(n, Ordering::Relaxed);
                 self.stats.links.fetch_add(n, Ordering::Relaxed);
                 self.stats.largest_batch.fetch_max(n, Ordering::Relaxed);
-                let acks = batch.drain(..).map(|(_, reply)| reply).zip(codes);
+                let acks = stored
+                    .into_iter()
+                    .filter_map(|(reply, code)| code.map(|c| (reply, c)));
                 match &mut self.wal_sync {
                     Some(sync) => sync.hold(acks),
                     None => self
@@ -335,13 +387,14 @@ impl WriterThread {
 /// Inserts every target in one transaction and commits it. A code collision
 /// is retried with a fresh code for that row alone: a failed INSERT on a
 /// UNIQUE constraint undoes only its own statement, not the transaction.
+/// A row that finds no free code is `None` and the others are still stored.
 fn insert_all(
     conn: &Connection,
     batch: &[(TargetUrl, Reply)],
     codes: &CodeGenerator,
     sequence: &mut u64,
     stats: &WriterStats,
-) -> Result<Vec<ShortCode>, StoreError> {
+) -> Result<Vec<Option<ShortCode>>, StoreError> {
     let now = now_millis();
     // BEGIN and COMMIT are cached statements like the INSERT: parsing them
     // anew for every batch cost a visible share of the writer's time.
@@ -372,21 +425,32 @@ fn insert_one(
     codes: &CodeGenerator,
     sequence: &mut u64,
     stats: &WriterStats,
-) -> Result<ShortCode, StoreError> {
+) -> Result<Option<ShortCode>, StoreError> {
     for _ in 0..MAX_CODE_ATTEMPTS {
         *sequence = sequence.wrapping_add(1);
+        #[cfg(test)]
+        let code = stats
+            .scripted_codes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
+            .unwrap_or_else(|| codes.generate(*sequence));
+        #[cfg(not(test))]
         let code = codes.generate(*sequence);
         match stmt.execute((code.as_str(), target.as_str(), now)) {
-            Ok(_) => return Ok(code),
+            Ok(_) => return Ok(Some(code)),
+            // Only the code's uniqueness is a collision; any other
+            // constraint (a trigger, say) fails the batch like any error.
             Err(rusqlite::Error::SqliteFailure(e, _))
-                if e.code == ErrorCode::ConstraintViolation =>
+                if e.code == ErrorCode::ConstraintViolation
+                    && e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE =>
             {
                 stats.code_collisions.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) => return Err(e.into()),
         }
     }
-    Err(StoreError::CodeSpaceExhausted(MAX_CODE_ATTEMPTS))
+    Ok(None)
 }
 
 fn now_millis() -> i64 {

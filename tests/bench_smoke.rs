@@ -1,5 +1,7 @@
 //! `litelink bench --quick` produces a complete report. No timing is
 //! asserted: only that every experiment and configuration was measured.
+//! A test binary of its own: cargo runs test binaries one after another, so
+//! the bench's load never runs beside the timing-sensitive API tests.
 
 use std::process::Command;
 
