@@ -98,6 +98,15 @@ async fn a_signal_during_creates_loses_nothing_acknowledged() {
 async fn a_write_by_another_process_becomes_visible() {
     let app = spawn_app(&["--cache", "none"]).await;
     let code = app.create_ok("https://example.com/ours").await;
+    // Our own commit moves the readers on once more when the checkpointer
+    // has copied it back; wait for that, so that only the snapshots' age
+    // can reveal the outside write.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.stats().await["writer"]["checkpoints"] == 0 {
+        assert!(Instant::now() < deadline, "no checkpoint after 10 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
     // The readers hold a snapshot from before the outside write.
     assert_eq!(app.get(&format!("/link/{code}")).await.status(), 200);
     let other = rusqlite::Connection::open(&app.db).expect("open");
