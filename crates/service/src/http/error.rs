@@ -138,4 +138,21 @@ mod tests {
         assert!(message.contains("cannot be stored"), "{message}");
         assert!(!message.contains("/srv/secret"), "{message}");
     }
+
+    #[tokio::test]
+    async fn an_exhausted_code_space_is_a_json_503_to_retry() {
+        let response = ApiError::from(StoreError::CodeSpaceExhausted(16)).into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("body");
+        let body: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+        assert!(
+            body["error"]
+                .as_str()
+                .is_some_and(|m| m.contains("no free short code")),
+            "{body}"
+        );
+    }
 }
