@@ -25,6 +25,18 @@ pub(super) fn open(
         | OpenFlags::SQLITE_OPEN_NO_MUTEX
         | OpenFlags::SQLITE_OPEN_URI;
     let conn = Connection::open_with_flags(path, flags)?;
+    configure(&conn, settings, role)?;
+    Ok(conn)
+}
+
+/// Applies the settings every connection of `role` runs with. Run again
+/// after a migration: a schema change reloads the schema, and with it the
+/// page cache size goes back to SQLite's default.
+pub(super) fn configure(
+    conn: &Connection,
+    settings: &SqliteSettings,
+    role: Role,
+) -> rusqlite::Result<()> {
     conn.busy_timeout(settings.busy_timeout)?;
     if !settings.page_cache {
         // The second article's experiment: no page cache of SQLite's own,
@@ -46,7 +58,7 @@ pub(super) fn open(
             conn.pragma_update(None, "synchronous", sync)?;
         }
     }
-    Ok(conn)
+    Ok(())
 }
 
 /// Puts the database in WAL mode. The mode is stored in the file, so this
