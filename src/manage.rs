@@ -20,6 +20,13 @@ use crate::cli::{ExportArgs, ImportArgs, KeysCommand};
 /// is a small share of the time.
 const IMPORT_BATCH: usize = 10_000;
 
+/// Batches handed to the writer and not yet answered; bounds memory.
+const IMPORT_IN_FLIGHT: usize = 3;
+
+/// The writer's page cache during an import: enough for the index pages of
+/// several million links.
+const IMPORT_CACHE_MIB: u32 = 256;
+
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -125,7 +132,9 @@ pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
         File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?,
     );
     runtime()?.block_on(async move {
-        let store = open_tool_store(&args.store.settings()).await?;
+        let mut settings = args.store.settings();
+        settings.sqlite.writer_cache_mib = IMPORT_CACHE_MIB;
+        let store = open_tool_store(&settings).await?;
         let outcome = import_into(&store, args.format, input).await;
         store.close().await;
         let s = outcome?;
@@ -165,8 +174,10 @@ async fn import_into(
     let bar = progress();
     let mut s = ImportSummary::default();
     let mut batch: Vec<ImportRow> = Vec::with_capacity(IMPORT_BATCH);
-    // One batch is stored while the next is read and checked.
-    let mut storing: Option<tokio::task::JoinHandle<anyhow::Result<BatchOutcome>>> = None;
+    // Batches queue at the writer while the next ones are read and checked,
+    // so that the writer never waits for the parser.
+    let mut storing: std::collections::VecDeque<tokio::task::JoinHandle<anyhow::Result<BatchOutcome>>> =
+        std::collections::VecDeque::new();
     let mut records = transfer::read(format, input);
     loop {
         let next = records.next();
@@ -195,19 +206,21 @@ async fn import_into(
             None => {}
         }
         if batch.len() >= IMPORT_BATCH || (next.is_none() && !batch.is_empty()) {
-            if let Some(previous) = storing.take() {
-                tally(&mut s, previous.await??, &bar);
+            if storing.len() >= IMPORT_IN_FLIGHT
+                && let Some(oldest) = storing.pop_front()
+            {
+                tally(&mut s, oldest.await??, &bar);
             }
             let rows = std::mem::replace(&mut batch, Vec::with_capacity(IMPORT_BATCH));
             let store = Arc::clone(store);
-            storing = Some(tokio::spawn(async move { store_batch(&store, rows).await }));
+            storing.push_back(tokio::spawn(async move { store_batch(&store, rows).await }));
         }
         if next.is_none() {
             break;
         }
     }
-    if let Some(last) = storing.take() {
-        tally(&mut s, last.await??, &bar);
+    while let Some(next) = storing.pop_front() {
+        tally(&mut s, next.await??, &bar);
     }
     bar.finish_and_clear();
     s.seconds = started.elapsed().as_secs_f64();

@@ -104,6 +104,10 @@ pub struct SqliteSettings {
     /// Bytes of zeros the WAL is extended to at start-up at full
     /// durability (0: never), so that syncs overwrite allocated blocks.
     pub wal_preallocate: u64,
+    /// Page cache of the writer's connection in MiB (0: SQLite's 2 MB).
+    /// `import` raises it: inserts at random places of a large index touch
+    /// more pages than the default holds.
+    pub writer_cache_mib: u32,
 }
 
 impl SqliteSettings {
@@ -137,6 +141,7 @@ impl Default for SqliteSettings {
             write_queue: 4096,
             max_readers: 64,
             wal_preallocate: 64 << 20,
+            writer_cache_mib: 0,
         }
     }
 }
