@@ -176,8 +176,9 @@ async fn import_into(
     let mut batch: Vec<ImportRow> = Vec::with_capacity(IMPORT_BATCH);
     // Batches queue at the writer while the next ones are read and checked,
     // so that the writer never waits for the parser.
-    let mut storing: std::collections::VecDeque<tokio::task::JoinHandle<anyhow::Result<BatchOutcome>>> =
-        std::collections::VecDeque::new();
+    let mut storing: std::collections::VecDeque<
+        tokio::task::JoinHandle<anyhow::Result<BatchOutcome>>,
+    > = std::collections::VecDeque::new();
     let mut records = transfer::read(format, input);
     loop {
         let next = records.next();

@@ -45,7 +45,11 @@ pub(super) fn configure(
         conn.pragma_update(None, "temp_store", 0)?;
     } else if role == Role::Writer && settings.writer_cache_mib > 0 {
         // Negative: KiB rather than pages.
-        conn.pragma_update(None, "cache_size", -1024 * i64::from(settings.writer_cache_mib))?;
+        conn.pragma_update(
+            None,
+            "cache_size",
+            -1024 * i64::from(settings.writer_cache_mib),
+        )?;
     }
     match role {
         Role::Reader => conn.pragma_update(None, "query_only", true)?,
