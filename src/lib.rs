@@ -4,3 +4,4 @@
 //! the benchmark lab `litelink-bench` (crates/).
 
 pub mod cli;
+pub mod manage;

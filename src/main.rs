@@ -11,7 +11,10 @@ use litelink_service::{Application, Settings, doctor, http, telemetry};
 
 fn main() -> ExitCode {
     let command = Cli::parse().into_command();
-    telemetry::init();
+    telemetry::init(match command {
+        Command::Serve(_) => telemetry::SERVER_FILTER,
+        _ => telemetry::TOOL_FILTER,
+    });
     let result = match command {
         Command::Serve(args) => serve(args.settings()),
         Command::Doctor(args) => doctor::run(&args.settings()).map(|ok| {
@@ -21,6 +24,9 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }),
+        Command::Keys(command) => litelink::manage::keys(command),
+        Command::Export(args) => litelink::manage::export(args),
+        Command::Import(args) => litelink::manage::import(args),
         Command::Stress(args) => stress(args),
         Command::Bench(args) => bench(args),
     };

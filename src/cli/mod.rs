@@ -4,6 +4,7 @@
 //! `BenchOptions`), whose defaults they show in `--help`.
 
 mod bench;
+mod manage;
 mod serve;
 mod stress;
 
@@ -13,7 +14,8 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
 
 pub use bench::BenchArgs;
-pub use serve::{DoctorArgs, ServeArgs};
+pub use manage::{ExportArgs, ImportArgs, KeysCommand};
+pub use serve::{DoctorArgs, ServeArgs, StoreArgs};
 pub use stress::StressArgs;
 
 #[derive(Debug, Parser)]
@@ -38,6 +40,14 @@ pub enum Command {
     /// Print SQLite's build facts and check a database; non-zero exit status
     /// when something is wrong.
     Doctor(DoctorArgs),
+    /// Create, list and revoke API keys (works beside a running server).
+    #[command(subcommand)]
+    Keys(KeysCommand),
+    /// Write every link, and deleted codes as tombstones, as JSON lines or CSV.
+    Export(ExportArgs),
+    /// Load links written by `export`, keeping their codes (not while a
+    /// server holds the database).
+    Import(ImportArgs),
     /// Load-test a server that has the seed API (litelink or any other).
     Stress(StressArgs),
     /// Reproduce both articles' experiments and write a report with charts.

@@ -9,7 +9,7 @@ use clap::Args;
 use litelink_service::Settings;
 use litelink_service::cache::CacheMode;
 use litelink_service::domain::code::{MAX_GENERATED_LEN, MIN_GENERATED_LEN};
-use litelink_service::http::RedirectStatus;
+use litelink_service::http::{CreateAuth, RedirectStatus};
 use litelink_service::store::StoreSettings;
 use litelink_service::store::sqlite::{ConnectionMode, Durability, ReadOn};
 
@@ -48,6 +48,12 @@ pub struct ServerArgs {
     #[arg(long, env = "LITELINK_REDIRECT_STATUS", value_parser = keyword::<RedirectStatus>(),
           default_value_t = d().http.redirect_status)]
     pub redirect_status: RedirectStatus,
+
+    /// Who may create links: `open` (anyone; a key sent must be valid) or
+    /// `key` (only with a valid API key).
+    #[arg(long, env = "LITELINK_CREATE_AUTH", value_parser = keyword::<CreateAuth>(),
+          default_value_t = d().http.create_auth)]
+    pub create_auth: CreateAuth,
 
     /// Largest request body accepted, in bytes (413 above it).
     #[arg(long, env = "LITELINK_MAX_BODY_BYTES", default_value_t = d().http.max_body_bytes)]
@@ -208,6 +214,7 @@ impl ServeArgs {
             ..Settings::default()
         };
         s.http.redirect_status = server.redirect_status;
+        s.http.create_auth = server.create_auth;
         s.http.public_url = server.public_url.clone();
         s.http.max_body_bytes = server.max_body_bytes;
         s.http.request_timeout = Duration::from_secs(server.request_timeout);
@@ -249,15 +256,19 @@ fn store_settings(db: &DbArgs, memstatus: &MemstatusArgs) -> StoreSettings {
     store
 }
 
+/// The store options of the commands that work on a database without
+/// serving it: `doctor`, `keys`, `export`, `import`.
 #[derive(Debug, Clone, Args)]
-pub struct DoctorArgs {
+pub struct StoreArgs {
     #[command(flatten)]
     pub db: DbArgs,
     #[command(flatten)]
     pub memstatus: MemstatusArgs,
 }
 
-impl DoctorArgs {
+pub type DoctorArgs = StoreArgs;
+
+impl StoreArgs {
     pub fn settings(&self) -> StoreSettings {
         store_settings(&self.db, &self.memstatus)
     }

@@ -289,7 +289,15 @@ async fn internal_failures_are_a_generic_500() {
     // Break the database under the running server, from outside it.
     let conn = rusqlite::Connection::open(&app.db).unwrap();
     conn.execute_batch("DROP TABLE links").unwrap();
-    let r = app.get("/link/abcdefghij").await;
+    // Readers see the change once their snapshot ages out (100 ms).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let r = loop {
+        let r = app.get("/link/abcdefghij").await;
+        if r.status() != 404 || std::time::Instant::now() > deadline {
+            break r;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
     assert_eq!(r.status(), 500);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body, json!({ "error": "internal server error" }));

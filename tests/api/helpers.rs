@@ -189,6 +189,49 @@ impl TestApp {
         conn
     }
 
+    /// Makes an API key with `litelink keys create`, as an operator would
+    /// beside the running server, and waits until the server accepts it.
+    pub async fn new_key(&self, name: &str, admin: bool) -> String {
+        let key = run_keys(&self.db, &["create", "--name", name], admin);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let r = self
+                .api(
+                    reqwest::Method::GET,
+                    "/api/v1/links?limit=1",
+                    Some(&key),
+                    None,
+                )
+                .await;
+            if r.status() == 200 {
+                return key;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "key {name} never accepted"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// A request to the management API, with `key` as a Bearer token.
+    pub async fn api(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        key: Option<&str>,
+        body: Option<Value>,
+    ) -> reqwest::Response {
+        let mut r = self.client.request(method, self.url(path));
+        if let Some(key) = key {
+            r = r.bearer_auth(key);
+        }
+        if let Some(body) = body {
+            r = r.json(&body);
+        }
+        r.send().await.expect("request")
+    }
+
     pub async fn stats(&self) -> Value {
         self.get("/stats").await.json().await.expect("stats json")
     }
@@ -237,4 +280,23 @@ pub fn spawn_process(db: &Path, extra: &[&str]) -> ServerProcess {
     let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
     ServerProcess::start(Path::new(env!("CARGO_BIN_EXE_litelink")), db, &args, None)
         .expect("litelink server process")
+}
+
+/// Runs `litelink keys ARGS --db DB` and returns its standard output.
+pub fn run_keys(db: &Path, args: &[&str], admin: bool) -> String {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_litelink"));
+    cmd.arg("keys").args(args).arg("--db").arg(db);
+    if admin {
+        cmd.arg("--admin");
+    }
+    let out = cmd.output().expect("litelink keys");
+    assert!(
+        out.status.success(),
+        "keys {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .trim()
+        .to_owned()
 }

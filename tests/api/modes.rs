@@ -20,7 +20,9 @@ async fn per_request_connections_open_one_per_lookup() {
     let r = &s["readers"];
     let lookups = r["lookups"].as_u64().expect("lookups");
     assert!(lookups > 0, "{s}");
-    assert_eq!(r["connections_opened"], lookups, "{s}");
+    // One per lookup (and one per reload of the API keys, every second).
+    let opened = r["connections_opened"].as_u64().expect("opened");
+    assert!(opened >= lookups && opened <= lookups + 10, "{s}");
     // Each lookup opens its own, so none reuses a snapshot.
     assert_eq!(r["snapshots"], 0, "{s}");
 }

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use litelink_stress::{Keys, Scenario};
+use litelink_stress::{Keys, ReadPath, Scenario};
 
 /// One server configuration.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -40,6 +40,8 @@ pub struct Workload {
     /// Creates per second sent beside a read workload, on connections of
     /// their own; the workload's figures are then those of its reads.
     pub background_creates: Option<f64>,
+    /// Reads ask `GET /link/{code}` (JSON) or `GET /{code}` (redirect).
+    pub read_path: ReadPath,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -72,6 +74,7 @@ fn workload(name: &str, scenario: Scenario, connections: usize) -> Workload {
         gets_per_task: 80,
         baseline_workload: None,
         background_creates: None,
+        read_path: ReadPath::Json,
     }
 }
 
@@ -147,6 +150,9 @@ pub fn all(quick: bool) -> Vec<Experiment> {
     let levels: Vec<usize> = (0..=8).map(|i| 1usize << i).collect();
     let mut read_vs_heart = read50.clone();
     read_vs_heart.baseline_workload = Some("heart-beat".into());
+    let mut redirect_vs_heart = workload("redirect", Scenario::Read, 50);
+    redirect_vs_heart.read_path = ReadPath::Redirect;
+    redirect_vs_heart.baseline_workload = Some("heart-beat".into());
     let mut read_while_creating = workload(
         &format!("read + {BACKGROUND_CREATES:.0} creates/s"),
         Scenario::Read,
@@ -158,10 +164,11 @@ pub fn all(quick: bool) -> Vec<Experiment> {
         Experiment {
             id: "reads",
             title: "Point reads against /heart-beat",
-            question: "How close does GET /link/{code} come to the trivial endpoint, with \
-                       pooled connections, with the memory cache in front of them, and with a \
-                       connection per request (MEMSTATUS on and off)? 50 connections; each read's ratio is to /heart-beat on the same \
-                       server in the same round.",
+            question: "How close do GET /link/{code} and the redirect GET /{code} come to the \
+                       trivial endpoint, with pooled connections, with the memory cache in front \
+                       of them, and with a connection per request (MEMSTATUS on and off)? 50 \
+                       connections; each ratio is to /heart-beat on the same server in the same \
+                       round.",
             configs: vec![
                 config("pooled", &["--cache", "none"], None),
                 config("memory cache", &["--cache", "memory"], None),
@@ -190,7 +197,7 @@ pub fn all(quick: bool) -> Vec<Experiment> {
                     None,
                 ),
             ],
-            workloads: vec![heart.clone(), read_vs_heart],
+            workloads: vec![heart.clone(), read_vs_heart, redirect_vs_heart],
         },
         Experiment {
             id: "memstatus",

@@ -20,7 +20,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 pub use experiments::{Config, Experiment, Workload, ids as experiment_ids};
-use litelink_stress::{self as stress, ReadPath, Scenario, StressConfig};
+use litelink_stress::{self as stress, Scenario, StressConfig};
 use process::{ServerProcess, ValkeyProcess};
 
 /// Where the report goes unless told otherwise.
@@ -384,7 +384,7 @@ fn run_experiment(
                     codes: codes.clone(),
                     keys: w.keys,
                     zipf_s: 1.0,
-                    read_path: ReadPath::Json,
+                    read_path: w.read_path,
                     rate: None,
                     background_creates: w.background_creates,
                     background_workers: 16,

@@ -54,7 +54,16 @@ pub fn run(settings: &StoreSettings) -> anyhow::Result<bool> {
     );
     let journal: String = conn.pragma_query_value(None, "journal_mode", |r| r.get(0))?;
     println!("journal mode:       {journal}");
-    if version >= 1 {
+    if version >= 2 {
+        let (live, deleted): (i64, i64) = conn.query_row(
+            "SELECT count(*) FILTER (WHERE deleted_at IS NULL), count(deleted_at) FROM links",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        let keys: i64 = conn.query_row("SELECT count(*) FROM keys", [], |r| r.get(0))?;
+        println!("links:              {live} (and {deleted} deleted codes kept as tombstones)");
+        println!("API keys:           {keys}");
+    } else if version >= 1 {
         let links: i64 = conn.query_row("SELECT count(*) FROM links", [], |r| r.get(0))?;
         println!("links:              {links}");
     }

@@ -9,7 +9,8 @@
 //! startup     Application::build -> addr(), run_until(shutdown)
 //! domain/     ShortCode, TargetUrl (parsed once), CodeGenerator
 //! http/       fn app() -> Router, extractors, handlers, ApiError, shutdown signal
-//! links       the application service: cache, then store
+//! links       the application service: cache, then store; who may manage what
+//! keys        API keys: making them, and recognising them (reloaded every second)
 //! cache/      the LinkCache trait; none, memory, valkey, tiered
 //! store/      the LinkStore trait; sqlite/ (readers, writer, walsync, checkpointer, ...)
 //! doctor      `litelink doctor`; telemetry: logging set-up
@@ -26,11 +27,13 @@ pub mod cache;
 pub mod doctor;
 pub mod domain;
 pub mod http;
+pub mod keys;
 pub mod links;
 pub mod settings;
 pub mod startup;
 pub mod store;
 pub mod telemetry;
+pub mod transfer;
 
 pub use settings::Settings;
 pub use startup::Application;

@@ -12,8 +12,10 @@ use tokio::net::TcpListener;
 use crate::cache;
 use crate::domain::CodeGenerator;
 use crate::http;
+use crate::keys::KeyRegistry;
 use crate::links::Links;
 use crate::settings::Settings;
+use crate::store::sqlite::lock::DbLock;
 use crate::store::sqlite::{Durability, SqliteStore, build_info, memstatus};
 use crate::store::{LinkStore, StoreSettings};
 
@@ -23,6 +25,9 @@ pub struct Application {
     listener: TcpListener,
     links: Links,
     router: Router,
+    refresher: tokio::task::JoinHandle<()>,
+    /// One server per database, for as long as this one runs.
+    _lock: DbLock,
 }
 
 impl Application {
@@ -36,15 +41,20 @@ impl Application {
 
     /// As [`build`](Self::build), on a listener that is already bound.
     pub async fn build_on(listener: TcpListener, settings: Settings) -> anyhow::Result<Self> {
-        let store = open_store(&settings).await?;
+        let lock = DbLock::acquire(&settings.store.db)?;
+        let store = open_store(&settings.store, CodeGenerator::new(settings.codes)?).await?;
         let cache = cache::build(&settings.cache)?;
         tracing::info!(mode = %settings.cache.mode, "cache ready");
-        let links = Links::new(cache, store);
+        let keys = Arc::new(KeyRegistry::load(Arc::clone(&store)).await?);
+        let refresher = keys.spawn_refresher();
+        let links = Links::new(cache, store, keys);
         let router = http::app(links.clone(), &settings.http);
         Ok(Self {
             listener,
             links,
             router,
+            refresher,
+            _lock: lock,
         })
     }
 
@@ -61,18 +71,27 @@ impl Application {
     ) -> anyhow::Result<()> {
         tracing::info!(addr = %self.listener.local_addr()?, "serving");
         let served = http::serve(self.listener, self.router, shutdown).await;
+        self.refresher.abort();
         self.links.close().await;
         tracing::info!("stopped");
         served.context("serving HTTP")
     }
 }
 
+/// Opens the store for a command that works beside a running server
+/// (`keys`, `export`; `import` takes the [`DbLock`] first).
+pub async fn open_tool_store(settings: &StoreSettings) -> anyhow::Result<Arc<dyn LinkStore>> {
+    open_store(settings, CodeGenerator::new(Default::default())?).await
+}
+
 /// Opens the SQLite store on the blocking pool. MEMSTATUS is set first,
 /// since SQLite accepts it only before its first connection.
-async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn LinkStore>> {
-    let StoreSettings { db, sqlite } = settings.store.clone();
+async fn open_store(
+    settings: &StoreSettings,
+    codes: CodeGenerator,
+) -> anyhow::Result<Arc<dyn LinkStore>> {
+    let StoreSettings { db, sqlite } = settings.clone();
     memstatus::configure(sqlite.memstatus)?;
-    let codes = CodeGenerator::new(settings.codes)?;
     let store = tokio::task::spawn_blocking(move || SqliteStore::open(db, sqlite, codes))
         .await
         .context("opening the store panicked")??;

@@ -4,13 +4,17 @@ use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
-/// Default filter: the service's own events at info, per-request spans of
-/// tower-http only when asked for (they cost on the hot path).
-const DEFAULT_FILTER: &str = "info,tower_http=warn";
+/// Default filter of the server: its own events at info, per-request spans
+/// of tower-http only when asked for (they cost on the hot path).
+pub const SERVER_FILTER: &str = "info,tower_http=warn";
 
-pub fn init() {
+/// Default filter of the other commands, whose output is their own.
+pub const TOOL_FILTER: &str = "warn";
+
+/// Logs to stderr, filtered by `RUST_LOG` or else by `default_filter`.
+pub fn init(default_filter: &str) {
     let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -7,11 +7,11 @@ use async_trait::async_trait;
 use serde::Serialize;
 
 use super::{CacheMode, CacheStats, LinkCache, Lookup};
-use crate::domain::{ShortCode, TargetUrl};
+use crate::domain::{Resolved, ShortCode};
 
 #[derive(Clone)]
 enum Entry {
-    Found(TargetUrl),
+    Found(Resolved),
     /// Unknown until this instant. Misses expire so that a code created by
     /// another instance becomes visible here within the TTL.
     Missing(Instant),
@@ -75,8 +75,8 @@ impl MemoryCache {
         }
     }
 
-    pub(super) fn insert(&self, code: &ShortCode, target: &TargetUrl) {
-        self.map.insert(code.clone(), Entry::Found(target.clone()));
+    pub(super) fn insert(&self, code: &ShortCode, link: &Resolved) {
+        self.map.insert(code.clone(), Entry::Found(link.clone()));
     }
 
     pub(super) fn insert_missing(&self, code: &ShortCode) {
@@ -107,8 +107,8 @@ impl LinkCache for MemoryCache {
     async fn get(&self, code: &ShortCode) -> Lookup {
         self.lookup(code)
     }
-    async fn put(&self, code: &ShortCode, target: &TargetUrl) {
-        self.insert(code, target);
+    async fn put(&self, code: &ShortCode, link: &Resolved) {
+        self.insert(code, link);
     }
     async fn put_missing(&self, code: &ShortCode) {
         self.insert_missing(code);
@@ -138,7 +138,10 @@ mod tests {
         // A TTL long enough that no preemption between the insert and the
         // check below can outlast it.
         let c = MemoryCache::new(100, Duration::from_millis(1000));
-        let t = TargetUrl::parse("https://example.com").unwrap();
+        let t = Resolved {
+            target: crate::domain::TargetUrl::parse("https://example.com").unwrap(),
+            expires_at: None,
+        };
         assert_eq!(c.lookup(&code("abc")), Lookup::Unknown);
         c.insert(&code("abc"), &t);
         assert_eq!(c.lookup(&code("abc")), Lookup::Found(t));

@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use serde::Serialize;
 use strum::{Display, EnumString, VariantNames};
 
-use crate::domain::{ShortCode, TargetUrl};
+use crate::domain::{Resolved, ShortCode};
 
 pub use memory::{MemoryCache, MemoryStats};
 pub use none::NoCache;
@@ -87,7 +87,7 @@ pub fn build(settings: &CacheSettings) -> Result<Arc<dyn LinkCache>, ValkeyError
 /// What a cache knows about a code.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lookup {
-    Found(TargetUrl),
+    Found(Resolved),
     /// The store was asked recently and had no such code (negative cache).
     Missing,
     /// The cache cannot say: ask the store.
@@ -97,7 +97,7 @@ pub enum Lookup {
 #[async_trait]
 pub trait LinkCache: Send + Sync + 'static {
     async fn get(&self, code: &ShortCode) -> Lookup;
-    async fn put(&self, code: &ShortCode, target: &TargetUrl);
+    async fn put(&self, code: &ShortCode, link: &Resolved);
     /// Remembers, briefly, that the store has no such code.
     async fn put_missing(&self, code: &ShortCode);
     /// Forgets a code in every tier, for a later delete or update.

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 
 use super::{CacheMode, CacheStats, LinkCache, Lookup};
-use crate::domain::{ShortCode, TargetUrl};
+use crate::domain::{Resolved, ShortCode};
 
 #[derive(Debug, Default)]
 pub struct NoCache;
@@ -13,7 +13,7 @@ impl LinkCache for NoCache {
     async fn get(&self, _: &ShortCode) -> Lookup {
         Lookup::Unknown
     }
-    async fn put(&self, _: &ShortCode, _: &TargetUrl) {}
+    async fn put(&self, _: &ShortCode, _: &Resolved) {}
     async fn put_missing(&self, _: &ShortCode) {}
     async fn invalidate(&self, _: &ShortCode) {}
     fn stats(&self) -> CacheStats {

@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 
 use super::{CacheMode, CacheStats, LinkCache, Lookup, MemoryCache, ValkeyCache};
-use crate::domain::{ShortCode, TargetUrl};
+use crate::domain::{Resolved, ShortCode};
 
 pub struct TieredCache {
     memory: MemoryCache,
@@ -33,9 +33,9 @@ impl LinkCache for TieredCache {
         found
     }
 
-    async fn put(&self, code: &ShortCode, target: &TargetUrl) {
-        self.memory.insert(code, target);
-        self.valkey.put(code, target).await;
+    async fn put(&self, code: &ShortCode, link: &Resolved) {
+        self.memory.insert(code, link);
+        self.valkey.put(code, link).await;
     }
 
     async fn put_missing(&self, code: &ShortCode) {

@@ -16,10 +16,20 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde::Serialize;
 
 use super::{CacheMode, CacheStats, LinkCache, Lookup};
-use crate::domain::{ShortCode, TargetUrl};
+use std::collections::HashSet;
+use std::sync::atomic::AtomicBool;
+
+use crate::domain::{Resolved, ShortCode, TargetUrl, Timestamp};
 
 /// Stored for a code the store does not have. A real target is never empty.
 const MISSING: &str = "";
+
+/// Invalidations kept to apply once Valkey is back; past this many, the
+/// whole key prefix is dropped instead.
+const MAX_PENDING: usize = 100_000;
+
+/// Bound on dropping the whole prefix (a SCAN over every key).
+const DROP_ALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long the tier is skipped after a failure before it is tried again.
 const BACKOFF: Duration = Duration::from_millis(500);
@@ -60,6 +70,19 @@ pub struct ValkeyStats {
     pub errors: u64,
     pub timeouts: u64,
     pub skipped: u64,
+    /// Invalidations not yet applied in Valkey; while there are any,
+    /// nothing is read from Valkey.
+    pub pending_invalidations: u64,
+}
+
+/// Invalidations that failed (Valkey down or slow): until they are
+/// applied, Valkey may hold a target that was changed or deleted, so it is
+/// not read at all.
+#[derive(Default)]
+struct Pending {
+    codes: HashSet<ShortCode>,
+    /// Too many to keep: drop every key under the prefix instead.
+    drop_all: bool,
 }
 
 pub struct ValkeyCache {
@@ -72,6 +95,10 @@ pub struct ValkeyCache {
     skip_until_ms: AtomicU64,
     counters: Counters,
     log: Mutex<LogLimiter>,
+    pending: Mutex<Pending>,
+    /// Set while `pending` holds anything: read on every lookup, so an
+    /// atomic rather than the lock.
+    dirty: AtomicBool,
 }
 
 #[derive(Default)]
@@ -132,7 +159,87 @@ impl ValkeyCache {
                 last: None,
                 suppressed: 0,
             }),
+            pending: Mutex::new(Pending::default()),
+            dirty: AtomicBool::new(false),
         })
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Remembers an invalidation that could not be applied.
+    fn defer(&self, code: &ShortCode) {
+        let mut p = self.pending();
+        if !p.drop_all {
+            p.codes.insert(code.clone());
+            if p.codes.len() > MAX_PENDING {
+                p.codes.clear();
+                p.drop_all = true;
+            }
+        }
+        self.dirty.store(true, Ordering::Release);
+    }
+
+    /// Tries to apply the deferred invalidations; true once none is left.
+    async fn apply_pending(&self) -> bool {
+        let (codes, drop_all) = {
+            let p = self.pending();
+            let codes: Vec<ShortCode> = p.codes.iter().take(1000).cloned().collect();
+            (codes, p.drop_all)
+        };
+        if drop_all {
+            let pattern = format!("{}*", self.config.prefix);
+            let dropped = self
+                .call_within("SCAN+DEL", DROP_ALL_TIMEOUT, |mut c| async move {
+                    let mut cursor: u64 = 0;
+                    loop {
+                        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                            .arg(cursor)
+                            .arg("MATCH")
+                            .arg(&pattern)
+                            .arg("COUNT")
+                            .arg(1000)
+                            .query_async(&mut c)
+                            .await?;
+                        if !keys.is_empty() {
+                            c.del::<_, ()>(keys).await?;
+                        }
+                        if next == 0 {
+                            return Ok(());
+                        }
+                        cursor = next;
+                    }
+                })
+                .await;
+            if dropped.is_none() {
+                return false;
+            }
+            self.pending().drop_all = false;
+        } else if !codes.is_empty() {
+            let keys: Vec<String> = codes.iter().map(|c| self.key(c)).collect();
+            let deleted = self
+                .call("DEL", |mut c| async move { c.del::<_, ()>(keys).await })
+                .await;
+            if deleted.is_none() {
+                return false;
+            }
+            let mut p = self.pending();
+            for c in &codes {
+                p.codes.remove(c);
+            }
+        }
+        let p = self.pending();
+        let clean = p.codes.is_empty() && !p.drop_all;
+        if clean {
+            self.dirty.store(false, Ordering::Release);
+        }
+        clean
+    }
+
+    /// Whether Valkey may be used: no invalidation is left to apply.
+    async fn consistent(&self) -> bool {
+        !self.dirty.load(Ordering::Acquire) || self.apply_pending().await
     }
 
     fn key(&self, code: &ShortCode) -> String {
@@ -153,11 +260,23 @@ impl ValkeyCache {
     where
         F: Future<Output = redis::RedisResult<T>>,
     {
+        self.call_within(what, self.config.timeout, f).await
+    }
+
+    async fn call_within<T, F>(
+        &self,
+        what: &'static str,
+        timeout: Duration,
+        f: impl FnOnce(ConnectionManager) -> F,
+    ) -> Option<T>
+    where
+        F: Future<Output = redis::RedisResult<T>>,
+    {
         if self.now_ms() < self.skip_until_ms.load(Ordering::Relaxed) {
             self.counters.skipped.fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        let outcome = match tokio::time::timeout(self.config.timeout, f(self.conn.clone())).await {
+        let outcome = match tokio::time::timeout(timeout, f(self.conn.clone())).await {
             Ok(Ok(v)) => return Some(v),
             Ok(Err(e)) => CallError::Valkey(e),
             Err(_) => CallError::Timeout,
@@ -227,8 +346,39 @@ impl ValkeyCache {
             errors: c.errors.load(Ordering::Relaxed),
             timeouts: c.timeouts.load(Ordering::Relaxed),
             skipped: c.skipped.load(Ordering::Relaxed),
+            pending_invalidations: {
+                let p = self.pending();
+                if p.drop_all {
+                    MAX_PENDING as u64
+                } else {
+                    p.codes.len() as u64
+                }
+            },
         }
     }
+}
+
+/// A link as stored in Valkey: the target, after `~MILLIS ` when it
+/// expires. Targets start with `http`, so the two never mix.
+fn encode(link: &Resolved) -> String {
+    match link.expires_at {
+        None => link.target.as_str().to_owned(),
+        Some(at) => format!("~{} {}", at.millis(), link.target),
+    }
+}
+
+fn decode(value: &str) -> Option<Resolved> {
+    let (expires_at, target) = match value.strip_prefix('~') {
+        Some(rest) => {
+            let (ms, target) = rest.split_once(' ')?;
+            (Some(Timestamp::from_millis(ms.parse().ok()?)), target)
+        }
+        None => (None, value),
+    };
+    Some(Resolved {
+        target: TargetUrl::parse(target).ok()?,
+        expires_at,
+    })
 }
 
 /// Drops a password from `redis://user:pass@host` for display.
@@ -245,6 +395,9 @@ fn redact(url: &str) -> String {
 #[async_trait]
 impl LinkCache for ValkeyCache {
     async fn get(&self, code: &ShortCode) -> Lookup {
+        if !self.consistent().await {
+            return Lookup::Unknown;
+        }
         let key = self.key(code);
         let value: Option<Option<String>> = self
             .call("GET", |mut c| async move {
@@ -261,13 +414,13 @@ impl LinkCache for ValkeyCache {
                 self.counters.negative_hits.fetch_add(1, Ordering::Relaxed);
                 Lookup::Missing
             }
-            Some(Some(s)) => match TargetUrl::parse(&s) {
-                Ok(t) => {
+            Some(Some(s)) => match decode(&s) {
+                Some(link) => {
                     self.counters.hits.fetch_add(1, Ordering::Relaxed);
-                    Lookup::Found(t)
+                    Lookup::Found(link)
                 }
                 // Not ours, or corrupted: never serve it, ask the store.
-                Err(_) => {
+                None => {
                     self.counters.errors.fetch_add(1, Ordering::Relaxed);
                     Lookup::Unknown
                 }
@@ -275,20 +428,27 @@ impl LinkCache for ValkeyCache {
         }
     }
 
-    async fn put(&self, code: &ShortCode, target: &TargetUrl) {
-        self.set(code, target.as_str(), self.config.ttl).await;
+    async fn put(&self, code: &ShortCode, link: &Resolved) {
+        if self.dirty.load(Ordering::Acquire) {
+            return;
+        }
+        self.set(code, &encode(link), self.config.ttl).await;
     }
 
     async fn put_missing(&self, code: &ShortCode) {
-        if !self.negative_ttl.is_zero() {
+        if !self.negative_ttl.is_zero() && !self.dirty.load(Ordering::Acquire) {
             self.set(code, MISSING, Some(self.negative_ttl)).await;
         }
     }
 
     async fn invalidate(&self, code: &ShortCode) {
         let key = self.key(code);
-        self.call("DEL", |mut c| async move { c.del::<_, ()>(key).await })
+        let deleted = self
+            .call("DEL", |mut c| async move { c.del::<_, ()>(key).await })
             .await;
+        if deleted.is_none() {
+            self.defer(code);
+        }
     }
 
     fn stats(&self) -> CacheStats {

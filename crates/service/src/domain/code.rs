@@ -24,7 +24,61 @@ pub enum ShortCodeError {
     BadCharacter,
 }
 
+/// Names that are, or will be, routes or files of litelink's own: never an
+/// alias and never a generated code, so that no route ever shadows a link.
+pub const RESERVED: &[&str] = &[
+    "admin",
+    "api",
+    "app",
+    "assets",
+    "docs",
+    "favicon.ico",
+    "health",
+    "heart-beat",
+    "link",
+    "links",
+    "login",
+    "manage",
+    "metrics",
+    "openapi.json",
+    "qr",
+    "robots.txt",
+    "static",
+    "stats",
+];
+
+/// Whether `code` is reserved: one of [`RESERVED`], or starting with `_`
+/// or `.`.
+pub fn is_reserved(code: &str) -> bool {
+    code.starts_with(['_', '.']) || RESERVED.binary_search(&code).is_ok()
+}
+
+/// Shortest custom alias.
+pub const MIN_ALIAS_LEN: usize = 3;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AliasError {
+    #[error("code must be {MIN_ALIAS_LEN} to {MAX_CODE_LEN} characters")]
+    Length,
+    #[error("code may only contain the characters A-Z, a-z, 0-9, '-' and '_'")]
+    BadCharacter,
+    #[error("code '{0}' is reserved")]
+    Reserved(String),
+}
+
 impl ShortCode {
+    /// A custom alias: 3-64 characters of `[A-Za-z0-9_-]`, not reserved.
+    pub fn parse_alias(raw: &str) -> Result<Self, AliasError> {
+        if raw.len() < MIN_ALIAS_LEN || raw.len() > MAX_CODE_LEN {
+            return Err(AliasError::Length);
+        }
+        let code = Self::parse(raw).map_err(|_| AliasError::BadCharacter)?;
+        if is_reserved(raw) {
+            return Err(AliasError::Reserved(raw.to_owned()));
+        }
+        Ok(code)
+    }
+
     pub fn parse(raw: &str) -> Result<Self, ShortCodeError> {
         if raw.is_empty() {
             return Err(ShortCodeError::Empty);
@@ -43,6 +97,11 @@ impl ShortCode {
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// Wraps a code read back from the store, which was checked on the way in.
+    pub(crate) fn from_trusted(stored: &str) -> Self {
+        Self(stored.into())
     }
 }
 
@@ -135,7 +194,17 @@ impl CodeGenerator {
 
     /// A fresh code for the `sequence`-th create: the store numbers its
     /// creates so that consecutive ones share a bucket, also across restarts.
+    /// Never a reserved word (a 6-character code could be `health`).
     pub fn generate(&self, sequence: u64) -> ShortCode {
+        loop {
+            let code = self.draw(sequence);
+            if !is_reserved(code.as_str()) {
+                return code;
+            }
+        }
+    }
+
+    fn draw(&self, sequence: u64) -> ShortCode {
         let mut rng = rand::rng();
         if !self.has_locality() {
             return ShortCode(Alphanumeric.sample_string(&mut rng, self.length).into());
@@ -155,6 +224,29 @@ mod tests {
 
     fn generator(length: usize, locality: bool) -> CodeGenerator {
         CodeGenerator::new(CodeSettings { length, locality }).expect("valid length")
+    }
+
+    #[test]
+    fn the_reserved_list_is_sorted_and_aliases_avoid_it() {
+        assert!(
+            RESERVED.windows(2).all(|w| w[0] < w[1]),
+            "binary search needs order"
+        );
+        for word in RESERVED {
+            assert!(is_reserved(word));
+        }
+        assert!(is_reserved("_x") && is_reserved(".well-known"));
+        assert_eq!(
+            ShortCode::parse_alias("health"),
+            Err(AliasError::Reserved("health".into()))
+        );
+        assert_eq!(ShortCode::parse_alias("ab"), Err(AliasError::Length));
+        assert_eq!(
+            ShortCode::parse_alias("a b c"),
+            Err(AliasError::BadCharacter)
+        );
+        assert!(ShortCode::parse_alias("spring-sale").is_ok());
+        assert!(ShortCode::parse_alias("Health").is_ok(), "case-sensitive");
     }
 
     #[test]

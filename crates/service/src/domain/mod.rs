@@ -2,7 +2,12 @@
 //! and checked once at the edge so that the layers below never see raw input.
 
 pub mod code;
+mod link;
 mod target;
 
-pub use code::{CodeGenerator, CodeLengthError, CodeSettings, ShortCode, ShortCodeError};
+pub use code::{
+    AliasError, CodeGenerator, CodeLengthError, CodeSettings, ShortCode, ShortCodeError,
+    is_reserved,
+};
+pub use link::{KeyId, Link, Owner, Resolved, Timestamp, TimestampError};
 pub use target::{MAX_URL_BYTES, TargetUrl, TargetUrlError};

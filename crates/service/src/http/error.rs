@@ -14,7 +14,16 @@ pub enum ApiError {
     #[error("{0}")]
     BadRequest(String),
     #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
     NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    /// The link existed but has expired.
+    #[error("{0}")]
+    Gone(String),
     #[error("method not allowed")]
     MethodNotAllowed,
     #[error("{0}")]
@@ -38,7 +47,11 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::Gone(_) => StatusCode::GONE,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -59,10 +72,18 @@ impl IntoResponse for ApiError {
             other => other.to_string(),
         };
         let mut response = (status, Json(ErrorBody { error: &message })).into_response();
-        if let Self::Unavailable { retry_after, .. } = self {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+        match self {
+            Self::Unavailable { retry_after, .. } => {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+            }
+            Self::Unauthorized(_) => {
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            _ => {}
         }
         response
     }
@@ -103,6 +124,8 @@ impl From<StoreError> for ApiError {
                 message: "the service is shutting down".into(),
                 retry_after: 5,
             },
+            StoreError::CodeTaken(code) => Self::Conflict(format!("code '{code}' is taken")),
+            StoreError::NameTaken(name) => Self::Conflict(format!("a key named '{name}' exists")),
             StoreError::CodeSpaceExhausted(_) => Self::Unavailable {
                 message: "no free short code was found for this link; retry".into(),
                 retry_after: 1,

@@ -5,43 +5,103 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
+use super::AppState;
 use super::error::ApiError;
-use crate::domain::{ShortCode, TargetUrl};
+use crate::domain::{ShortCode, TargetUrl, Timestamp};
+use crate::keys::{AuthError, Principal};
 
-/// The body of `POST /link`: a JSON object whose `url` is a valid target.
-pub struct NewLink(pub TargetUrl);
+/// The body of a create (`POST /link`, `POST /api/v1/links`): `url`, and
+/// optionally `code` (an alias) and `expires_at` (RFC 3339, in the future).
+pub struct NewLinkBody {
+    pub url: TargetUrl,
+    pub code: Option<ShortCode>,
+    pub expires_at: Option<Timestamp>,
+}
 
-impl<S: Send + Sync> FromRequest<S> for NewLink {
+impl<S: Send + Sync> FromRequest<S> for NewLinkBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        if !is_json_content_type(req.headers()) {
-            return Err(ApiError::UnsupportedMediaType(
-                "expected Content-Type: application/json".into(),
-            ));
-        }
-        let body = Bytes::from_request(req, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge("request body is too large".into())
-            } else {
-                ApiError::BadRequest(format!("could not read request body: {rejection}"))
+        let mut fields = json_object(req, state).await?;
+        let url = url_field(fields.remove("url"))?;
+        let code = match fields.remove("code") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => {
+                Some(ShortCode::parse_alias(&s).map_err(|e| ApiError::BadRequest(e.to_string()))?)
             }
-        })?;
-        parse_new_link(&body).map(Self)
+            Some(_) => return Err(ApiError::BadRequest("field 'code' must be a string".into())),
+        };
+        let expires_at = expiry_field(fields.remove("expires_at"))?;
+        refuse_unknown(&fields, "url, code, expires_at")?;
+        Ok(Self {
+            url,
+            code,
+            expires_at,
+        })
     }
 }
 
-/// Checks the body step by step, so that each way it can be wrong gets its
-/// own message.
-fn parse_new_link(body: &[u8]) -> Result<TargetUrl, ApiError> {
+/// The body of `PATCH /api/v1/links/{code}`: `url` and/or `expires_at`
+/// (`null` clears the expiry).
+pub struct PatchBody {
+    pub url: Option<TargetUrl>,
+    pub expires_at: Option<Option<Timestamp>>,
+}
+
+impl<S: Send + Sync> FromRequest<S> for PatchBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let mut fields = json_object(req, state).await?;
+        let url = match fields.remove("url") {
+            None => None,
+            Some(v) => Some(url_field(Some(v))?),
+        };
+        let expires_at = match fields.remove("expires_at") {
+            None => None,
+            Some(v) => Some(expiry_field(Some(v))?),
+        };
+        refuse_unknown(&fields, "url, expires_at")?;
+        Ok(Self { url, expires_at })
+    }
+}
+
+/// Reads a JSON object body: 415 without a JSON content type, 413 over
+/// the size limit, 400 when it is not an object.
+async fn json_object<S: Send + Sync>(
+    req: Request,
+    state: &S,
+) -> Result<Map<String, Value>, ApiError> {
+    if !is_json_content_type(req.headers()) {
+        return Err(ApiError::UnsupportedMediaType(
+            "expected Content-Type: application/json".into(),
+        ));
+    }
+    let body = Bytes::from_request(req, state).await.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge("request body is too large".into())
+        } else {
+            ApiError::BadRequest(format!("could not read request body: {rejection}"))
+        }
+    })?;
+    parse_object(&body)
+}
+
+fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::BadRequest(format!("body is not valid JSON: {e}")))?;
-    let Value::Object(mut fields) = value else {
-        return Err(ApiError::BadRequest("body must be a JSON object".into()));
-    };
-    match fields.remove("url") {
+    match value {
+        Value::Object(fields) => Ok(fields),
+        _ => Err(ApiError::BadRequest("body must be a JSON object".into())),
+    }
+}
+
+/// Checks `url` step by step, so that each way it can be wrong gets its
+/// own message.
+fn url_field(value: Option<Value>) -> Result<TargetUrl, ApiError> {
+    match value {
         None | Some(Value::Null) => Err(ApiError::BadRequest("field 'url' is required".into())),
         Some(Value::String(s)) if s.is_empty() => {
             Err(ApiError::BadRequest("field 'url' must not be empty".into()))
@@ -50,6 +110,88 @@ fn parse_new_link(body: &[u8]) -> Result<TargetUrl, ApiError> {
             TargetUrl::parse(&s).map_err(|e| ApiError::BadRequest(e.to_string()))
         }
         Some(_) => Err(ApiError::BadRequest("field 'url' must be a string".into())),
+    }
+}
+
+/// `expires_at`: absent or null is none; otherwise RFC 3339 in the future.
+fn expiry_field(value: Option<Value>) -> Result<Option<Timestamp>, ApiError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => {
+            let at = Timestamp::parse(&s).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+            if at <= Timestamp::now() {
+                return Err(ApiError::BadRequest(
+                    "field 'expires_at' must be in the future".into(),
+                ));
+            }
+            Ok(Some(at))
+        }
+        Some(_) => Err(ApiError::BadRequest(
+            "field 'expires_at' must be an RFC 3339 string or null".into(),
+        )),
+    }
+}
+
+/// A misspelt field must not pass silently.
+fn refuse_unknown(fields: &Map<String, Value>, known: &str) -> Result<(), ApiError> {
+    match fields.keys().next() {
+        None => Ok(()),
+        Some(name) => Err(ApiError::BadRequest(format!(
+            "unknown field '{name}' (known: {known})"
+        ))),
+    }
+}
+
+/// The API key a request presents, if any: `Authorization: Bearer KEY` or
+/// `X-API-Key: KEY`. A key that is sent must be valid (401 otherwise).
+pub struct Caller(pub Option<Principal>);
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Some(secret) = presented_key(&parts.headers)? else {
+            return Ok(Self(None));
+        };
+        match state.links.keys().authenticate(secret) {
+            Ok(p) => Ok(Self(Some(p))),
+            Err(e @ (AuthError::Unknown | AuthError::Revoked)) => {
+                Err(ApiError::Unauthorized(e.to_string()))
+            }
+        }
+    }
+}
+
+/// A request that needs a key: 401 without a valid one.
+pub struct Key(pub Principal);
+
+impl FromRequestParts<AppState> for Key {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        match Caller::from_request_parts(parts, state).await? {
+            Caller(Some(p)) => Ok(Self(p)),
+            Caller(None) => Err(ApiError::Unauthorized(
+                "an API key is required (Authorization: Bearer KEY, or X-API-Key: KEY)".into(),
+            )),
+        }
+    }
+}
+
+fn presented_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    let malformed = || ApiError::Unauthorized("malformed API key header".into());
+    if let Some(v) = headers.get("x-api-key") {
+        return v.to_str().map(|s| Some(s.trim())).map_err(|_| malformed());
+    }
+    let Some(v) = headers.get(header::AUTHORIZATION) else {
+        return Ok(None);
+    };
+    let v = v.to_str().map_err(|_| malformed())?;
+    match v.split_once(' ') {
+        Some((scheme, key)) if scheme.eq_ignore_ascii_case("bearer") => Ok(Some(key.trim())),
+        _ => Err(ApiError::Unauthorized(
+            "the Authorization header must be 'Bearer KEY'".into(),
+        )),
     }
 }
 
@@ -106,6 +248,10 @@ mod tests {
         }
     }
 
+    fn parse_new_link(body: &[u8]) -> Result<TargetUrl, ApiError> {
+        url_field(parse_object(body)?.remove("url"))
+    }
+
     #[test]
     fn each_bad_body_has_its_own_message() {
         for (body, needle) in [
@@ -122,5 +268,16 @@ mod tests {
             assert!(e.to_string().contains(needle), "{e} / {needle}");
         }
         assert!(parse_new_link(b"{\"url\":\"https://a.b/c\"}").is_ok());
+    }
+
+    #[test]
+    fn expiries_must_be_future_rfc_3339() {
+        assert!(matches!(expiry_field(None), Ok(None)));
+        assert!(matches!(expiry_field(Some(Value::Null)), Ok(None)));
+        assert!(expiry_field(Some("2999-01-01T00:00:00Z".into())).is_ok_and(|t| t.is_some()));
+        for bad in ["2001-01-01T00:00:00Z", "next week"] {
+            assert!(expiry_field(Some(bad.into())).is_err(), "{bad}");
+        }
+        assert!(expiry_field(Some(Value::from(5))).is_err());
     }
 }

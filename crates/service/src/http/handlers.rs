@@ -2,16 +2,17 @@
 //! [`Links`](crate::links::Links), shape the answer.
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::AppState;
 use super::error::ApiError;
-use super::extract::{Code, NewLink};
-use crate::domain::{ShortCode, TargetUrl};
-use crate::links::LinkStats;
+use super::extract::{Caller, Code, Key, NewLinkBody, PatchBody};
+use super::{AppState, CreateAuth};
+use crate::domain::{Link, ShortCode, Timestamp};
+use crate::links::{LinkStats, Resolution};
+use crate::store::{LinkPatch, NewLink};
 
 #[derive(Serialize)]
 pub struct HeartBeat {
@@ -28,6 +29,7 @@ struct LinkBody<'a> {
     link: &'a str,
 }
 
+/// The seed route's answer to a create.
 #[derive(Serialize)]
 pub struct Created {
     short_link: String,
@@ -37,29 +39,97 @@ pub struct Created {
     link: String,
 }
 
+/// The management API's view of a link.
+#[derive(Serialize)]
+pub struct LinkObject {
+    code: String,
+    url: String,
+    short_url: Option<String>,
+    created_at: Timestamp,
+    expires_at: Option<Timestamp>,
+    expired: bool,
+    owner: Option<String>,
+}
+
+impl AppState {
+    fn link_object(&self, headers: &HeaderMap, link: Link) -> LinkObject {
+        LinkObject {
+            short_url: self.short_url(headers, &link.code),
+            expired: link.resolved().is_expired(),
+            code: link.code.to_string(),
+            url: link.target.to_string(),
+            created_at: link.created_at,
+            expires_at: link.expires_at,
+            owner: link.owner.map(|o| o.name),
+        }
+    }
+
+    /// The rules both create routes follow: who may create, and who may
+    /// choose a code.
+    async fn create(&self, caller: Caller, body: NewLinkBody) -> Result<Link, ApiError> {
+        let Caller(caller) = caller;
+        if caller.is_none() {
+            if self.create_auth == CreateAuth::Key {
+                return Err(ApiError::Unauthorized(
+                    "creating links needs an API key on this server".into(),
+                ));
+            }
+            if body.code.is_some() {
+                return Err(ApiError::Unauthorized(
+                    "choosing a code needs an API key".into(),
+                ));
+            }
+        }
+        let new = NewLink {
+            target: body.url,
+            code: body.code,
+            expires_at: body.expires_at,
+            owner: caller.map(|p| p.owner()),
+        };
+        Ok(self.links.create(new).await?)
+    }
+}
+
+/// `POST /link`, the seed API.
 pub async fn create_link(
     State(state): State<AppState>,
     headers: HeaderMap,
-    NewLink(target): NewLink,
+    caller: Caller,
+    body: NewLinkBody,
 ) -> Result<(StatusCode, Json<Created>), ApiError> {
-    let code = state.links.create(target.clone()).await?;
-    let short_url = state.short_url(&headers, &code);
+    let link = state.create(caller, body).await?;
+    let short_url = state.short_url(&headers, &link.code);
     Ok((
         StatusCode::CREATED,
         Json(Created {
-            short_link: code.to_string(),
+            short_link: link.code.to_string(),
             short_url,
-            link: target.to_string(),
+            link: link.target.to_string(),
         }),
     ))
 }
 
-async fn resolve(state: &AppState, code: &ShortCode) -> Result<TargetUrl, ApiError> {
-    state
-        .links
-        .resolve(code)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("no link with code '{code}'")))
+/// `POST /api/v1/links`: the same create, answered with the link object.
+pub async fn api_create(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    caller: Caller,
+    body: NewLinkBody,
+) -> Result<(StatusCode, Json<LinkObject>), ApiError> {
+    let link = state.create(caller, body).await?;
+    Ok((StatusCode::CREATED, Json(state.link_object(&headers, link))))
+}
+
+fn not_found(code: &ShortCode) -> ApiError {
+    ApiError::NotFound(format!("no link with code '{code}'"))
+}
+
+async fn resolve(state: &AppState, code: &ShortCode) -> Result<String, ApiError> {
+    match state.links.resolve(code).await? {
+        Resolution::Found(target) => Ok(target.to_string()),
+        Resolution::Expired => Err(ApiError::Gone(format!("link '{code}' has expired"))),
+        Resolution::Missing => Err(not_found(code)),
+    }
 }
 
 pub async fn get_link(
@@ -67,10 +137,7 @@ pub async fn get_link(
     Code(code): Code,
 ) -> Result<Response, ApiError> {
     let target = resolve(&state, &code).await?;
-    Ok(Json(LinkBody {
-        link: target.as_str(),
-    })
-    .into_response())
+    Ok(Json(LinkBody { link: &target }).into_response())
 }
 
 /// `GET /{code}` and `HEAD /{code}` (axum answers HEAD from the GET route
@@ -82,9 +149,112 @@ pub async fn redirect(
     let target = resolve(&state, &code).await?;
     // TargetUrl is ASCII without controls by construction, so this only
     // fails if that invariant is broken: a 500, not a panic.
-    let location = header::HeaderValue::from_str(target.as_str())
+    let location = header::HeaderValue::from_str(&target)
         .map_err(|e| ApiError::Internal(format!("stored URL is not a valid header: {e}")))?;
     Ok((state.redirect_status, [(header::LOCATION, location)]).into_response())
+}
+
+pub async fn api_get(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Key(caller): Key,
+    Code(code): Code,
+) -> Result<Json<LinkObject>, ApiError> {
+    let link = state
+        .links
+        .get(&caller, &code)
+        .await?
+        .ok_or_else(|| not_found(&code))?;
+    Ok(Json(state.link_object(&headers, link)))
+}
+
+pub async fn api_update(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Key(caller): Key,
+    Code(code): Code,
+    body: PatchBody,
+) -> Result<Json<LinkObject>, ApiError> {
+    let patch = LinkPatch {
+        target: body.url,
+        expires_at: body.expires_at,
+    };
+    let link = state
+        .links
+        .update(&caller, &code, patch)
+        .await?
+        .ok_or_else(|| not_found(&code))?;
+    Ok(Json(state.link_object(&headers, link)))
+}
+
+pub async fn api_delete(
+    State(state): State<AppState>,
+    Key(caller): Key,
+    Code(code): Code,
+) -> Result<StatusCode, ApiError> {
+    if state.links.delete(&caller, &code).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(not_found(&code))
+    }
+}
+
+/// Query of `GET /api/v1/links`, as sent: checked in [`api_list`] so that
+/// each mistake gets its own message.
+#[derive(Deserialize)]
+pub struct ListParams {
+    limit: Option<String>,
+    cursor: Option<String>,
+    q: Option<String>,
+}
+
+/// Links per page unless `limit` says otherwise; at most [`MAX_LIMIT`].
+pub const DEFAULT_LIMIT: usize = 50;
+pub const MAX_LIMIT: usize = 1000;
+
+#[derive(Serialize)]
+pub struct LinkList {
+    links: Vec<LinkObject>,
+    next_cursor: Option<String>,
+}
+
+pub async fn api_list(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Key(caller): Key,
+    params: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<LinkList>, ApiError> {
+    let Query(params) =
+        params.map_err(|e| ApiError::BadRequest(format!("malformed query: {e}")))?;
+    let limit = match params.limit.as_deref() {
+        None => DEFAULT_LIMIT,
+        Some(raw) => raw
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_LIMIT).contains(n))
+            .ok_or_else(|| {
+                ApiError::BadRequest(format!("limit must be 1 to {MAX_LIMIT}, not '{raw}'"))
+            })?,
+    };
+    let before = match params.cursor.as_deref() {
+        None | Some("") => None,
+        Some(raw) => Some(
+            raw.parse::<i64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| ApiError::BadRequest(format!("invalid cursor '{raw}'")))?,
+        ),
+    };
+    let q = params.q.filter(|q| !q.is_empty());
+    let page = state.links.list(&caller, limit, before, q).await?;
+    Ok(Json(LinkList {
+        links: page
+            .links
+            .into_iter()
+            .map(|l| state.link_object(&headers, l))
+            .collect(),
+        next_cursor: page.next.map(|id| id.to_string()),
+    }))
 }
 
 /// `/stats`: the service's counters and the HTTP layer's own facts.
@@ -104,7 +274,7 @@ pub async fn stats(State(state): State<AppState>) -> Json<Stats> {
     })
 }
 
-pub async fn not_found(method: Method, uri: Uri) -> ApiError {
+pub async fn not_found_route(method: Method, uri: Uri) -> ApiError {
     ApiError::NotFound(format!("no route for {method} {}", uri.path()))
 }
 

@@ -14,6 +14,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::routing::{get, post};
+use strum::{Display, EnumString, VariantNames};
 use tokio::net::TcpListener;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
@@ -46,10 +47,21 @@ impl RedirectStatus {
     }
 }
 
+/// Who may create links.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumString, Display, VariantNames)]
+#[strum(serialize_all = "kebab-case")]
+pub enum CreateAuth {
+    /// Anyone; a key that is sent must be valid, and owns the link.
+    Open,
+    /// Only callers with a valid API key.
+    Key,
+}
+
 /// What the HTTP layer answers and how much it accepts.
 #[derive(Debug, Clone)]
 pub struct HttpSettings {
     pub redirect_status: RedirectStatus,
+    pub create_auth: CreateAuth,
     /// Base of the `short_url` field, e.g. `https://s.example.com`. Without
     /// it the request's Host header is used.
     pub public_url: Option<String>,
@@ -63,6 +75,7 @@ impl Default for HttpSettings {
     fn default() -> Self {
         Self {
             redirect_status: RedirectStatus::Found,
+            create_auth: CreateAuth::Open,
             public_url: None,
             max_body_bytes: 16 * 1024,
             request_timeout: Duration::from_secs(10),
@@ -78,6 +91,7 @@ use crate::links::Links;
 struct AppState {
     links: Links,
     redirect_status: StatusCode,
+    create_auth: CreateAuth,
     public_url: Option<String>,
 }
 
@@ -98,6 +112,7 @@ pub fn app(links: Links, settings: &HttpSettings) -> Router {
     let state = AppState {
         links,
         redirect_status: settings.redirect_status.status(),
+        create_auth: settings.create_auth,
         public_url: settings.public_url.clone(),
     };
     Router::new()
@@ -105,8 +120,18 @@ pub fn app(links: Links, settings: &HttpSettings) -> Router {
         .route("/stats", get(handlers::stats))
         .route("/link", post(handlers::create_link))
         .route("/link/{code}", get(handlers::get_link))
+        .route(
+            "/api/v1/links",
+            post(handlers::api_create).get(handlers::api_list),
+        )
+        .route(
+            "/api/v1/links/{code}",
+            get(handlers::api_get)
+                .patch(handlers::api_update)
+                .delete(handlers::api_delete),
+        )
         .route("/{code}", get(handlers::redirect))
-        .fallback(handlers::not_found)
+        .fallback(handlers::not_found_route)
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .layer(DefaultBodyLimit::max(settings.max_body_bytes))
         .layer(TimeoutLayer::with_status_code(

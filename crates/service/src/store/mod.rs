@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 use serde::Serialize;
 
-use crate::domain::{ShortCode, TargetUrl};
+use crate::domain::{KeyId, Link, Owner, Resolved, ShortCode, TargetUrl, Timestamp};
 
 /// Where and how links are stored.
 #[derive(Debug, Clone)]
@@ -36,17 +36,144 @@ pub enum StoreStats {
     Sqlite(sqlite::SqliteStats),
 }
 
-/// Durable storage of code -> URL mappings.
+/// A link to store: a generated code unless `code` names an alias.
+#[derive(Debug, Clone)]
+pub struct NewLink {
+    pub target: TargetUrl,
+    pub code: Option<ShortCode>,
+    pub expires_at: Option<Timestamp>,
+    pub owner: Option<Owner>,
+}
+
+impl NewLink {
+    /// The seed API's create: a generated code, no expiry, no owner.
+    pub fn to(target: TargetUrl) -> Self {
+        Self {
+            target,
+            code: None,
+            expires_at: None,
+            owner: None,
+        }
+    }
+}
+
+/// A change to a link: each field that is `Some` is set
+/// (`expires_at: Some(None)` clears the expiry).
+#[derive(Debug, Clone, Default)]
+pub struct LinkPatch {
+    pub target: Option<TargetUrl>,
+    pub expires_at: Option<Option<Timestamp>>,
+}
+
+/// One page of links, newest first.
+#[derive(Debug, Clone)]
+pub struct ListQuery {
+    /// Only this key's links; `None`: every link (an admin's view).
+    pub owner: Option<KeyId>,
+    pub limit: usize,
+    /// Links older than this position (from a previous page's `next`).
+    pub before: Option<i64>,
+    /// A case-insensitive substring of the URL, or a prefix of the code.
+    pub q: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ListPage {
+    pub links: Vec<Link>,
+    /// Where the next page starts, when there may be one.
+    pub next: Option<i64>,
+}
+
+/// An API key as stored: only the SHA-256 of its secret.
+#[derive(Debug, Clone)]
+pub struct ApiKey {
+    pub id: KeyId,
+    pub name: String,
+    pub hash: [u8; 32],
+    pub admin: bool,
+    pub created_at: Timestamp,
+    pub last_used_at: Option<Timestamp>,
+    pub revoked_at: Option<Timestamp>,
+}
+
+/// One link as `export` writes it and `import` reads it; a deleted code
+/// (a tombstone) has no URL and a `deleted_at`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Record {
+    pub code: String,
+    pub url: Option<String>,
+    pub created_at: String,
+    pub expires_at: Option<String>,
+    pub owner: Option<String>,
+    pub deleted_at: Option<String>,
+}
+
+/// A record checked for import, with the line it came from.
+#[derive(Debug, Clone)]
+pub struct ImportRow {
+    pub line: u64,
+    pub code: ShortCode,
+    /// `None` for a tombstone.
+    pub target: Option<TargetUrl>,
+    pub created_at: Timestamp,
+    pub expires_at: Option<Timestamp>,
+    pub owner: Option<KeyId>,
+    pub deleted_at: Option<Timestamp>,
+}
+
+/// Durable storage of links and API keys.
 ///
-/// `create` returning `Ok` is a promise: the row is committed with the
-/// configured durability before the caller hears about it.
+/// A write returning `Ok` is a promise: it is committed with the configured
+/// durability before the caller hears about it.
 #[async_trait]
 pub trait LinkStore: Send + Sync + 'static {
-    /// Looks a code up. `Ok(None)` is an unknown code, not an error.
-    async fn get(&self, code: &ShortCode) -> Result<Option<TargetUrl>, StoreError>;
+    /// Looks a live code up for a redirect. `Ok(None)` is an unknown or
+    /// deleted code, not an error.
+    async fn get(&self, code: &ShortCode) -> Result<Option<Resolved>, StoreError>;
 
-    /// Stores a new link under a freshly generated code and returns the code.
-    async fn create(&self, target: TargetUrl) -> Result<ShortCode, StoreError>;
+    /// Stores a new link: under its alias (taken: [`StoreError::CodeTaken`]),
+    /// or under a freshly generated code.
+    async fn create(&self, new: NewLink) -> Result<Link, StoreError>;
+
+    /// The live link with this code, for management.
+    async fn link(&self, code: &ShortCode) -> Result<Option<Link>, StoreError>;
+
+    /// Changes a live link; `Ok(None)` when there is none.
+    async fn update(&self, code: &ShortCode, patch: LinkPatch) -> Result<Option<Link>, StoreError>;
+
+    /// Deletes a live link, keeping its code as a tombstone so that it is
+    /// never issued again; `Ok(false)` when there was none.
+    async fn delete(&self, code: &ShortCode) -> Result<bool, StoreError>;
+
+    async fn list(&self, query: ListQuery) -> Result<ListPage, StoreError>;
+
+    /// Every API key, revoked ones included.
+    async fn keys(&self) -> Result<Vec<ApiKey>, StoreError>;
+
+    /// Stores a key; a name in use is [`StoreError::NameTaken`].
+    async fn create_key(
+        &self,
+        name: &str,
+        admin: bool,
+        hash: [u8; 32],
+    ) -> Result<ApiKey, StoreError>;
+
+    /// Revokes a key by name; `Ok(false)` when there is no such key.
+    async fn revoke_key(&self, name: &str) -> Result<bool, StoreError>;
+
+    /// Records when keys were last used.
+    async fn touch_keys(&self, used: Vec<(KeyId, Timestamp)>) -> Result<(), StoreError>;
+
+    /// Writes every link and tombstone, oldest first, to `each`.
+    async fn export(
+        &self,
+        each: Box<dyn FnMut(Record) -> std::io::Result<()> + Send>,
+    ) -> Result<u64, StoreError>;
+
+    /// Stores `rows` in one transaction, keeping their codes; a row whose
+    /// code exists is skipped and returned with its line.
+    async fn import(&self, rows: Vec<ImportRow>) -> Result<Vec<u64>, StoreError>;
 
     /// Facts and counters for `/stats`. Cheap: no query runs for it.
     fn stats(&self) -> StoreStats;
@@ -65,6 +192,12 @@ pub enum StoreError {
     Closed,
     #[error("no free short code found after {0} attempts")]
     CodeSpaceExhausted(u32),
+    /// An alias that a link, live or deleted, already has.
+    #[error("code '{0}' is taken")]
+    CodeTaken(String),
+    /// A key name in use.
+    #[error("a key named '{0}' exists")]
+    NameTaken(String),
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("background task failed: {0}")]

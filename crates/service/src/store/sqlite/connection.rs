@@ -25,12 +25,31 @@ pub(super) fn open(
         | OpenFlags::SQLITE_OPEN_NO_MUTEX
         | OpenFlags::SQLITE_OPEN_URI;
     let conn = Connection::open_with_flags(path, flags)?;
+    configure(&conn, settings, role)?;
+    Ok(conn)
+}
+
+/// Applies the settings every connection of `role` runs with. Run again
+/// after a migration: a schema change reloads the schema, and with it the
+/// page cache size goes back to SQLite's default.
+pub(super) fn configure(
+    conn: &Connection,
+    settings: &SqliteSettings,
+    role: Role,
+) -> rusqlite::Result<()> {
     conn.busy_timeout(settings.busy_timeout)?;
     if !settings.page_cache {
         // The second article's experiment: no page cache of SQLite's own,
         // temporary tables on disk; only the OS file cache remains.
         conn.pragma_update(None, "cache_size", 0)?;
         conn.pragma_update(None, "temp_store", 0)?;
+    } else if role == Role::Writer && settings.writer_cache_mib > 0 {
+        // Negative: KiB rather than pages.
+        conn.pragma_update(
+            None,
+            "cache_size",
+            -1024 * i64::from(settings.writer_cache_mib),
+        )?;
     }
     match role {
         Role::Reader => conn.pragma_update(None, "query_only", true)?,
@@ -46,7 +65,7 @@ pub(super) fn open(
             conn.pragma_update(None, "synchronous", sync)?;
         }
     }
-    Ok(conn)
+    Ok(())
 }
 
 /// Puts the database in WAL mode. The mode is stored in the file, so this

@@ -15,6 +15,22 @@ const MIGRATIONS: &[&str] = &[
         target     TEXT    NOT NULL,
         created_at INTEGER NOT NULL -- Unix time in milliseconds
     ) STRICT;",
+    // 2: link management. API keys (only a SHA-256 of each secret); links
+    // gain an expiry, an owner, and a deletion time: a deleted link stays
+    // as a tombstone so that its code is never issued again.
+    "CREATE TABLE keys (
+        id           INTEGER PRIMARY KEY,
+        name         TEXT    NOT NULL UNIQUE,
+        hash         BLOB    NOT NULL UNIQUE,
+        admin        INTEGER NOT NULL,
+        created_at   INTEGER NOT NULL,
+        last_used_at INTEGER,
+        revoked_at   INTEGER
+    ) STRICT;
+    ALTER TABLE links ADD COLUMN expires_at INTEGER;
+    ALTER TABLE links ADD COLUMN owner INTEGER REFERENCES keys(id);
+    ALTER TABLE links ADD COLUMN deleted_at INTEGER;
+    CREATE INDEX links_owner ON links (owner, id);",
 ];
 
 pub const LATEST: u32 = MIGRATIONS.len() as u32;

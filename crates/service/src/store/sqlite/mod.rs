@@ -11,10 +11,13 @@
 pub mod build_info;
 mod checkpointer;
 pub mod connection;
+pub mod lock;
 pub mod memstatus;
 pub mod migrations;
+mod ops;
 mod readers;
 mod replies;
+mod rows;
 mod walsync;
 mod writer;
 
@@ -28,10 +31,15 @@ use strum::{Display, EnumString, VariantNames};
 
 use self::checkpointer::Checkpointer;
 use self::connection::Role;
+use self::ops::Op;
 use self::readers::{Epoch, Readers};
+use self::replies::Done;
 use self::writer::Writer;
-use super::{LinkStore, StoreError, StoreStats};
-use crate::domain::{CodeGenerator, ShortCode, TargetUrl};
+use super::{
+    ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, NewLink, Record, StoreError,
+    StoreStats,
+};
+use crate::domain::{CodeGenerator, KeyId, Link, Resolved, ShortCode, Timestamp};
 
 /// How reader connections live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, EnumString, Display, VariantNames)]
@@ -96,6 +104,10 @@ pub struct SqliteSettings {
     /// Bytes of zeros the WAL is extended to at start-up at full
     /// durability (0: never), so that syncs overwrite allocated blocks.
     pub wal_preallocate: u64,
+    /// Page cache of the writer's connection in MiB (0: SQLite's 2 MB).
+    /// `import` raises it: inserts at random places of a large index touch
+    /// more pages than the default holds.
+    pub writer_cache_mib: u32,
 }
 
 impl SqliteSettings {
@@ -129,6 +141,7 @@ impl Default for SqliteSettings {
             write_queue: 4096,
             max_readers: 64,
             wal_preallocate: 64 << 20,
+            writer_cache_mib: 0,
         }
     }
 }
@@ -232,6 +245,7 @@ impl SqliteStore {
             path: path.clone(),
             source,
         })?;
+        connection::configure(&conn, &settings, Role::Writer).map_err(open_err)?;
         let compile_options = build_info::compile_options(&conn).map_err(open_err)?;
         let memstatus = memstatus::active();
         let epoch = Arc::new(Epoch::default());
@@ -320,25 +334,134 @@ impl SqliteStore {
     }
 }
 
-#[async_trait]
-impl LinkStore for SqliteStore {
-    async fn get(&self, code: &ShortCode) -> Result<Option<TargetUrl>, StoreError> {
+impl SqliteStore {
+    /// Runs a read on the configured thread: here, or on the blocking pool.
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Readers) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T, StoreError> {
         match self.inner.settings.read_on {
-            // No closure, no clone: the lookup runs right here.
-            ReadOn::Worker => Ok(self.inner.readers.get(code)?),
+            ReadOn::Worker => Ok(f(&self.inner.readers)?),
             ReadOn::Blocking => {
                 let inner = Arc::clone(&self.inner);
-                let code = code.clone();
-                tokio::task::spawn_blocking(move || inner.readers.get(&code))
+                tokio::task::spawn_blocking(move || f(&inner.readers))
                     .await
                     .map_err(|e| StoreError::Task(e.to_string()))?
                     .map_err(StoreError::from)
             }
         }
     }
+}
 
-    async fn create(&self, target: TargetUrl) -> Result<ShortCode, StoreError> {
-        self.inner.writer.create(target).await
+fn unexpected(done: Done) -> StoreError {
+    StoreError::Task(format!("unexpected answer from the writer: {done:?}"))
+}
+
+#[async_trait]
+impl LinkStore for SqliteStore {
+    async fn get(&self, code: &ShortCode) -> Result<Option<Resolved>, StoreError> {
+        match self.inner.settings.read_on {
+            // No closure, no clone: the lookup runs right here.
+            ReadOn::Worker => Ok(self.inner.readers.get(code)?),
+            ReadOn::Blocking => {
+                let code = code.clone();
+                self.read(move |r| r.get(&code)).await
+            }
+        }
+    }
+
+    async fn create(&self, new: NewLink) -> Result<Link, StoreError> {
+        self.inner.writer.create(new).await
+    }
+
+    async fn link(&self, code: &ShortCode) -> Result<Option<Link>, StoreError> {
+        let code = code.clone();
+        self.read(move |r| r.link(&code)).await
+    }
+
+    async fn update(&self, code: &ShortCode, patch: LinkPatch) -> Result<Option<Link>, StoreError> {
+        let op = Op::Update {
+            code: code.clone(),
+            patch,
+        };
+        match self.inner.writer.apply(op).await? {
+            Done::MaybeLink(link) => Ok(link),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn delete(&self, code: &ShortCode) -> Result<bool, StoreError> {
+        match self
+            .inner
+            .writer
+            .apply(Op::Delete { code: code.clone() })
+            .await?
+        {
+            Done::Found(found) => Ok(found),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn list(&self, query: ListQuery) -> Result<ListPage, StoreError> {
+        self.read(move |r| r.list(&query)).await
+    }
+
+    async fn keys(&self) -> Result<Vec<ApiKey>, StoreError> {
+        self.read(|r| r.keys()).await
+    }
+
+    async fn create_key(
+        &self,
+        name: &str,
+        admin: bool,
+        hash: [u8; 32],
+    ) -> Result<ApiKey, StoreError> {
+        let op = Op::CreateKey {
+            name: name.to_owned(),
+            admin,
+            hash,
+        };
+        match self.inner.writer.apply(op).await? {
+            Done::Key(key) => Ok(key),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn revoke_key(&self, name: &str) -> Result<bool, StoreError> {
+        let op = Op::RevokeKey {
+            name: name.to_owned(),
+        };
+        match self.inner.writer.apply(op).await? {
+            Done::Found(found) => Ok(found),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn touch_keys(&self, used: Vec<(KeyId, Timestamp)>) -> Result<(), StoreError> {
+        self.inner
+            .writer
+            .apply(Op::TouchKeys(used))
+            .await
+            .map(|_| ())
+    }
+
+    async fn export(
+        &self,
+        mut each: Box<dyn FnMut(Record) -> std::io::Result<()> + Send>,
+    ) -> Result<u64, StoreError> {
+        let inner = Arc::clone(&self.inner);
+        // A long scan: never on an async worker.
+        tokio::task::spawn_blocking(move || inner.readers.export(&mut *each))
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))??
+            .map_err(|e| StoreError::Task(format!("writing the export: {e}")))
+    }
+
+    async fn import(&self, rows: Vec<ImportRow>) -> Result<Vec<u64>, StoreError> {
+        match self.inner.writer.apply(Op::Import(rows)).await? {
+            Done::Skipped(lines) => Ok(lines),
+            other => Err(unexpected(other)),
+        }
     }
 
     fn stats(&self) -> StoreStats {
@@ -363,6 +486,7 @@ impl LinkStore for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::TargetUrl;
 
     /// A failed sync of the WAL must never be followed by a 201: the pages
     /// it failed to write may be gone from the disk while later syncs
@@ -381,12 +505,15 @@ mod tests {
             .expect("generator"),
         )
         .expect("open");
-        let url = |i: u32| TargetUrl::parse(&format!("https://example.com/{i}")).expect("url");
+        let url = |i: u32| {
+            NewLink::to(TargetUrl::parse(&format!("https://example.com/{i}")).expect("url"))
+        };
 
         let kept = store
             .create(url(1))
             .await
-            .expect("create before the failure");
+            .expect("create before the failure")
+            .code;
 
         store.inner.writer.fail_next_syncs(1);
         let failed = store.create(url(2)).await;
@@ -403,8 +530,8 @@ mod tests {
         );
 
         assert_eq!(
-            store.get(&kept).await.expect("read").map(|t| t.to_string()),
-            Some(url(1).to_string()),
+            store.get(&kept).await.expect("read").map(|r| r.target),
+            Some(url(1).target),
             "reads go on"
         );
         let stats = store.sqlite_stats().writer;
@@ -432,8 +559,8 @@ mod tests {
         .expect("open")
     }
 
-    fn url(i: u32) -> TargetUrl {
-        TargetUrl::parse(&format!("https://example.com/{i}")).expect("url")
+    fn url(i: u32) -> NewLink {
+        NewLink::to(TargetUrl::parse(&format!("https://example.com/{i}")).expect("url"))
     }
 
     /// Polls `done` every 5 ms for up to 10 s.
@@ -472,7 +599,8 @@ mod tests {
             .await
             .expect("answered after the sync")
             .expect("task")
-            .expect("created");
+            .expect("created")
+            .code;
         assert_eq!(store.sqlite_stats().writer.syncs.syncs, 1);
         assert!(store.get(&code).await.expect("read").is_some());
         store.close().await;
@@ -487,9 +615,9 @@ mod tests {
             .inner
             .writer
             .script_codes([taken.clone(), taken.clone()]);
-        assert_eq!(store.create(url(1)).await.expect("first"), taken);
+        assert_eq!(store.create(url(1)).await.expect("first").code, taken);
         // The second draw collides and is retried with a generated code.
-        let second = store.create(url(2)).await.expect("retried");
+        let second = store.create(url(2)).await.expect("retried").code;
         assert_ne!(second, taken);
         assert_eq!(store.sqlite_stats().writer.writes.code_collisions, 1);
 
@@ -504,7 +632,7 @@ mod tests {
         );
         // Only that create failed: the next is stored, and the count of
         // links is right.
-        let fourth = store.create(url(4)).await.expect("after exhaustion");
+        let fourth = store.create(url(4)).await.expect("after exhaustion").code;
         let stats = store.sqlite_stats();
         assert_eq!(stats.links, 3);
         assert_eq!(stats.writer.writes.failed_batches, 0);

@@ -16,10 +16,18 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OptionalExtension};
 
 use super::connection::{self, Applied, Role};
+use super::rows;
 use super::{ConnectionMode, SqliteSettings};
-use crate::domain::{ShortCode, TargetUrl};
+use crate::domain::{Link, Resolved, ShortCode, TargetUrl, Timestamp};
+use crate::store::{ApiKey, ListPage, ListQuery, Record};
 
-const SELECT_TARGET: &str = "SELECT target FROM links WHERE code = ?1";
+const SELECT_TARGET: &str =
+    "SELECT target, expires_at FROM links WHERE code = ?1 AND deleted_at IS NULL";
+
+/// [`rows::link`] on a row whose first column is the id.
+fn rows_link_at(r: &rusqlite::Row<'_>) -> rusqlite::Result<Link> {
+    rows::link_at(r, 1)
+}
 
 /// Longest a read snapshot is reused even when no commit of ours overtook
 /// it: it bounds how late a change made by another process (an operator's
@@ -155,17 +163,115 @@ impl Readers {
         }
     }
 
-    pub(super) fn get(&self, code: &ShortCode) -> rusqlite::Result<Option<TargetUrl>> {
+    pub(super) fn get(&self, code: &ShortCode) -> rusqlite::Result<Option<Resolved>> {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
         self.with_connection(|conn| {
             conn.prepare_cached(SELECT_TARGET)?
                 .query_row([code.as_str()], |r| {
-                    r.get_ref(0)?
-                        .as_str()
-                        .map(TargetUrl::from_trusted)
-                        .map_err(Into::into)
+                    Ok(Resolved {
+                        target: TargetUrl::from_trusted(r.get_ref(0)?.as_str()?),
+                        expires_at: r.get::<_, Option<i64>>(1)?.map(Timestamp::from_millis),
+                    })
                 })
                 .optional()
+        })
+    }
+
+    /// The live link with `code`, for management.
+    pub(super) fn link(&self, code: &ShortCode) -> rusqlite::Result<Option<Link>> {
+        self.with_connection(|conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {} FROM {} WHERE l.code = ?1 AND l.deleted_at IS NULL",
+                rows::LINK_COLUMNS,
+                rows::LINK_FROM
+            ))?
+            .query_row([code.as_str()], rows::link)
+            .optional()
+        })
+    }
+
+    /// One page of live links, newest first (by id, so that links created
+    /// while paging never shift the pages: keyset pagination).
+    pub(super) fn list(&self, q: &ListQuery) -> rusqlite::Result<ListPage> {
+        let mut sql = format!(
+            "SELECT l.id, {} FROM {} WHERE l.deleted_at IS NULL AND l.id < ?1",
+            rows::LINK_COLUMNS,
+            rows::LINK_FROM
+        );
+        if q.owner.is_some() {
+            sql.push_str(" AND l.owner = ?2");
+        }
+        if q.q.is_some() {
+            sql.push_str(
+                " AND (instr(lower(l.target), lower(?3)) > 0 \
+                 OR substr(l.code, 1, length(?3)) = ?3)",
+            );
+        }
+        sql.push_str(" ORDER BY l.id DESC LIMIT ?4");
+        self.with_connection(|conn| {
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let before = q.before.unwrap_or(i64::MAX);
+            let owner = q.owner.map(|o| o.0);
+            let limit = q.limit as i64;
+            let found = stmt.query_map(
+                rusqlite::params![before, owner, q.q.as_deref(), limit],
+                |r| Ok((r.get::<_, i64>(0)?, rows_link_at(r)?)),
+            )?;
+            let found: Vec<(i64, Link)> = found.collect::<Result<_, _>>()?;
+            let next = (found.len() == q.limit)
+                .then(|| found.last().map(|(id, _)| *id))
+                .flatten();
+            Ok(ListPage {
+                links: found.into_iter().map(|(_, l)| l).collect(),
+                next,
+            })
+        })
+    }
+
+    pub(super) fn keys(&self) -> rusqlite::Result<Vec<ApiKey>> {
+        self.with_connection(|conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {} FROM keys ORDER BY id",
+                rows::KEY_COLUMNS
+            ))?
+            .query_map([], rows::key)?
+            .collect()
+        })
+    }
+
+    /// Every link and tombstone, oldest first, in one read snapshot.
+    pub(super) fn export(
+        &self,
+        each: &mut dyn FnMut(Record) -> std::io::Result<()>,
+    ) -> rusqlite::Result<Result<u64, std::io::Error>> {
+        self.with_connection(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT l.code, l.target, l.created_at, l.expires_at, k.name, l.deleted_at \
+                 FROM links l LEFT JOIN keys k ON k.id = l.owner ORDER BY l.id",
+            )?;
+            let mut rows = stmt.query([])?;
+            let mut n = 0;
+            let stamp = |ms: Option<i64>| ms.map(|ms| Timestamp::from_millis(ms).to_string());
+            while let Some(r) = rows.next()? {
+                let deleted_at: Option<i64> = r.get(5)?;
+                let record = Record {
+                    code: r.get(0)?,
+                    url: if deleted_at.is_some() {
+                        None
+                    } else {
+                        Some(r.get(1)?)
+                    },
+                    created_at: Timestamp::from_millis(r.get(2)?).to_string(),
+                    expires_at: stamp(r.get(3)?),
+                    owner: r.get(4)?,
+                    deleted_at: stamp(deleted_at),
+                };
+                if let Err(e) = each(record) {
+                    return Ok(Err(e));
+                }
+                n += 1;
+            }
+            Ok(Ok(n))
         })
     }
 

@@ -8,13 +8,27 @@
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
-use crate::domain::ShortCode;
-use crate::store::StoreError;
+use crate::domain::Link;
+use crate::store::{ApiKey, StoreError};
 
-/// Where the writer sends one create's outcome.
-pub(super) type Reply = oneshot::Sender<Result<ShortCode, StoreError>>;
+/// What a write did, for its caller.
+#[derive(Debug)]
+pub(super) enum Done {
+    /// A link was created, or changed (`None`: there was no such link).
+    Link(Link),
+    MaybeLink(Option<Link>),
+    /// Whether a delete or revoke found what it was to remove.
+    Found(bool),
+    Key(ApiKey),
+    /// Import: the lines whose code existed already.
+    Skipped(Vec<u64>),
+    Nothing,
+}
 
-pub(super) type Outcome = (Reply, Result<ShortCode, StoreError>);
+/// Where the writer sends one write's outcome.
+pub(super) type Reply = oneshot::Sender<Result<Done, StoreError>>;
+
+pub(super) type Outcome = (Reply, Result<Done, StoreError>);
 
 #[derive(Clone)]
 pub(super) struct Replies {

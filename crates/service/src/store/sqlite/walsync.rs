@@ -28,8 +28,7 @@ use std::time::Instant;
 use rusqlite::Connection;
 use serde::Serialize;
 
-use super::replies::{Replies, Reply};
-use crate::domain::ShortCode;
+use super::replies::{Done, Replies, Reply};
 use crate::store::StoreError;
 
 /// The syncs' counters, shared with the writer, which refuses creates once
@@ -84,7 +83,7 @@ pub(super) struct WalSync {
     /// here, since the WAL may have just been created.
     dir: Option<PathBuf>,
     file: Option<File>,
-    held: Vec<(Reply, ShortCode)>,
+    held: Vec<(Reply, Done)>,
     stats: Arc<SyncStats>,
 }
 
@@ -104,7 +103,7 @@ impl WalSync {
     }
 
     /// Holds the replies of a committed batch until the next sync.
-    pub(super) fn hold(&mut self, acks: impl IntoIterator<Item = (Reply, ShortCode)>) {
+    pub(super) fn hold(&mut self, acks: impl IntoIterator<Item = (Reply, Done)>) {
         self.held.extend(acks);
     }
 
@@ -129,7 +128,7 @@ impl WalSync {
         match synced {
             Ok(()) => replies.send(
                 held.into_iter()
-                    .map(|(reply, code)| (reply, Ok(code)))
+                    .map(|(reply, done)| (reply, Ok(done)))
                     .collect(),
             ),
             Err(e) => {

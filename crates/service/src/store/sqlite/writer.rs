@@ -6,13 +6,14 @@
 //! commits it; at full durability it then syncs the WAL once for all commits
 //! made while creates kept arriving (walsync.rs), and only then answers. A
 //! lone create is committed and synced at once: the writer never waits for
-//! a batch to fill.
+//! a batch to fill. Every other write (edits, deletes, keys, imports) goes
+//! through the same queue as an [`Op`] in a transaction of its own (ops.rs),
+//! so that SQLite only ever has this one writer.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, ErrorCode};
 use serde::Serialize;
@@ -20,21 +21,24 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::SqliteSettings;
 use super::connection::{self, Applied};
+use super::ops::{self, Op};
 use super::readers::Epoch;
-use super::replies::{Replies, Reply};
+use super::replies::{Done, Replies, Reply};
 use super::walsync::{self, SyncCounts, SyncStats, WalSync};
-use crate::domain::{CodeGenerator, ShortCode, TargetUrl};
-use crate::store::StoreError;
+use crate::domain::{CodeGenerator, Link, ShortCode, Timestamp};
+use crate::store::{NewLink, StoreError};
 
 /// How often one request may draw a fresh code after a collision. With
 /// 62^10 codes a second draw is already astronomically rare; hitting the
 /// bound means the code length is too short for the table.
 pub(super) const MAX_CODE_ATTEMPTS: u32 = 16;
 
-const INSERT: &str = "INSERT INTO links (code, target, created_at) VALUES (?1, ?2, ?3)";
+const INSERT: &str = "INSERT INTO links (code, target, created_at, expires_at, owner) \
+                      VALUES (?1, ?2, ?3, ?4, ?5)";
 
 enum Message {
-    Create { target: TargetUrl, reply: Reply },
+    Create { new: NewLink, reply: Reply },
+    Op { op: Op, reply: Reply },
     Shutdown,
 }
 
@@ -118,7 +122,7 @@ impl Writer {
         // continues the current code bucket (see CodeGenerator).
         let (sequence, links): (i64, i64) = conn
             .query_row(
-                "SELECT coalesce(max(id), 0), count(*) FROM links",
+                "SELECT coalesce(max(id), 0), count(*) FILTER (WHERE deleted_at IS NULL) FROM links",
                 [],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
@@ -161,12 +165,24 @@ impl Writer {
         self.applied.clone()
     }
 
-    pub(super) async fn create(&self, target: TargetUrl) -> Result<ShortCode, StoreError> {
+    pub(super) async fn create(&self, new: NewLink) -> Result<Link, StoreError> {
+        match self.send(|reply| Message::Create { new, reply }).await? {
+            Done::Link(link) => Ok(link),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Runs `op` on the writer thread, in a transaction of its own.
+    pub(super) async fn apply(&self, op: Op) -> Result<Done, StoreError> {
+        self.send(|reply| Message::Op { op, reply }).await
+    }
+
+    async fn send(&self, message: impl FnOnce(Reply) -> Message) -> Result<Done, StoreError> {
         if let Some(why) = self.sync_stats.writes_stopped() {
             return Err(StoreError::WritesStopped(why.clone()));
         }
         let (reply, answer) = oneshot::channel();
-        match self.tx.try_send(Message::Create { target, reply }) {
+        match self.tx.try_send(message(reply)) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
                 self.stats.rejected_full.fetch_add(1, Ordering::Relaxed);
@@ -267,7 +283,7 @@ struct WriterThread {
 
 impl WriterThread {
     fn run(&mut self, mut rx: mpsc::Receiver<Message>) {
-        let mut batch: Vec<(TargetUrl, Reply)> = Vec::with_capacity(self.batch_max);
+        let mut batch: Vec<(NewLink, Reply)> = Vec::with_capacity(self.batch_max);
         let mut shutting_down = false;
         while !shutting_down {
             let Some(first) = rx.blocking_recv() else {
@@ -282,7 +298,14 @@ impl WriterThread {
             let mut next = Some(first);
             while let Some(msg) = next.take() {
                 match msg {
-                    Message::Create { target, reply } => batch.push((target, reply)),
+                    Message::Create { new, reply } => batch.push((new, reply)),
+                    Message::Op { op, reply } => {
+                        // In order: the creates queued before it first.
+                        if !batch.is_empty() {
+                            self.commit_batch(&mut batch);
+                        }
+                        self.apply(op, reply);
+                    }
                     Message::Shutdown => {
                         shutting_down = true;
                         break;
@@ -310,13 +333,13 @@ impl WriterThread {
         rx.close();
         // Anything still queued after a shutdown was sent after close():
         // answer it rather than leave its caller hanging.
-        while let Ok(Message::Create { reply, .. }) = rx.try_recv() {
+        while let Ok(Message::Create { reply, .. } | Message::Op { reply, .. }) = rx.try_recv() {
             let _ = reply.send(Err(StoreError::Closed));
         }
         tracing::debug!("writer stopped");
     }
 
-    fn commit_batch(&mut self, batch: &mut Vec<(TargetUrl, Reply)>) {
+    fn commit_batch(&mut self, batch: &mut Vec<(NewLink, Reply)>) {
         // Creates queued before a sync failed are refused like later ones:
         // nothing more is written to a WAL the disk may not hold.
         if let Some(why) = self.sync_stats.writes_stopped() {
@@ -334,24 +357,23 @@ impl WriterThread {
             &self.stats,
         );
         match outcome {
-            Ok(codes) => {
+            Ok(rows) => {
                 self.epoch.advance();
-                // A row that found no free code was not stored; the rest of
-                // its batch was, and is answered as usual.
+                // A row that could not be stored (its alias is taken, or no
+                // free code was found) fails alone; the rest of its batch
+                // was stored and is answered as usual.
                 let (stored, unstored): (Vec<_>, Vec<_>) = batch
                     .drain(..)
                     .map(|(_, reply)| reply)
-                    .zip(codes)
-                    .partition(|(_, code)| code.is_some());
+                    .zip(rows)
+                    .partition(|(_, row)| row.is_ok());
                 if !unstored.is_empty() {
-                    tracing::warn!(
-                        creates = unstored.len(),
-                        "no free short code found; consider a longer --code-length"
+                    self.replies.send(
+                        unstored
+                            .into_iter()
+                            .map(|(reply, row)| (reply, row.map(Done::Link)))
+                            .collect(),
                     );
-                    self.replies
-                        .fail_all(unstored.into_iter().map(|(reply, _)| reply), || {
-                            StoreError::CodeSpaceExhausted(MAX_CODE_ATTEMPTS)
-                        });
                 }
                 let n = stored.len() as u64;
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
@@ -360,13 +382,8 @@ impl WriterThread {
                 self.stats.largest_batch.fetch_max(n, Ordering::Relaxed);
                 let acks = stored
                     .into_iter()
-                    .filter_map(|(reply, code)| code.map(|c| (reply, c)));
-                match &mut self.wal_sync {
-                    Some(sync) => sync.hold(acks),
-                    None => self
-                        .replies
-                        .send(acks.map(|(reply, code)| (reply, Ok(code))).collect()),
-                }
+                    .filter_map(|(reply, row)| row.ok().map(|link| (reply, Done::Link(link))));
+                self.acknowledge(acks);
             }
             Err(e) => {
                 // The transaction rolled back as a whole: nothing in this
@@ -382,28 +399,72 @@ impl WriterThread {
             }
         }
     }
+
+    /// Answers committed writes: after the next sync at full durability,
+    /// at once otherwise.
+    fn acknowledge(&mut self, acks: impl Iterator<Item = (Reply, Done)>) {
+        match &mut self.wal_sync {
+            Some(sync) => sync.hold(acks),
+            None => self
+                .replies
+                .send(acks.map(|(reply, done)| (reply, Ok(done))).collect()),
+        }
+    }
+
+    /// Runs one op in a transaction of its own.
+    fn apply(&mut self, op: Op, reply: Reply) {
+        if let Some(why) = self.sync_stats.writes_stopped() {
+            let _ = reply.send(Err(StoreError::WritesStopped(why.clone())));
+            return;
+        }
+        match ops::apply(&self.conn, op) {
+            Ok(applied) => {
+                self.epoch.advance();
+                self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                if applied.links_added >= 0 {
+                    self.stats
+                        .links
+                        .fetch_add(applied.links_added as u64, Ordering::Relaxed);
+                } else {
+                    self.stats
+                        .links
+                        .fetch_sub(applied.links_added.unsigned_abs(), Ordering::Relaxed);
+                }
+                self.acknowledge(std::iter::once((reply, applied.done)));
+            }
+            Err(e) => {
+                if !matches!(e, StoreError::NameTaken(_)) {
+                    tracing::error!(error = %e, "write failed and was rolled back");
+                }
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
 }
 
 /// Inserts every target in one transaction and commits it. A code collision
 /// is retried with a fresh code for that row alone: a failed INSERT on a
 /// UNIQUE constraint undoes only its own statement, not the transaction.
-/// A row that finds no free code is `None` and the others are still stored.
+/// A row that cannot be stored (alias taken, no free code) is an `Err` of
+/// its own and the others are still stored.
+type Row = Result<Link, StoreError>;
+
 fn insert_all(
     conn: &Connection,
-    batch: &[(TargetUrl, Reply)],
+    batch: &[(NewLink, Reply)],
     codes: &CodeGenerator,
     sequence: &mut u64,
     stats: &WriterStats,
-) -> Result<Vec<Option<ShortCode>>, StoreError> {
-    let now = now_millis();
+) -> Result<Vec<Row>, StoreError> {
+    let now = Timestamp::now();
     // BEGIN and COMMIT are cached statements like the INSERT: parsing them
     // anew for every batch cost a visible share of the writer's time.
     conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
     let written = (|| {
         let mut out = Vec::with_capacity(batch.len());
         let mut stmt = conn.prepare_cached(INSERT)?;
-        for (target, _) in batch {
-            out.push(insert_one(&mut stmt, target, now, codes, sequence, stats)?);
+        for (new, _) in batch {
+            out.push(insert_one(&mut stmt, new, now, codes, sequence, stats)?);
         }
         drop(stmt);
         conn.prepare_cached("COMMIT")?.execute([])?;
@@ -420,12 +481,35 @@ fn insert_all(
 
 fn insert_one(
     stmt: &mut rusqlite::CachedStatement<'_>,
-    target: &TargetUrl,
-    now: i64,
+    new: &NewLink,
+    now: Timestamp,
     codes: &CodeGenerator,
     sequence: &mut u64,
     stats: &WriterStats,
-) -> Result<Option<ShortCode>, StoreError> {
+) -> Result<Row, StoreError> {
+    let link = |code: ShortCode| Link {
+        code,
+        target: new.target.clone(),
+        created_at: now,
+        expires_at: new.expires_at,
+        owner: new.owner.clone(),
+    };
+    let mut insert = |code: &ShortCode| {
+        stmt.execute((
+            code.as_str(),
+            new.target.as_str(),
+            now.millis(),
+            new.expires_at.map(Timestamp::millis),
+            new.owner.as_ref().map(|o| o.id.0),
+        ))
+    };
+    if let Some(alias) = &new.code {
+        return match insert(alias) {
+            Ok(_) => Ok(Ok(link(alias.clone()))),
+            Err(e) if is_unique_violation(&e) => Ok(Err(StoreError::CodeTaken(alias.to_string()))),
+            Err(e) => Err(e.into()),
+        };
+    }
     for _ in 0..MAX_CODE_ATTEMPTS {
         *sequence = sequence.wrapping_add(1);
         #[cfg(test)]
@@ -437,25 +521,27 @@ fn insert_one(
             .unwrap_or_else(|| codes.generate(*sequence));
         #[cfg(not(test))]
         let code = codes.generate(*sequence);
-        match stmt.execute((code.as_str(), target.as_str(), now)) {
-            Ok(_) => return Ok(Some(code)),
+        match insert(&code) {
+            Ok(_) => return Ok(Ok(link(code))),
             // Only the code's uniqueness is a collision; any other
             // constraint (a trigger, say) fails the batch like any error.
-            Err(rusqlite::Error::SqliteFailure(e, _))
-                if e.code == ErrorCode::ConstraintViolation
-                    && e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE =>
-            {
+            Err(e) if is_unique_violation(&e) => {
                 stats.code_collisions.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(None)
+    tracing::warn!("no free short code found; consider a longer --code-length");
+    Ok(Err(StoreError::CodeSpaceExhausted(MAX_CODE_ATTEMPTS)))
 }
 
-fn now_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+/// A UNIQUE constraint failed: the code (or key name) is in use.
+pub(super) fn is_unique_violation(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _)
+        if f.code == ErrorCode::ConstraintViolation
+            && f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE)
+}
+
+fn unexpected(done: Done) -> StoreError {
+    StoreError::Task(format!("the writer answered {done:?} to a create"))
 }

@@ -1,0 +1,118 @@
+//! A link as the management API sees it, and the times it carries.
+
+use std::fmt;
+
+use serde::{Serialize, Serializer};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use super::{ShortCode, TargetUrl};
+
+/// A point in time, in milliseconds since the Unix epoch; written as
+/// RFC 3339 in UTC (`2027-03-01T00:00:00Z`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp(i64);
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("'{0}' is not an RFC 3339 time such as 2027-03-01T00:00:00Z")]
+pub struct TimestampError(pub String);
+
+impl Timestamp {
+    pub fn now() -> Self {
+        let now = OffsetDateTime::now_utc();
+        Self((now.unix_timestamp_nanos() / 1_000_000) as i64)
+    }
+
+    pub fn from_millis(ms: i64) -> Self {
+        Self(ms)
+    }
+
+    pub fn millis(self) -> i64 {
+        self.0
+    }
+
+    pub fn parse(raw: &str) -> Result<Self, TimestampError> {
+        let t = OffsetDateTime::parse(raw, &Rfc3339).map_err(|_| TimestampError(raw.into()))?;
+        let ms = t.unix_timestamp_nanos() / 1_000_000;
+        i64::try_from(ms)
+            .map(Self)
+            .map_err(|_| TimestampError(raw.into()))
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = OffsetDateTime::from_unix_timestamp_nanos(i128::from(self.0) * 1_000_000)
+            .map_err(|_| fmt::Error)?;
+        let s = t.format(&Rfc3339).map_err(|_| fmt::Error)?;
+        f.write_str(&s)
+    }
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// An API key's row id: what a link's owner refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KeyId(pub i64);
+
+/// Who owns a link: a key, by id and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub id: KeyId,
+    pub name: String,
+}
+
+/// What a lookup needs: where to send the client, and until when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub target: TargetUrl,
+    pub expires_at: Option<Timestamp>,
+}
+
+impl Resolved {
+    /// Whether the link has expired at `now`. Links without an expiry
+    /// never read the clock.
+    pub fn is_expired(&self) -> bool {
+        self.expires_at.is_some_and(|e| e <= Timestamp::now())
+    }
+}
+
+/// A stored, live link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Link {
+    pub code: ShortCode,
+    pub target: TargetUrl,
+    pub created_at: Timestamp,
+    pub expires_at: Option<Timestamp>,
+    pub owner: Option<Owner>,
+}
+
+impl Link {
+    pub fn resolved(&self) -> Resolved {
+        Resolved {
+            target: self.target.clone(),
+            expires_at: self.expires_at,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_round_trip_through_rfc_3339() {
+        for s in ["2027-03-01T00:00:00Z", "1970-01-01T00:00:00.001Z"] {
+            assert_eq!(Timestamp::parse(s).expect("parses").to_string(), s);
+        }
+        let t = Timestamp::parse("2027-03-01T01:00:00+01:00").expect("offset");
+        assert_eq!(t.to_string(), "2027-03-01T00:00:00Z");
+        for bad in ["", "2027-03-01", "tomorrow", "2027-13-01T00:00:00Z"] {
+            assert!(Timestamp::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! API keys: making them, and recognising them on requests.
+//!
+//! A key is `ll_` and 32 random base62 characters (about 190 bits); only
+//! its SHA-256 is stored. The running server keeps every key's hash in
+//! memory and reloads them from the store every second, so that a key
+//! created or revoked by `litelink keys` beside it counts within a second.
+//! When a key was last used is written at most once a minute per key.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use rand::distr::{Alphanumeric, SampleString};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::domain::{KeyId, Owner, Timestamp};
+use crate::store::{ApiKey, LinkStore, StoreError};
+
+/// How often keys are reloaded from the store.
+pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
+
+/// Least time between two writes of one key's last use.
+pub const TOUCH_EVERY: Duration = Duration::from_secs(60);
+
+const PREFIX: &str = "ll_";
+const SECRET_LEN: usize = 32;
+
+/// A caller that presented a valid key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub id: KeyId,
+    pub name: String,
+    pub admin: bool,
+}
+
+impl Principal {
+    /// The owner of links this key creates.
+    pub fn owner(&self) -> Owner {
+        Owner {
+            id: self.id,
+            name: self.name.clone(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AuthError {
+    #[error("unknown API key")]
+    Unknown,
+    #[error("this API key was revoked")]
+    Revoked,
+}
+
+/// A new key: the secret to show once, and the hash to store.
+pub fn new_secret() -> (String, [u8; 32]) {
+    let secret = format!(
+        "{PREFIX}{}",
+        Alphanumeric.sample_string(&mut rand::rng(), SECRET_LEN)
+    );
+    let hash = hash(&secret);
+    (secret, hash)
+}
+
+pub fn hash(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+pub struct KeyRegistry {
+    store: Arc<dyn LinkStore>,
+    keys: RwLock<Arc<Vec<ApiKey>>>,
+    /// Keys used since their last use was written, and when.
+    used: Mutex<HashMap<KeyId, Timestamp>>,
+    touched: Mutex<HashMap<KeyId, Instant>>,
+}
+
+impl KeyRegistry {
+    pub async fn load(store: Arc<dyn LinkStore>) -> Result<Self, StoreError> {
+        let keys = store.keys().await?;
+        Ok(Self {
+            store,
+            keys: RwLock::new(Arc::new(keys)),
+            used: Mutex::default(),
+            touched: Mutex::default(),
+        })
+    }
+
+    /// Whether any key exists (revoked or not).
+    pub fn any(&self) -> bool {
+        !self.snapshot().is_empty()
+    }
+
+    fn snapshot(&self) -> Arc<Vec<ApiKey>> {
+        Arc::clone(&self.keys.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The key `secret` names. Every stored hash is compared in constant
+    /// time, so the answer's timing says nothing about near misses.
+    pub fn authenticate(&self, secret: &str) -> Result<Principal, AuthError> {
+        let presented = hash(secret);
+        let keys = self.snapshot();
+        let mut found = None;
+        for key in keys.iter() {
+            if bool::from(key.hash.ct_eq(&presented)) {
+                found = Some(key);
+            }
+        }
+        let key = found.ok_or(AuthError::Unknown)?;
+        if key.revoked_at.is_some() {
+            return Err(AuthError::Revoked);
+        }
+        self.used
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.id, Timestamp::now());
+        Ok(Principal {
+            id: key.id,
+            name: key.name.clone(),
+            admin: key.admin,
+        })
+    }
+
+    /// Reloads the keys, and writes last uses that are due.
+    pub async fn refresh(&self) -> Result<(), StoreError> {
+        let keys = self.store.keys().await?;
+        *self.keys.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(keys);
+        self.flush(false).await
+    }
+
+    /// Writes the last uses not written for [`TOUCH_EVERY`] (all of them
+    /// when `all`, at shutdown).
+    pub async fn flush(&self, all: bool) -> Result<(), StoreError> {
+        let due: Vec<(KeyId, Timestamp)> = {
+            let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+            let mut touched = self.touched.lock().unwrap_or_else(|e| e.into_inner());
+            let due: Vec<_> = used
+                .iter()
+                .filter(|(id, _)| all || touched.get(id).is_none_or(|t| t.elapsed() >= TOUCH_EVERY))
+                .map(|(id, at)| (*id, *at))
+                .collect();
+            for (id, _) in &due {
+                used.remove(id);
+                touched.insert(*id, Instant::now());
+            }
+            due
+        };
+        if due.is_empty() {
+            return Ok(());
+        }
+        self.store.touch_keys(due).await
+    }
+
+    /// Reloads every [`REFRESH_EVERY`] until the task is aborted; failures
+    /// keep the keys already loaded and are logged at most once a minute.
+    pub fn spawn_refresher(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut logged: Option<Instant> = None;
+            let mut tick = tokio::time::interval(REFRESH_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if let Err(e) = me.refresh().await
+                    && logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(60))
+                {
+                    tracing::warn!(error = %e, "cannot reload API keys; using the ones loaded");
+                    logged = Some(Instant::now());
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_long_random_and_hashed() {
+        let (a, ha) = new_secret();
+        let (b, hb) = new_secret();
+        assert!(a.starts_with("ll_") && a.len() == 35, "{a}");
+        assert!(a[3..].bytes().all(|c| c.is_ascii_alphanumeric()));
+        assert_ne!(a, b);
+        assert_eq!(ha, hash(&a));
+        assert_ne!(ha, hb);
+    }
+}

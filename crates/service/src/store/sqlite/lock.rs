@@ -1,0 +1,86 @@
+//! One server per database: `litelink serve` (and `import`) hold an
+//! exclusive lock on `<db>-litelink-lock` for as long as they run. The file
+//! holds the holder's PID, so the next one can say who has it. The kernel
+//! drops the lock when the process ends, however it ends.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("{db} is in use by another litelink process{}", pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
+    Held { db: PathBuf, pid: Option<u32> },
+    #[error("cannot lock {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Held for as long as it lives.
+#[derive(Debug)]
+pub struct DbLock {
+    _file: File,
+}
+
+pub fn lock_path(db: &Path) -> PathBuf {
+    let mut p = db.as_os_str().to_owned();
+    p.push("-litelink-lock");
+    PathBuf::from(p)
+}
+
+impl DbLock {
+    /// Takes the lock, or says who holds it; never waits.
+    pub fn acquire(db: &Path) -> Result<Self, LockError> {
+        let path = lock_path(db);
+        let io = |source| LockError::Io {
+            path: path.clone(),
+            source,
+        };
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io)?;
+        // SAFETY: flock(2) on a descriptor this File owns and keeps open.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                let mut text = String::new();
+                let _ = file.read_to_string(&mut text);
+                return Err(LockError::Held {
+                    db: db.to_path_buf(),
+                    pid: text.trim().parse().ok(),
+                });
+            }
+            return Err(io(err));
+        }
+        file.set_len(0).map_err(io)?;
+        file.rewind().map_err(io)?;
+        writeln!(file, "{}", std::process::id()).map_err(io)?;
+        Ok(Self { _file: file })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_holder_is_refused_and_told_the_pid() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("l.db");
+        let held = DbLock::acquire(&db).expect("first");
+        match DbLock::acquire(&db) {
+            Err(LockError::Held { pid, .. }) => assert_eq!(pid, Some(std::process::id())),
+            other => panic!("{other:?}"),
+        }
+        drop(held);
+        DbLock::acquire(&db).expect("free again");
+    }
+}

@@ -1,0 +1,173 @@
+//! The writes other than plain creates, each run by the writer thread in a
+//! transaction of its own.
+
+use rusqlite::{Connection, OptionalExtension};
+
+use super::replies::Done;
+use super::rows;
+use super::writer::is_unique_violation;
+use crate::domain::{KeyId, ShortCode, Timestamp};
+use crate::store::{ImportRow, LinkPatch, StoreError};
+
+#[derive(Debug)]
+pub(super) enum Op {
+    Update {
+        code: ShortCode,
+        patch: LinkPatch,
+    },
+    Delete {
+        code: ShortCode,
+    },
+    CreateKey {
+        name: String,
+        admin: bool,
+        hash: [u8; 32],
+    },
+    RevokeKey {
+        name: String,
+    },
+    TouchKeys(Vec<(KeyId, Timestamp)>),
+    Import(Vec<ImportRow>),
+}
+
+/// What an op did: its answer, and how the number of live links changed.
+pub(super) struct Applied {
+    pub done: Done,
+    pub links_added: i64,
+}
+
+pub(super) fn apply(conn: &Connection, op: Op) -> Result<Applied, StoreError> {
+    conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+    let result = run(conn, op).and_then(|applied| {
+        conn.prepare_cached("COMMIT")?.execute([])?;
+        Ok(applied)
+    });
+    if result.is_err()
+        && !conn.is_autocommit()
+        && let Err(e) = conn.execute_batch("ROLLBACK")
+    {
+        tracing::error!(error = %e, "rollback of a failed write failed");
+    }
+    result
+}
+
+fn applied(done: Done) -> Applied {
+    Applied {
+        done,
+        links_added: 0,
+    }
+}
+
+fn run(conn: &Connection, op: Op) -> Result<Applied, StoreError> {
+    let now = Timestamp::now();
+    match op {
+        Op::Update { code, patch } => {
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE links SET target = coalesce(?2, target), \
+                     expires_at = CASE WHEN ?3 THEN ?4 ELSE expires_at END \
+                     WHERE code = ?1 AND deleted_at IS NULL",
+                )?
+                .execute((
+                    code.as_str(),
+                    patch.target.as_ref().map(|t| t.as_str()),
+                    patch.expires_at.is_some(),
+                    patch.expires_at.flatten().map(Timestamp::millis),
+                ))?;
+            if changed == 0 {
+                return Ok(applied(Done::MaybeLink(None)));
+            }
+            let link = conn
+                .prepare_cached(&format!(
+                    "SELECT {} FROM {} WHERE l.code = ?1",
+                    rows::LINK_COLUMNS,
+                    rows::LINK_FROM
+                ))?
+                .query_row([code.as_str()], rows::link)
+                .optional()?;
+            Ok(applied(Done::MaybeLink(link)))
+        }
+        Op::Delete { code } => {
+            // The row stays as a tombstone, without its target, so that the
+            // code is never issued again.
+            let deleted = conn
+                .prepare_cached(
+                    "UPDATE links SET deleted_at = ?2, target = '', expires_at = NULL \
+                     WHERE code = ?1 AND deleted_at IS NULL",
+                )?
+                .execute((code.as_str(), now.millis()))?;
+            Ok(Applied {
+                done: Done::Found(deleted > 0),
+                links_added: -(deleted as i64),
+            })
+        }
+        Op::CreateKey { name, admin, hash } => {
+            let inserted = conn
+                .prepare_cached(
+                    "INSERT INTO keys (name, hash, admin, created_at) VALUES (?1, ?2, ?3, ?4) \
+                     RETURNING id",
+                )?
+                .query_row((name.as_str(), &hash[..], admin, now.millis()), |r| {
+                    r.get::<_, i64>(0)
+                });
+            let id = match inserted {
+                Ok(id) => id,
+                Err(e) if is_unique_violation(&e) => return Err(StoreError::NameTaken(name)),
+                Err(e) => return Err(e.into()),
+            };
+            Ok(applied(Done::Key(crate::store::ApiKey {
+                id: KeyId(id),
+                name,
+                hash,
+                admin,
+                created_at: now,
+                last_used_at: None,
+                revoked_at: None,
+            })))
+        }
+        Op::RevokeKey { name } => {
+            let revoked = conn
+                .prepare_cached(
+                    "UPDATE keys SET revoked_at = ?2 WHERE name = ?1 AND revoked_at IS NULL",
+                )?
+                .execute((name.as_str(), now.millis()))?;
+            Ok(applied(Done::Found(revoked > 0)))
+        }
+        Op::TouchKeys(used) => {
+            let mut stmt = conn.prepare_cached(
+                "UPDATE keys SET last_used_at = max(coalesce(last_used_at, 0), ?2) WHERE id = ?1",
+            )?;
+            for (id, at) in used {
+                stmt.execute((id.0, at.millis()))?;
+            }
+            Ok(applied(Done::Nothing))
+        }
+        Op::Import(rows) => {
+            let mut stmt = conn.prepare_cached(
+                "INSERT INTO links (code, target, created_at, expires_at, owner, deleted_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?;
+            let mut skipped = Vec::new();
+            let mut live = 0;
+            for row in rows {
+                let inserted = stmt.execute((
+                    row.code.as_str(),
+                    row.target.as_ref().map_or("", |t| t.as_str()),
+                    row.created_at.millis(),
+                    row.expires_at.map(Timestamp::millis),
+                    row.owner.map(|o| o.0),
+                    row.deleted_at.map(Timestamp::millis),
+                ));
+                match inserted {
+                    Ok(_) => live += i64::from(row.deleted_at.is_none()),
+                    Err(e) if is_unique_violation(&e) => skipped.push(row.line),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Ok(Applied {
+                done: Done::Skipped(skipped),
+                links_added: live,
+            })
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! Rows of the schema as domain values: one place that knows the columns.
+
+use rusqlite::Row;
+
+use crate::domain::{KeyId, Link, Owner, ShortCode, TargetUrl, Timestamp};
+use crate::store::ApiKey;
+
+/// The columns [`link`] reads, from `links l LEFT JOIN keys k`.
+pub(super) const LINK_COLUMNS: &str =
+    "l.code, l.target, l.created_at, l.expires_at, l.owner, k.name";
+
+/// `FROM` clause for [`LINK_COLUMNS`].
+pub(super) const LINK_FROM: &str = "links l LEFT JOIN keys k ON k.id = l.owner";
+
+pub(super) fn link(row: &Row<'_>) -> rusqlite::Result<Link> {
+    link_at(row, 0)
+}
+
+/// [`link`] for a row whose [`LINK_COLUMNS`] start at column `at`.
+pub(super) fn link_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Link> {
+    let owner = match (
+        row.get::<_, Option<i64>>(at + 4)?,
+        row.get::<_, Option<String>>(at + 5)?,
+    ) {
+        (Some(id), Some(name)) => Some(Owner {
+            id: KeyId(id),
+            name,
+        }),
+        _ => None,
+    };
+    Ok(Link {
+        code: ShortCode::from_trusted(row.get_ref(at)?.as_str()?),
+        target: TargetUrl::from_trusted(row.get_ref(at + 1)?.as_str()?),
+        created_at: Timestamp::from_millis(row.get(at + 2)?),
+        expires_at: row
+            .get::<_, Option<i64>>(at + 3)?
+            .map(Timestamp::from_millis),
+        owner,
+    })
+}
+
+pub(super) const KEY_COLUMNS: &str = "id, name, hash, admin, created_at, last_used_at, revoked_at";
+
+pub(super) fn key(row: &Row<'_>) -> rusqlite::Result<ApiKey> {
+    let hash: Vec<u8> = row.get(2)?;
+    let hash: [u8; 32] = hash.try_into().map_err(|_| {
+        rusqlite::Error::FromSqlConversionFailure(
+            2,
+            rusqlite::types::Type::Blob,
+            "a key hash is 32 bytes".into(),
+        )
+    })?;
+    Ok(ApiKey {
+        id: KeyId(row.get(0)?),
+        name: row.get(1)?,
+        hash,
+        admin: row.get(3)?,
+        created_at: Timestamp::from_millis(row.get(4)?),
+        last_used_at: row.get::<_, Option<i64>>(5)?.map(Timestamp::from_millis),
+        revoked_at: row.get::<_, Option<i64>>(6)?.map(Timestamp::from_millis),
+    })
+}

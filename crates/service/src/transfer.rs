@@ -1,0 +1,255 @@
+//! `litelink export` and `import`: links as JSON lines or CSV, with every
+//! field the store holds and deleted codes as tombstones.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, Write};
+
+use crate::domain::{KeyId, ShortCode, TargetUrl, Timestamp, is_reserved};
+use crate::store::{ApiKey, ImportRow, Record};
+
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::Display, strum::VariantNames,
+)]
+#[strum(serialize_all = "kebab-case")]
+pub enum Format {
+    Jsonl,
+    Csv,
+}
+
+/// The CSV columns, in order; also its header line.
+pub const CSV_COLUMNS: [&str; 6] = [
+    "code",
+    "url",
+    "created_at",
+    "expires_at",
+    "owner",
+    "deleted_at",
+];
+
+/// Writes records in `format`.
+pub enum Writer<W: Write> {
+    Jsonl(W),
+    Csv(Box<csv::Writer<W>>),
+}
+
+impl<W: Write> Writer<W> {
+    pub fn new(format: Format, out: W) -> std::io::Result<Self> {
+        Ok(match format {
+            Format::Jsonl => Self::Jsonl(out),
+            Format::Csv => {
+                let mut w = csv::Writer::from_writer(out);
+                w.write_record(CSV_COLUMNS)?;
+                Self::Csv(Box::new(w))
+            }
+        })
+    }
+
+    pub fn write(&mut self, r: &Record) -> std::io::Result<()> {
+        match self {
+            Self::Jsonl(out) => {
+                serde_json::to_writer(&mut *out, r)?;
+                out.write_all(b"\n")
+            }
+            Self::Csv(w) => {
+                let fields = [
+                    Some(r.code.as_str()),
+                    r.url.as_deref(),
+                    Some(r.created_at.as_str()),
+                    r.expires_at.as_deref(),
+                    r.owner.as_deref(),
+                    r.deleted_at.as_deref(),
+                ];
+                Ok(w.write_record(fields.map(|f| f.unwrap_or("")))?)
+            }
+        }
+    }
+
+    pub fn finish(self) -> std::io::Result<W> {
+        match self {
+            Self::Jsonl(mut out) => {
+                out.flush()?;
+                Ok(out)
+            }
+            Self::Csv(w) => w.into_inner().map_err(|e| e.into_error()),
+        }
+    }
+}
+
+/// Reads records with their line numbers; a line that cannot be read as a
+/// record is an `Err` with its message.
+pub fn read<R: BufRead + 'static>(
+    format: Format,
+    input: R,
+) -> Box<dyn Iterator<Item = (u64, Result<Record, String>)>> {
+    match format {
+        Format::Jsonl => Box::new(
+            input
+                .lines()
+                .enumerate()
+                .map(|(i, line)| (i as u64 + 1, line))
+                .filter(|(_, line)| !matches!(line, Ok(l) if l.trim().is_empty()))
+                .map(|(n, line)| {
+                    let record = line.map_err(|e| e.to_string()).and_then(|l| {
+                        serde_json::from_str::<Record>(&l).map_err(|e| e.to_string())
+                    });
+                    (n, record)
+                }),
+        ),
+        Format::Csv => {
+            let reader = csv::ReaderBuilder::new()
+                .has_headers(true)
+                .from_reader(input);
+            Box::new(reader.into_records().map(|row| {
+                let line = row
+                    .as_ref()
+                    .ok()
+                    .and_then(|r| r.position())
+                    .map_or(0, |p| p.line());
+                let record = row.map_err(|e| e.to_string()).and_then(|r| {
+                    if r.len() != CSV_COLUMNS.len() {
+                        return Err(format!("expected {} columns", CSV_COLUMNS.len()));
+                    }
+                    let opt = |i: usize| Some(r[i].to_owned()).filter(|s| !s.is_empty());
+                    Ok(Record {
+                        code: r[0].to_owned(),
+                        url: opt(1),
+                        created_at: r[2].to_owned(),
+                        expires_at: opt(3),
+                        owner: opt(4),
+                        deleted_at: opt(5),
+                    })
+                });
+                (line, record)
+            }))
+        }
+    }
+}
+
+/// Turns records into rows the store takes: every field checked as the API
+/// would (except that past expiries are kept), owners found by name.
+pub struct Checker {
+    owners: HashMap<String, KeyId>,
+    /// Owner names without a key here, each warned about once.
+    pub unknown_owners: HashSet<String>,
+}
+
+impl Checker {
+    pub fn new(keys: &[ApiKey]) -> Self {
+        Self {
+            owners: keys.iter().map(|k| (k.name.clone(), k.id)).collect(),
+            unknown_owners: HashSet::new(),
+        }
+    }
+
+    /// The row, or why the record is refused. A new unknown owner name
+    /// comes back in the `Option` for the caller to warn about.
+    pub fn check(&mut self, line: u64, r: Record) -> Result<(ImportRow, Option<String>), String> {
+        let code = ShortCode::parse(&r.code).map_err(|e| format!("code: {e}"))?;
+        if is_reserved(code.as_str()) {
+            return Err(format!("code '{code}' is reserved"));
+        }
+        let stamp = |name: &str, v: Option<&str>| {
+            v.map(|s| Timestamp::parse(s).map_err(|e| format!("{name}: {e}")))
+                .transpose()
+        };
+        let deleted_at = stamp("deleted_at", r.deleted_at.as_deref())?;
+        let target = match (&r.url, deleted_at) {
+            (Some(url), None) => Some(TargetUrl::parse(url).map_err(|e| format!("url: {e}"))?),
+            (None, Some(_)) => None,
+            (Some(_), Some(_)) => return Err("a deleted code has no url".into()),
+            (None, None) => return Err("url is required".into()),
+        };
+        let created_at = Timestamp::parse(&r.created_at).map_err(|e| format!("created_at: {e}"))?;
+        let expires_at = stamp("expires_at", r.expires_at.as_deref())?;
+        let mut warn = None;
+        let owner = match r.owner {
+            None => None,
+            Some(name) => match self.owners.get(&name) {
+                Some(id) => Some(*id),
+                None => {
+                    if self.unknown_owners.insert(name.clone()) {
+                        warn = Some(name);
+                    }
+                    None
+                }
+            },
+        };
+        Ok((
+            ImportRow {
+                line,
+                code,
+                target,
+                created_at,
+                expires_at,
+                owner,
+                deleted_at,
+            },
+            warn,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(code: &str, url: Option<&str>) -> Record {
+        Record {
+            code: code.into(),
+            url: url.map(Into::into),
+            created_at: "2026-01-01T00:00:00Z".into(),
+            expires_at: None,
+            owner: Some("alice, \"the\" admin".into()),
+            deleted_at: None,
+        }
+    }
+
+    #[test]
+    fn both_formats_read_back_what_they_wrote() {
+        let records = vec![
+            record("abc123", Some("https://example.com/a,b")),
+            Record {
+                deleted_at: Some("2026-02-01T00:00:00Z".into()),
+                ..record("gone12", None)
+            },
+        ];
+        for format in [Format::Jsonl, Format::Csv] {
+            let mut w = Writer::new(format, Vec::new()).expect("writer");
+            for r in &records {
+                w.write(r).expect("write");
+            }
+            let bytes = w.finish().expect("finish");
+            let back: Vec<Record> = read(format, std::io::Cursor::new(bytes))
+                .map(|(_, r)| r.expect("record"))
+                .collect();
+            assert_eq!(back, records, "{format}");
+        }
+    }
+
+    #[test]
+    fn records_are_checked_like_api_input() {
+        let mut c = Checker::new(&[]);
+        assert!(
+            c.check(1, record("abc123", Some("https://example.com")))
+                .is_ok()
+        );
+        assert!(
+            c.check(2, record("health", Some("https://example.com")))
+                .is_err()
+        );
+        assert!(
+            c.check(3, record("a b", Some("https://example.com")))
+                .is_err()
+        );
+        assert!(
+            c.check(4, record("abc124", Some("ftp://example.com")))
+                .is_err()
+        );
+        assert!(c.check(5, record("abc125", None)).is_err());
+        // The unknown owner is reported once, and the link kept ownerless.
+        let (row, warn) = c
+            .check(6, record("abc126", Some("https://e.com")))
+            .expect("ok");
+        assert!(row.owner.is_none() && warn.is_none(), "warned already");
+    }
+}

@@ -1,0 +1,292 @@
+//! What `keys`, `export` and `import` do: each opens the store, works, and
+//! closes it.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Write};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::Context;
+use litelink_service::keys;
+use litelink_service::startup::open_tool_store;
+use litelink_service::store::sqlite::lock::DbLock;
+use litelink_service::store::{ImportRow, LinkStore};
+use litelink_service::transfer::{self, Checker};
+
+use crate::cli::{ExportArgs, ImportArgs, KeysCommand};
+
+/// Rows per import transaction: large enough that a commit (and its sync)
+/// is a small share of the time.
+const IMPORT_BATCH: usize = 10_000;
+
+/// Batches handed to the writer and not yet answered; bounds memory.
+const IMPORT_IN_FLIGHT: usize = 3;
+
+/// The writer's page cache during an import: enough for the index pages of
+/// several million links.
+const IMPORT_CACHE_MIB: u32 = 256;
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+pub fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async move {
+        match command {
+            KeysCommand::Create { name, admin, store } => {
+                if name.trim().is_empty() || name.len() > 100 {
+                    anyhow::bail!("a key name is 1 to 100 characters");
+                }
+                let store = open_tool_store(&store.settings()).await?;
+                let (secret, hash) = keys::new_secret();
+                let created = store.create_key(&name, admin, hash).await;
+                store.close().await;
+                let key = created?;
+                println!("{secret}");
+                eprintln!(
+                    "key '{}' created{}; this is the only time it is shown",
+                    key.name,
+                    if key.admin { " (admin)" } else { "" }
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            KeysCommand::List { store } => {
+                let store = open_tool_store(&store.settings()).await?;
+                let listed = store.keys().await;
+                store.close().await;
+                let show = |t: Option<litelink_service::domain::Timestamp>| {
+                    t.map_or_else(|| "-".to_owned(), |t| t.to_string())
+                };
+                println!(
+                    "{:<24} {:<5} {:<24} {:<24} {:<24}",
+                    "name", "admin", "created", "last used", "revoked"
+                );
+                for k in listed? {
+                    println!(
+                        "{:<24} {:<5} {:<24} {:<24} {:<24}",
+                        k.name,
+                        if k.admin { "yes" } else { "no" },
+                        k.created_at,
+                        show(k.last_used_at),
+                        show(k.revoked_at)
+                    );
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            KeysCommand::Revoke { name, store } => {
+                let store = open_tool_store(&store.settings()).await?;
+                let revoked = store.revoke_key(&name).await;
+                store.close().await;
+                if revoked? {
+                    eprintln!("key '{name}' revoked");
+                    Ok(ExitCode::SUCCESS)
+                } else {
+                    eprintln!("no active key named '{name}'");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+    })
+}
+
+pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
+    let out: Box<dyn Write + Send> = match &args.out {
+        Some(path) => Box::new(BufWriter::new(
+            File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        )),
+        None => Box::new(BufWriter::new(std::io::stdout())),
+    };
+    let writer = Arc::new(Mutex::new(Some(transfer::Writer::new(args.format, out)?)));
+    runtime()?.block_on(async move {
+        let store = open_tool_store(&args.store.settings()).await?;
+        let sink = Arc::clone(&writer);
+        let exported = store
+            .export(Box::new(move |record| {
+                let mut w = sink.lock().unwrap_or_else(|e| e.into_inner());
+                match w.as_mut() {
+                    Some(w) => w.write(&record),
+                    None => Ok(()),
+                }
+            }))
+            .await;
+        store.close().await;
+        let n = exported?;
+        let w = writer.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(w) = w {
+            w.finish()?;
+        }
+        eprintln!("exported {n} records");
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
+    let db = args.store.settings().db;
+    let _lock = DbLock::acquire(&db).map_err(|e| {
+        anyhow::anyhow!("import refuses to run while another process holds the database: {e}")
+    })?;
+    let input = BufReader::new(
+        File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?,
+    );
+    runtime()?.block_on(async move {
+        let mut settings = args.store.settings();
+        settings.sqlite.writer_cache_mib = IMPORT_CACHE_MIB;
+        let store = open_tool_store(&settings).await?;
+        let outcome = import_into(&store, args.format, input).await;
+        store.close().await;
+        let s = outcome?;
+        eprintln!(
+            "imported {} links and {} tombstones; skipped {} whose code exists and {} invalid; {:.1} s, {:.0} records/s",
+            s.links,
+            s.tombstones,
+            s.existing,
+            s.invalid,
+            s.seconds,
+            (s.links + s.tombstones) as f64 / s.seconds.max(1e-9)
+        );
+        Ok(if s.invalid + s.existing == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(2)
+        })
+    })
+}
+
+#[derive(Default)]
+struct ImportSummary {
+    links: u64,
+    tombstones: u64,
+    existing: u64,
+    invalid: u64,
+    seconds: f64,
+}
+
+async fn import_into(
+    store: &Arc<dyn LinkStore>,
+    format: transfer::Format,
+    input: BufReader<File>,
+) -> anyhow::Result<ImportSummary> {
+    let started = Instant::now();
+    let mut checker = Checker::new(&store.keys().await?);
+    let bar = progress();
+    let mut s = ImportSummary::default();
+    let mut batch: Vec<ImportRow> = Vec::with_capacity(IMPORT_BATCH);
+    // Batches queue at the writer while the next ones are read and checked,
+    // so that the writer never waits for the parser.
+    let mut storing: std::collections::VecDeque<
+        tokio::task::JoinHandle<anyhow::Result<BatchOutcome>>,
+    > = std::collections::VecDeque::new();
+    let mut records = transfer::read(format, input);
+    loop {
+        let next = records.next();
+        match &next {
+            Some((line, Err(why))) => {
+                s.invalid += 1;
+                say(&bar, format!("line {line}: {why}; skipped"));
+            }
+            Some((line, Ok(record))) => match checker.check(*line, record.clone()) {
+                Ok((row, warn)) => {
+                    if let Some(name) = warn {
+                        say(
+                            &bar,
+                            format!(
+                                "warning: no key named '{name}' here; its links are imported without an owner"
+                            ),
+                        );
+                    }
+                    batch.push(row);
+                }
+                Err(why) => {
+                    s.invalid += 1;
+                    say(&bar, format!("line {line}: {why}; skipped"));
+                }
+            },
+            None => {}
+        }
+        if batch.len() >= IMPORT_BATCH || (next.is_none() && !batch.is_empty()) {
+            if storing.len() >= IMPORT_IN_FLIGHT
+                && let Some(oldest) = storing.pop_front()
+            {
+                tally(&mut s, oldest.await??, &bar);
+            }
+            let rows = std::mem::replace(&mut batch, Vec::with_capacity(IMPORT_BATCH));
+            let store = Arc::clone(store);
+            storing.push_back(tokio::spawn(async move { store_batch(&store, rows).await }));
+        }
+        if next.is_none() {
+            break;
+        }
+    }
+    while let Some(next) = storing.pop_front() {
+        tally(&mut s, next.await??, &bar);
+    }
+    bar.finish_and_clear();
+    s.seconds = started.elapsed().as_secs_f64();
+    Ok(s)
+}
+
+struct BatchOutcome {
+    links: u64,
+    tombstones: u64,
+    existing: Vec<u64>,
+}
+
+async fn store_batch(
+    store: &Arc<dyn LinkStore>,
+    rows: Vec<ImportRow>,
+) -> anyhow::Result<BatchOutcome> {
+    let tombstones_in = rows.iter().filter(|r| r.deleted_at.is_some()).count() as u64;
+    let lines_tomb: std::collections::HashSet<u64> = rows
+        .iter()
+        .filter(|r| r.deleted_at.is_some())
+        .map(|r| r.line)
+        .collect();
+    let total = rows.len() as u64;
+    let existing = store.import(rows).await?;
+    let skipped_tombs = existing.iter().filter(|l| lines_tomb.contains(l)).count() as u64;
+    let tombstones = tombstones_in - skipped_tombs;
+    Ok(BatchOutcome {
+        links: total - existing.len() as u64 - tombstones,
+        tombstones,
+        existing,
+    })
+}
+
+fn tally(s: &mut ImportSummary, b: BatchOutcome, bar: &indicatif::ProgressBar) {
+    for line in &b.existing {
+        say(
+            bar,
+            format!("line {line}: the code exists already; skipped"),
+        );
+    }
+    s.links += b.links;
+    s.tombstones += b.tombstones;
+    s.existing += b.existing.len() as u64;
+    bar.inc(b.links + b.tombstones);
+}
+
+/// A line about the import: above the progress bar, or on stderr.
+fn say(bar: &indicatif::ProgressBar, line: String) {
+    if bar.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        bar.println(line);
+    }
+}
+
+/// A counter with a rate on a terminal; nothing otherwise (lines still
+/// print).
+fn progress() -> indicatif::ProgressBar {
+    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {pos} records stored ({per_sec})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    bar
+}

@@ -1,0 +1,854 @@
+//! Link management and API keys: every status the management issue names,
+//! the ownership matrix, edits and deletes through every cache mode, paging
+//! while links are created, export and import, and the schema migration.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, assert_error, run_keys, spawn_app, spawn_app_on};
+use crate::valkey_server::ValkeyServer;
+
+async fn create_with(app: &TestApp, key: Option<&str>, body: Value) -> reqwest::Response {
+    app.api(Method::POST, "/api/v1/links", key, Some(body))
+        .await
+}
+
+async fn json(r: reqwest::Response) -> Value {
+    r.json().await.expect("json")
+}
+
+#[tokio::test]
+async fn keys_are_sent_either_way_and_revocation_counts_within_a_second() {
+    let app = spawn_app(&[]).await;
+    let key = app.new_key("alice", false).await;
+    assert!(key.starts_with("ll_") && key.len() == 35, "{key}");
+    let list = |k: &str| {
+        app.client
+            .get(app.url("/api/v1/links"))
+            .header("x-api-key", k)
+            .send()
+    };
+    assert_eq!(list(&key).await.expect("x-api-key").status(), 200);
+    assert_error(
+        app.api(Method::GET, "/api/v1/links", None, None).await,
+        401,
+        "key",
+    )
+    .await;
+    assert_error(
+        app.api(Method::GET, "/api/v1/links", Some("ll_wrong"), None)
+            .await,
+        401,
+        "unknown",
+    )
+    .await;
+    // Only a hash is stored.
+    let db = std::fs::read(&app.db).expect("db");
+    let wal = std::fs::read(format!("{}-wal", app.db.display())).unwrap_or_default();
+    for bytes in [&db, &wal] {
+        assert!(
+            !bytes.windows(key.len()).any(|w| w == key.as_bytes()),
+            "the secret is in the database"
+        );
+    }
+    run_keys(&app.db, &["revoke", "alice"], false);
+    let revoked = Instant::now();
+    loop {
+        let r = app
+            .api(Method::GET, "/api/v1/links", Some(&key), None)
+            .await;
+        if r.status() == 401 {
+            assert_error(r, 401, "revoked").await;
+            break;
+        }
+        assert!(revoked.elapsed() < Duration::from_secs(3), "still accepted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let listed = run_keys(&app.db, &["list"], false);
+    assert!(listed.contains("alice"), "{listed}");
+    // The key's use is recorded (at the latest when the server stops).
+    let db = app.db.clone();
+    let dir = app.stop().await;
+    let listed = run_keys(&db, &["list"], false);
+    let line = listed
+        .lines()
+        .find(|l| l.starts_with("alice"))
+        .expect("alice");
+    assert_eq!(
+        line.matches("Z").count(),
+        3,
+        "created, last used, revoked: {line}"
+    );
+    drop(dir);
+}
+
+#[tokio::test]
+async fn creates_follow_the_rules_on_both_routes() {
+    let app = spawn_app(&[]).await;
+    let key = app.new_key("alice", false).await;
+    // Open mode: no key is fine, and makes an ownerless link.
+    let r = create_with(&app, None, json!({"url": "https://example.com/open"})).await;
+    assert_eq!(r.status(), 201);
+    let body = json(r).await;
+    assert_eq!(body["owner"], Value::Null);
+    assert_eq!(body["expired"], false);
+    // A key that is sent must be valid, on either route.
+    for path in ["/link", "/api/v1/links"] {
+        let r = app
+            .api(
+                Method::POST,
+                path,
+                Some("ll_nope"),
+                Some(json!({"url": "https://e.com"})),
+            )
+            .await;
+        assert_error(r, 401, "unknown").await;
+        let r = app
+            .api(
+                Method::POST,
+                path,
+                None,
+                Some(json!({"url": "https://e.com", "code": "mine"})),
+            )
+            .await;
+        assert_error(r, 401, "key").await;
+        let r = app
+            .api(
+                Method::POST,
+                path,
+                None,
+                Some(json!({"url": "https://e.com", "expire_at": "x"})),
+            )
+            .await;
+        assert_error(r, 400, "unknown field 'expire_at'").await;
+    }
+    // An alias with a key, and its link object.
+    let r = create_with(
+        &app,
+        Some(&key),
+        json!({"url": "https://example.com/sale", "code": "spring-sale", "expires_at": "2999-03-01T00:00:00Z"}),
+    )
+    .await;
+    assert_eq!(r.status(), 201);
+    let body = json(r).await;
+    assert_eq!(body["code"], "spring-sale");
+    assert_eq!(body["url"], "https://example.com/sale");
+    assert_eq!(body["owner"], "alice");
+    assert_eq!(body["expires_at"], "2999-03-01T00:00:00Z");
+    assert_eq!(
+        body["short_url"],
+        format!("http://{}/spring-sale", app.addr)
+    );
+    assert!(
+        body["created_at"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z'))
+    );
+    // Taken, reserved, malformed, past.
+    for (body, status, needle) in [
+        (
+            json!({"url": "https://e.com", "code": "spring-sale"}),
+            409,
+            "taken",
+        ),
+        (
+            json!({"url": "https://e.com", "code": "health"}),
+            400,
+            "reserved",
+        ),
+        (
+            json!({"url": "https://e.com", "code": "_hidden"}),
+            400,
+            "reserved",
+        ),
+        (
+            json!({"url": "https://e.com", "code": "ab"}),
+            400,
+            "3 to 64",
+        ),
+        (
+            json!({"url": "https://e.com", "code": "a/b/c"}),
+            400,
+            "characters",
+        ),
+        (
+            json!({"url": "https://e.com", "expires_at": "2001-01-01T00:00:00Z"}),
+            400,
+            "future",
+        ),
+        (
+            json!({"url": "https://e.com", "expires_at": "soon"}),
+            400,
+            "RFC 3339",
+        ),
+    ] {
+        assert_error(create_with(&app, Some(&key), body).await, status, needle).await;
+    }
+    // The seed route takes the same fields and keeps its answer's shape.
+    let r = app
+        .api(
+            Method::POST,
+            "/link",
+            Some(&key),
+            Some(json!({"url": "https://e.com/s", "code": "seed-alias"})),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let body = json(r).await;
+    assert_eq!(body["short_link"], "seed-alias");
+    assert_eq!(body["link"], "https://e.com/s");
+    // A deleted code is never issued again.
+    let r = app
+        .api(Method::DELETE, "/api/v1/links/seed-alias", Some(&key), None)
+        .await;
+    assert_eq!(r.status(), 204);
+    let r = create_with(
+        &app,
+        Some(&key),
+        json!({"url": "https://e.com", "code": "seed-alias"}),
+    )
+    .await;
+    assert_error(r, 409, "taken").await;
+
+    // Key-only creation.
+    let closed = spawn_app(&["--create-auth", "key"]).await;
+    let k = closed.new_key("bob", false).await;
+    for path in ["/link", "/api/v1/links"] {
+        let body = Some(json!({"url": "https://e.com/closed"}));
+        let r = closed.api(Method::POST, path, None, body.clone()).await;
+        assert_error(r, 401, "key").await;
+        assert_eq!(
+            closed
+                .api(Method::POST, path, Some(&k), body)
+                .await
+                .status(),
+            201
+        );
+    }
+}
+
+/// Who may see and change which link: the owner, an admin; not another
+/// key (404: no existence leak), not a caller without a key, not a
+/// revoked key (401).
+#[tokio::test]
+async fn the_ownership_matrix_holds() {
+    let app = spawn_app(&[]).await;
+    let owner = app.new_key("owner", false).await;
+    let other = app.new_key("other", false).await;
+    let admin = app.new_key("admin", true).await;
+    let revoked = app.new_key("revoked", false).await;
+    run_keys(&app.db, &["revoke", "revoked"], false);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let owned =
+        json(create_with(&app, Some(&owner), json!({"url": "https://e.com/owned"})).await).await;
+    let ownerless =
+        json(create_with(&app, None, json!({"url": "https://e.com/ownerless"})).await).await;
+    for (link, who, key, expect) in [
+        (&owned, "owner", Some(&owner), 200),
+        (&owned, "admin", Some(&admin), 200),
+        (&owned, "other", Some(&other), 404),
+        (&owned, "no key", None, 401),
+        (&owned, "revoked", Some(&revoked), 401),
+        (&ownerless, "admin", Some(&admin), 200),
+        (&ownerless, "owner", Some(&owner), 404),
+        (&ownerless, "no key", None, 401),
+    ] {
+        let path = format!("/api/v1/links/{}", link["code"].as_str().expect("code"));
+        let key = key.map(String::as_str);
+        let got = app.api(Method::GET, &path, key, None).await.status();
+        assert_eq!(got, expect, "GET by {who}");
+        let patch = Some(json!({"url": "https://e.com/patched"}));
+        let got = app.api(Method::PATCH, &path, key, patch).await.status();
+        assert_eq!(got, expect, "PATCH by {who}");
+    }
+    // Deletes last: other keys cannot, the owner can.
+    let path = format!("/api/v1/links/{}", owned["code"].as_str().expect("code"));
+    assert_eq!(
+        app.api(Method::DELETE, &path, Some(&other), None)
+            .await
+            .status(),
+        404
+    );
+    assert_eq!(
+        app.api(Method::DELETE, &path, None, None).await.status(),
+        401
+    );
+    assert_eq!(
+        app.api(Method::DELETE, &path, Some(&owner), None)
+            .await
+            .status(),
+        204
+    );
+    assert_eq!(
+        app.api(Method::DELETE, &path, Some(&owner), None)
+            .await
+            .status(),
+        404
+    );
+    // Listing shows a key its own links, an admin all of them.
+    let mine = json(
+        app.api(Method::GET, "/api/v1/links", Some(&owner), None)
+            .await,
+    )
+    .await;
+    assert_eq!(mine["links"].as_array().expect("links").len(), 0, "{mine}");
+    let all = json(
+        app.api(Method::GET, "/api/v1/links", Some(&admin), None)
+            .await,
+    )
+    .await;
+    assert_eq!(all["links"].as_array().expect("links").len(), 1, "{all}");
+}
+
+#[tokio::test]
+async fn expired_links_answer_410_and_stay_manageable() {
+    let app = spawn_app(&[]).await;
+    let key = app.new_key("alice", false).await;
+    let soon = time_in(Duration::from_millis(1500));
+    let r = create_with(
+        &app,
+        Some(&key),
+        json!({"url": "https://e.com/brief", "code": "brief", "expires_at": soon}),
+    )
+    .await;
+    assert_eq!(r.status(), 201);
+    assert_eq!(app.get("/brief").await.status(), 302);
+    tokio::time::sleep(Duration::from_millis(1700)).await;
+    assert_error(app.get("/brief").await, 410, "expired").await;
+    assert_error(app.get("/link/brief").await, 410, "expired").await;
+    let r = app
+        .api(Method::GET, "/api/v1/links/brief", Some(&key), None)
+        .await;
+    assert_eq!(json(r).await["expired"], true);
+    // Clearing the expiry brings it back at once.
+    let r = app
+        .api(
+            Method::PATCH,
+            "/api/v1/links/brief",
+            Some(&key),
+            Some(json!({"expires_at": null})),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(app.get("/brief").await.status(), 302);
+    let r = app
+        .api(
+            Method::PATCH,
+            "/api/v1/links/brief",
+            Some(&key),
+            Some(json!({"expires_at": "2001-01-01T00:00:00Z"})),
+        )
+        .await;
+    assert_error(r, 400, "future").await;
+    let r = app
+        .api(
+            Method::PATCH,
+            "/api/v1/links/brief",
+            Some(&key),
+            Some(json!({"url": null})),
+        )
+        .await;
+    assert_error(r, 400, "url").await;
+    let r = app
+        .api(
+            Method::PATCH,
+            "/api/v1/links/brief",
+            Some(&key),
+            Some(json!({"target": "x"})),
+        )
+        .await;
+    assert_error(r, 400, "unknown field").await;
+}
+
+/// RFC 3339 for now + `d`.
+fn time_in(d: Duration) -> String {
+    let at = std::time::SystemTime::now() + d;
+    let ms = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, dd) = civil(days);
+    format!(
+        "{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms.rem_euclid(1000)
+    )
+}
+
+/// Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+fn civil(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+#[tokio::test]
+async fn edits_and_deletes_are_seen_at_once_in_every_cache_mode() {
+    let valkey = ValkeyServer::start();
+    for mode in ["none", "memory", "valkey", "tiered"] {
+        let url = valkey.url();
+        let prefix = format!("{mode}:");
+        let app = spawn_app(&[
+            "--cache",
+            mode,
+            "--valkey-url",
+            &url,
+            "--valkey-prefix",
+            &prefix,
+            "--valkey-timeout-ms",
+            "2000",
+        ])
+        .await;
+        let key = app.new_key("alice", false).await;
+        let code = format!("edit-{mode}");
+        let r = create_with(
+            &app,
+            Some(&key),
+            json!({"url": "https://e.com/old", "code": code}),
+        )
+        .await;
+        assert_eq!(r.status(), 201, "{mode}");
+        for _ in 0..3 {
+            assert_eq!(
+                app.get(&format!("/{code}")).await.headers()["location"],
+                "https://e.com/old"
+            );
+        }
+        let path = format!("/api/v1/links/{code}");
+        let r = app
+            .api(
+                Method::PATCH,
+                &path,
+                Some(&key),
+                Some(json!({"url": "https://e.com/new"})),
+            )
+            .await;
+        assert_eq!(r.status(), 200, "{mode}");
+        let r = app.get(&format!("/{code}")).await;
+        assert_eq!(r.headers()["location"], "https://e.com/new", "{mode}");
+        let r = app.get(&format!("/link/{code}")).await;
+        assert_eq!(json(r).await["link"], "https://e.com/new", "{mode}");
+        assert_eq!(
+            app.api(Method::DELETE, &path, Some(&key), None)
+                .await
+                .status(),
+            204
+        );
+        assert_eq!(app.get(&format!("/{code}")).await.status(), 404, "{mode}");
+        assert_eq!(
+            app.get(&format!("/link/{code}")).await.status(),
+            404,
+            "{mode}"
+        );
+        if mode == "valkey" || mode == "tiered" {
+            let left: Option<String> = redis::cmd("GET")
+                .arg(format!("{prefix}{code}"))
+                .query(&mut valkey.connection())
+                .expect("GET");
+            assert!(
+                left.as_deref() != Some("https://e.com/new"),
+                "{mode}: {left:?}"
+            );
+        }
+    }
+}
+
+/// The store is the truth: an edit made while Valkey cannot be reached
+/// succeeds, and Valkey's stale copy is never served afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_valkey_outage_never_brings_back_a_stale_target() {
+    let mut valkey = ValkeyServer::start();
+    let url = valkey.url();
+    let app = spawn_app(&[
+        "--cache",
+        "valkey",
+        "--valkey-url",
+        &url,
+        "--valkey-prefix",
+        "o:",
+        "--valkey-timeout-ms",
+        "100",
+    ])
+    .await;
+    let key = app.new_key("alice", false).await;
+    let r = create_with(
+        &app,
+        Some(&key),
+        json!({"url": "https://e.com/v1", "code": "outage"}),
+    )
+    .await;
+    assert_eq!(r.status(), 201);
+    assert_eq!(
+        app.get("/outage").await.headers()["location"],
+        "https://e.com/v1"
+    );
+    // Valkey stops answering but keeps its data (DEBUG SLEEP).
+    let mut sleeper = valkey.connection();
+    let sleeping = std::thread::spawn(move || {
+        let _: redis::RedisResult<()> = redis::cmd("DEBUG").arg("SLEEP").arg(2).query(&mut sleeper);
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r = app
+        .api(
+            Method::PATCH,
+            "/api/v1/links/outage",
+            Some(&key),
+            Some(json!({"url": "https://e.com/v2"})),
+        )
+        .await;
+    assert_eq!(r.status(), 200, "the edit succeeds without Valkey");
+    assert_eq!(
+        app.get("/outage").await.headers()["location"],
+        "https://e.com/v2"
+    );
+    sleeping.join().expect("sleeper");
+    // Valkey answers again with the old value still in it: it must not be
+    // served, now or later.
+    for _ in 0..20 {
+        assert_eq!(
+            app.get("/outage").await.headers()["location"],
+            "https://e.com/v2"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.stats().await["cache"]["valkey"]["pending_invalidations"] != 0 {
+        assert!(Instant::now() < deadline, "invalidations never applied");
+        assert_eq!(
+            app.get("/outage").await.headers()["location"],
+            "https://e.com/v2"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stored: Option<String> = redis::cmd("GET")
+        .arg("o:outage")
+        .query(&mut valkey.connection())
+        .expect("GET");
+    assert_ne!(stored.as_deref(), Some("https://e.com/v1"));
+
+    // Stopped and restarted: a delete while it is down still succeeds.
+    valkey.kill();
+    assert_eq!(
+        app.api(Method::DELETE, "/api/v1/links/outage", Some(&key), None)
+            .await
+            .status(),
+        204
+    );
+    assert_eq!(app.get("/outage").await.status(), 404);
+    valkey.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.stats().await["cache"]["valkey"]["pending_invalidations"] != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "invalidations never applied after the restart"
+        );
+        assert_eq!(app.get("/outage").await.status(), 404);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(app.get("/outage").await.status(), 404);
+}
+
+/// Keyset pagination: paging through 2,500 links while more are created
+/// neither repeats nor skips one that existed when the first page was read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_pages_through_links_while_more_are_created() {
+    let app = spawn_app(&[]).await;
+    let admin = app.new_key("admin", true).await;
+    let mut existing = HashSet::new();
+    for round in 0..20 {
+        for c in app.create_concurrently(&format!("page{round}"), 125).await {
+            assert_eq!(c.status, 201);
+            existing.insert(c.code().to_owned());
+        }
+    }
+    assert_eq!(existing.len(), 2500);
+    let creating = {
+        let (client, url) = (app.client.clone(), app.url("/link"));
+        tokio::spawn(async move {
+            for i in 0..300 {
+                let _ = client
+                    .post(&url)
+                    .json(&json!({"url": format!("https://e.com/more/{i}")}))
+                    .send()
+                    .await;
+            }
+        })
+    };
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/api/v1/links?limit=97&cursor={c}"),
+            None => "/api/v1/links?limit=97".to_owned(),
+        };
+        let page = json(app.api(Method::GET, &path, Some(&admin), None).await).await;
+        for l in page["links"].as_array().expect("links") {
+            seen.push(l["code"].as_str().expect("code").to_owned());
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    creating.await.expect("creator");
+    let unique: HashSet<_> = seen.iter().cloned().collect();
+    assert_eq!(unique.len(), seen.len(), "a link was listed twice");
+    let missing: Vec<_> = existing.difference(&unique).collect();
+    assert!(missing.is_empty(), "{} links skipped", missing.len());
+    // The query filter, and limits.
+    let found = json(
+        app.api(Method::GET, "/api/v1/links?q=PAGE7/1", Some(&admin), None)
+            .await,
+    )
+    .await;
+    let urls: Vec<&str> = found["links"]
+        .as_array()
+        .expect("links")
+        .iter()
+        .map(|l| l["url"].as_str().expect("url"))
+        .collect();
+    assert!(
+        !urls.is_empty() && urls.iter().all(|u| u.contains("page7/1")),
+        "{urls:?}"
+    );
+    for bad in ["limit=0", "limit=1001", "limit=x", "cursor=x"] {
+        let r = app
+            .api(
+                Method::GET,
+                &format!("/api/v1/links?{bad}"),
+                Some(&admin),
+                None,
+            )
+            .await;
+        assert_error(r, 400, "").await;
+    }
+}
+
+fn litelink(args: &[&str], db: &std::path::Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_litelink"))
+        .args(args)
+        .arg("--db")
+        .arg(db)
+        .output()
+        .expect("litelink")
+}
+
+#[tokio::test]
+async fn export_and_import_round_trip_in_both_formats() {
+    let app = spawn_app(&["--cache", "none"]).await;
+    let alice = app.new_key("alice", false).await;
+    let bob = app.new_key("bob", false).await;
+    for (key, body) in [
+        (
+            Some(&alice),
+            json!({"url": "https://e.com/a,1", "code": "alias-a"}),
+        ),
+        (
+            Some(&bob),
+            json!({"url": "https://e.com/b\"q", "expires_at": "2999-01-01T00:00:00Z"}),
+        ),
+        (None, json!({"url": "https://de.wikipedia.org/wiki/Köln"})),
+        (
+            Some(&alice),
+            json!({"url": "https://e.com/gone", "code": "gone"}),
+        ),
+    ] {
+        assert_eq!(
+            create_with(&app, key.map(String::as_str), body)
+                .await
+                .status(),
+            201
+        );
+    }
+    assert_eq!(
+        app.api(Method::DELETE, "/api/v1/links/gone", Some(&alice), None)
+            .await
+            .status(),
+        204
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    for format in ["jsonl", "csv"] {
+        let first = dir.path().join(format!("first.{format}"));
+        let out = litelink(
+            &[
+                "export",
+                "--format",
+                format,
+                "--out",
+                first.to_str().expect("path"),
+            ],
+            &app.db,
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = std::fs::read_to_string(&first).expect("export");
+        assert!(
+            text.contains("alias-a") && text.contains("gone") && text.contains("bob"),
+            "{text}"
+        );
+
+        // Into a fresh database with keys of the same names.
+        let fresh = dir.path().join(format!("fresh-{format}.db"));
+        run_keys(&fresh, &["create", "--name", "alice"], false);
+        run_keys(&fresh, &["create", "--name", "bob"], false);
+        let out = litelink(
+            &["import", first.to_str().expect("path"), "--format", format],
+            &fresh,
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let again = dir.path().join(format!("again.{format}"));
+        let out = litelink(
+            &[
+                "export",
+                "--format",
+                format,
+                "--out",
+                again.to_str().expect("path"),
+            ],
+            &fresh,
+        );
+        assert!(out.status.success());
+        assert_eq!(
+            std::fs::read_to_string(&again).expect("again"),
+            text,
+            "{format} round trip"
+        );
+
+        // Importing again: every code exists; lines are named, nothing lands.
+        let out = litelink(
+            &["import", first.to_str().expect("path"), "--format", format],
+            &fresh,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("the code exists already") && err.contains("skipped 4 whose code exists"),
+            "{err}"
+        );
+    }
+    // A deleted code that was imported is never issued again.
+    let fresh = dir.path().join("fresh-jsonl.db");
+    let served = spawn_app_on(&fresh, &[]).await;
+    let carol = served.new_key("carol", false).await;
+    let r = create_with(
+        &served,
+        Some(&carol),
+        json!({"url": "https://e.com", "code": "gone"}),
+    )
+    .await;
+    assert_error(r, 409, "taken").await;
+    // Import refuses to run beside a server.
+    let out = litelink(
+        &[
+            "import",
+            dir.path().join("first.jsonl").to_str().expect("path"),
+        ],
+        &fresh,
+    );
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("refuses"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn import_reports_bad_lines_and_unknown_owners_and_keeps_the_rest() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("in.jsonl");
+    std::fs::write(
+        &file,
+        [
+            r#"{"code":"good1","url":"https://e.com/1","created_at":"2026-01-01T00:00:00Z","expires_at":"2001-01-01T00:00:00Z","owner":"nobody","deleted_at":null}"#,
+            r#"{"code":"bad url","url":"https://e.com/2","created_at":"2026-01-01T00:00:00Z","expires_at":null,"owner":null,"deleted_at":null}"#,
+            "not json",
+            r#"{"code":"good2","url":"ftp://e.com","created_at":"2026-01-01T00:00:00Z","expires_at":null,"owner":null,"deleted_at":null}"#,
+            r#"{"code":"good3","url":"https://e.com/3","created_at":"2026-01-01T00:00:00Z","expires_at":null,"owner":"nobody","deleted_at":null}"#,
+            r#"{"code":"good1","url":"https://e.com/dup","created_at":"2026-01-01T00:00:00Z","expires_at":null,"owner":null,"deleted_at":null}"#,
+        ]
+        .join("\n"),
+    )
+    .expect("write");
+    let db = dir.path().join("i.db");
+    let out = litelink(&["import", file.to_str().expect("path")], &db);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for needle in [
+        "line 2:",
+        "line 3:",
+        "line 4:",
+        "line 6: the code exists",
+        "imported 2 links",
+    ] {
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+    assert_eq!(err.matches("no key named 'nobody'").count(), 1, "{err}");
+    // Past expiries are kept: the imported link is expired.
+    let conn = rusqlite::Connection::open(&db).expect("open");
+    let expires: Option<i64> = conn
+        .query_row(
+            "SELECT expires_at FROM links WHERE code = 'good1'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("row");
+    assert_eq!(expires, Some(978_307_200_000), "2001-01-01T00:00:00Z");
+}
+
+#[tokio::test]
+async fn a_schema_1_database_is_migrated_and_keeps_its_links() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("old.db");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/schema-v1.db"),
+        &db,
+    )
+    .expect("fixture");
+    let app = spawn_app_on(&db, &["--cache", "none"]).await;
+    for (code, target) in [
+        ("AA8EAf8MxG", "https://example.com/fixture/one"),
+        ("AAVX9cJ9ND", "https://example.com/fixture/two?x=1"),
+        ("AA5q7I5nwa", "https://de.wikipedia.org/wiki/K%C3%B6ln"),
+    ] {
+        let r = app.get(&format!("/{code}")).await;
+        assert_eq!(r.status(), 302);
+        assert_eq!(r.headers()["location"], target);
+    }
+    assert_eq!(app.stats().await["links"], 3);
+    let admin = app.new_key("admin", true).await;
+    let all = json(
+        app.api(Method::GET, "/api/v1/links", Some(&admin), None)
+            .await,
+    )
+    .await;
+    assert_eq!(all["links"].as_array().expect("links").len(), 3);
+    assert_eq!(all["links"][0]["owner"], Value::Null);
+    let conn = rusqlite::Connection::open(&db).expect("open");
+    let version: u32 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .expect("version");
+    assert_eq!(version, 2);
+}
