@@ -37,9 +37,7 @@ pub fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async move {
         match command {
             KeysCommand::Create { name, admin, store } => {
-                if name.trim().is_empty()
-                    || name.len() > 100
-                    || name.chars().any(char::is_control)
+                if name.trim().is_empty() || name.len() > 100 || name.chars().any(char::is_control)
                 {
                     anyhow::bail!("a key name is 1 to 100 printable characters");
                 }

@@ -300,3 +300,52 @@ pub fn run_keys(db: &Path, args: &[&str], admin: bool) -> String {
         .trim()
         .to_owned()
 }
+
+/// What creating workers heard: 201s (code -> target) and every other answer.
+#[derive(Default)]
+pub struct Answers {
+    pub acked: std::collections::HashMap<String, String>,
+    pub refused: Vec<(u16, Value)>,
+}
+
+/// `workers` tasks that each create `https://example.com/{label}/{w}/{i}`
+/// in a loop (at most 100,000 each) until the server stops answering.
+pub fn create_until_gone(
+    base: &str,
+    workers: usize,
+    label: &str,
+    answers: std::sync::Arc<std::sync::Mutex<Answers>>,
+) -> Vec<JoinHandle<()>> {
+    (0..workers)
+        .map(|w| {
+            let url = format!("{base}/link");
+            let label = label.to_owned();
+            let answers = std::sync::Arc::clone(&answers);
+            tokio::spawn(async move {
+                let client = client();
+                for i in 0..100_000u32 {
+                    let target = format!("https://example.com/{label}/{w}/{i}");
+                    let Ok(r) = client
+                        .post(&url)
+                        .json(&json!({ "url": target }))
+                        .send()
+                        .await
+                    else {
+                        return;
+                    };
+                    let status = r.status().as_u16();
+                    let Ok(body) = r.json::<Value>().await else {
+                        return;
+                    };
+                    let mut a = answers.lock().expect("answers");
+                    match body["short_link"].as_str() {
+                        Some(code) if status == 201 => {
+                            a.acked.insert(code.to_owned(), target);
+                        }
+                        _ => a.refused.push((status, body)),
+                    }
+                }
+            })
+        })
+        .collect()
+}

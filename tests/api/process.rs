@@ -9,7 +9,7 @@ use std::time::Duration;
 use rand::RngExt;
 use serde_json::{Value, json};
 
-use crate::helpers::{client, spawn_process};
+use crate::helpers::{Answers, client, create_until_gone, spawn_process};
 
 async fn stats(url: String) -> Value {
     client()
@@ -131,39 +131,23 @@ async fn acknowledged_creates_survive_kill_9() {
         let earlier = acked.lock().unwrap().clone();
         verify(&server.url(), &earlier).await;
 
-        let mut workers = Vec::new();
-        for w in 0..32 {
-            let url = server.url() + "/link";
-            let acked = Arc::clone(&acked);
-            workers.push(tokio::spawn(async move {
-                let client = client();
-                for i in 0..100_000u32 {
-                    let target = format!("https://example.com/r{round}/w{w}/{i}");
-                    let Ok(r) = client
-                        .post(&url)
-                        .json(&json!({ "url": target }))
-                        .send()
-                        .await
-                    else {
-                        return;
-                    };
-                    if r.status() != 201 {
-                        continue;
-                    }
-                    let Ok(body) = r.json::<Value>().await else {
-                        return;
-                    };
-                    let code = body["short_link"].as_str().unwrap().to_owned();
-                    acked.lock().unwrap().insert(code, target);
-                }
-            }));
-        }
+        let answers: Arc<Mutex<Answers>> = Arc::default();
+        let workers = create_until_gone(
+            &server.url(),
+            32,
+            &format!("r{round}"),
+            Arc::clone(&answers),
+        );
         let delay = rand::rng().random_range(150..700);
         tokio::time::sleep(Duration::from_millis(delay)).await;
         server.kill9();
         for w in workers {
             w.await.unwrap();
         }
+        acked
+            .lock()
+            .unwrap()
+            .extend(answers.lock().unwrap().acked.drain());
     }
     let acked = acked.lock().unwrap().clone();
     eprintln!(

@@ -2,13 +2,12 @@
 //! in flight, changes made by another process, a failed batch, settings
 //! through the environment, and doctor on a damaged file.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::helpers::{client, spawn_app, spawn_process};
+use crate::helpers::{Answers, client, create_until_gone, spawn_app, spawn_process};
 
 /// SIGTERM and SIGINT while creates are queued and in flight: the server
 /// exits by itself, every create it answered 201 is in the database, and
@@ -20,44 +19,12 @@ async fn a_signal_during_creates_loses_nothing_acknowledged() {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = dir.path().join("stop.db");
         let mut server = spawn_process(&db, &["--cache", "none"]);
-        let acked: Arc<Mutex<HashMap<String, String>>> = Arc::default();
-        let refused = Arc::new(Mutex::new(Vec::<(u16, Value)>::new()));
-        let mut workers = Vec::new();
-        for w in 0..32 {
-            let (url, acked, refused) = (
-                server.url() + "/link",
-                Arc::clone(&acked),
-                Arc::clone(&refused),
-            );
-            workers.push(tokio::spawn(async move {
-                let client = client();
-                for i in 0..100_000u32 {
-                    let target = format!("https://example.com/stop/{w}/{i}");
-                    let Ok(r) = client
-                        .post(&url)
-                        .json(&json!({ "url": target }))
-                        .send()
-                        .await
-                    else {
-                        return;
-                    };
-                    let status = r.status().as_u16();
-                    let Ok(body) = r.json::<Value>().await else {
-                        return;
-                    };
-                    match status {
-                        201 => {
-                            let code = body["short_link"].as_str().expect("code").to_owned();
-                            acked.lock().expect("lock").insert(code, target);
-                        }
-                        _ => refused.lock().expect("lock").push((status, body)),
-                    }
-                }
-            }));
-        }
+        let answers: Arc<Mutex<Answers>> = Arc::default();
+        let workers = create_until_gone(&server.url(), 32, "stop", Arc::clone(&answers));
         // Let creates flow, then signal while they do.
         let started = Instant::now();
-        while acked.lock().expect("lock").len() < 200 && started.elapsed() < Duration::from_secs(20)
+        while answers.lock().expect("lock").acked.len() < 200
+            && started.elapsed() < Duration::from_secs(20)
         {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -68,13 +35,14 @@ async fn a_signal_during_creates_loses_nothing_acknowledged() {
         for w in workers {
             w.await.expect("worker");
         }
-        let acked = acked.lock().expect("lock").clone();
+        let answers = std::mem::take(&mut *answers.lock().expect("lock"));
+        let acked = answers.acked;
         assert!(
             acked.len() >= 200,
             "signal {signal}: {} acknowledged",
             acked.len()
         );
-        for (status, body) in refused.lock().expect("lock").iter() {
+        for (status, body) in &answers.refused {
             assert_eq!(*status, 503, "signal {signal}: {body}");
             assert!(body["error"].is_string(), "{body}");
         }
