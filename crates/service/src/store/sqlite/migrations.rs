@@ -17,7 +17,8 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT;",
     // 2: link management. API keys (only a SHA-256 of each secret); links
     // gain an expiry, an owner, and a deletion time: a deleted link stays
-    // as a tombstone so that its code is never issued again.
+    // as a tombstone so that its code is never issued again. The owner
+    // index is partial: ownerless creates (the seed API) skip its upkeep.
     "CREATE TABLE keys (
         id           INTEGER PRIMARY KEY,
         name         TEXT    NOT NULL UNIQUE,
@@ -30,7 +31,7 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE links ADD COLUMN expires_at INTEGER;
     ALTER TABLE links ADD COLUMN owner INTEGER REFERENCES keys(id);
     ALTER TABLE links ADD COLUMN deleted_at INTEGER;
-    CREATE INDEX links_owner ON links (owner, id);",
+    CREATE INDEX links_owner ON links (owner, id) WHERE owner IS NOT NULL;",
 ];
 
 pub const LATEST: u32 = MIGRATIONS.len() as u32;
