@@ -13,15 +13,18 @@
 //! keys        API keys: making them, and recognising them (reloaded every second)
 //! cache/      the LinkCache trait; none, memory, valkey, tiered
 //! store/      the LinkStore trait; sqlite/ (readers, writer, walsync, checkpointer, ...)
+//! transfer    export and import records (JSON lines, CSV)
 //! doctor      `litelink doctor`; telemetry: logging set-up
 //! ```
 //!
 //! A read: `http::handlers::redirect` -> `Links::resolve` -> `LinkCache::get`
 //! -> (on a miss) `LinkStore::get` -> `sqlite::readers` on the worker thread.
-//! A create: `handlers::create_link` (body checked by `extract::NewLink`) ->
+//! A create: `handlers::create_link` (body checked by `extract::NewLinkBody`) ->
 //! `Links::create` -> `LinkStore::create` -> the writer's queue -> a batch
 //! committed (and, at full durability, synced by `walsync`) -> `replies`
-//! -> the 201, then the cache is written through.
+//! -> the 201, then the cache is written through. An edit or delete goes
+//! `Links` (may this key manage it?) -> the writer, as an `Op` in its own
+//! transaction -> `LinkCache::invalidate` in every tier -> the answer.
 
 pub mod cache;
 pub mod doctor;
