@@ -18,7 +18,8 @@ const MIGRATIONS: &[&str] = &[
     // 2: link management. API keys (only a SHA-256 of each secret); links
     // gain an expiry, an owner, and a deletion time: a deleted link stays
     // as a tombstone so that its code is never issued again. The owner
-    // index is partial: ownerless creates (the seed API) skip its upkeep.
+    // index is partial: ownerless creates (the seed API) skip its upkeep;
+    // so is the one that counts tombstones at start-up.
     "CREATE TABLE keys (
         id           INTEGER PRIMARY KEY,
         name         TEXT    NOT NULL UNIQUE,
@@ -31,7 +32,8 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE links ADD COLUMN expires_at INTEGER;
     ALTER TABLE links ADD COLUMN owner INTEGER REFERENCES keys(id);
     ALTER TABLE links ADD COLUMN deleted_at INTEGER;
-    CREATE INDEX links_owner ON links (owner, id) WHERE owner IS NOT NULL;",
+    CREATE INDEX links_owner ON links (owner, id) WHERE owner IS NOT NULL;
+    CREATE INDEX links_deleted ON links (deleted_at) WHERE deleted_at IS NOT NULL;",
 ];
 
 pub const LATEST: u32 = MIGRATIONS.len() as u32;

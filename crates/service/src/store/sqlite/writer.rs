@@ -122,7 +122,9 @@ impl Writer {
         // continues the current code bucket (see CodeGenerator).
         let (sequence, links): (i64, i64) = conn
             .query_row(
-                "SELECT coalesce(max(id), 0), count(*) FILTER (WHERE deleted_at IS NULL) FROM links",
+                "SELECT (SELECT coalesce(max(id), 0) FROM links), \
+                 (SELECT count(*) FROM links) \
+                 - (SELECT count(*) FROM links WHERE deleted_at IS NOT NULL)",
                 [],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
