@@ -277,12 +277,15 @@ async fn the_ownership_matrix_holds() {
         app.api(Method::DELETE, &path, None, None).await.status(),
         401
     );
+    assert_eq!(app.stats().await["links"], 2);
     assert_eq!(
         app.api(Method::DELETE, &path, Some(&owner), None)
             .await
             .status(),
         204
     );
+    // The count of links follows deletes, also across a restart.
+    assert_eq!(app.stats().await["links"], 1);
     assert_eq!(
         app.api(Method::DELETE, &path, Some(&owner), None)
             .await
@@ -302,6 +305,11 @@ async fn the_ownership_matrix_holds() {
     )
     .await;
     assert_eq!(all["links"].as_array().expect("links").len(), 1, "{all}");
+    let db = app.db.clone();
+    let dir = app.stop().await;
+    let again = spawn_app_on(&db, &[]).await;
+    assert_eq!(again.stats().await["links"], 1);
+    drop(dir);
 }
 
 #[tokio::test]
