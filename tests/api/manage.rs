@@ -548,27 +548,111 @@ async fn a_valkey_outage_never_brings_back_a_stale_target() {
         .query(&mut valkey.connection())
         .expect("GET");
     assert_ne!(stored.as_deref(), Some("https://e.com/v1"));
+}
 
-    // Stopped and restarted: a delete while it is down still succeeds.
-    valkey.kill();
+/// Valkey stopped (its data kept on disk) and restarted: what it held
+/// before the outage comes back with it, and must not be served after an
+/// edit or a delete made while it was down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_valkey_never_serves_what_was_changed_while_it_was_down() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut valkey = ValkeyServer::start_persistent(dir.path());
+    let url = valkey.url();
+    let app = spawn_app(&[
+        "--cache",
+        "valkey",
+        "--valkey-url",
+        &url,
+        "--valkey-prefix",
+        "p:",
+        "--valkey-timeout-ms",
+        "200",
+    ])
+    .await;
+    let key = app.new_key("alice", false).await;
+    for code in ["edited", "deleted"] {
+        let r = create_with(
+            &app,
+            Some(&key),
+            json!({"url": format!("https://e.com/{code}/v1"), "code": code}),
+        )
+        .await;
+        assert_eq!(r.status(), 201);
+        assert_eq!(app.get(&format!("/{code}")).await.status(), 302);
+    }
+    let held: Option<String> = redis::cmd("GET")
+        .arg("p:edited")
+        .query(&mut valkey.connection())
+        .expect("GET");
     assert_eq!(
-        app.api(Method::DELETE, "/api/v1/links/outage", Some(&key), None)
+        held.as_deref(),
+        Some("https://e.com/edited/v1"),
+        "in Valkey before the outage"
+    );
+
+    valkey.kill();
+    let r = app
+        .api(
+            Method::PATCH,
+            "/api/v1/links/edited",
+            Some(&key),
+            Some(json!({"url": "https://e.com/edited/v2"})),
+        )
+        .await;
+    assert_eq!(r.status(), 200, "the edit succeeds without Valkey");
+    assert_eq!(
+        app.api(Method::DELETE, "/api/v1/links/deleted", Some(&key), None)
             .await
             .status(),
         204
     );
-    assert_eq!(app.get("/outage").await.status(), 404);
+    assert_eq!(
+        app.get("/edited").await.headers()["location"],
+        "https://e.com/edited/v2"
+    );
+    assert_eq!(app.get("/deleted").await.status(), 404);
+
     valkey.restart();
+    let back: Option<String> = redis::cmd("GET")
+        .arg("p:edited")
+        .query(&mut valkey.connection())
+        .expect("GET");
+    assert_eq!(
+        back.as_deref(),
+        Some("https://e.com/edited/v1"),
+        "Valkey came back with the old copy"
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
-    while app.stats().await["cache"]["valkey"]["pending_invalidations"] != 0 {
-        assert!(
-            Instant::now() < deadline,
-            "invalidations never applied after the restart"
+    loop {
+        assert_eq!(
+            app.get("/edited").await.headers()["location"],
+            "https://e.com/edited/v2"
         );
-        assert_eq!(app.get("/outage").await.status(), 404);
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(app.get("/deleted").await.status(), 404);
+        if app.stats().await["cache"]["valkey"]["pending_invalidations"] == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "invalidations never applied");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(app.get("/outage").await.status(), 404);
+    // Applied in Valkey itself, and Valkey is used again.
+    let left: Option<String> = redis::cmd("GET")
+        .arg("p:edited")
+        .query(&mut valkey.connection())
+        .expect("GET");
+    assert_ne!(left.as_deref(), Some("https://e.com/edited/v1"));
+    for _ in 0..5 {
+        assert_eq!(
+            app.get("/edited").await.headers()["location"],
+            "https://e.com/edited/v2"
+        );
+    }
+    assert!(
+        app.stats().await["cache"]["valkey"]["hits"]
+            .as_u64()
+            .expect("hits")
+            > 0
+    );
 }
 
 /// Keyset pagination: paging through 2,500 links while more are created

@@ -25,6 +25,11 @@ impl ValkeyServer {
         Self(ValkeyProcess::start(&binary(), None).expect("start valkey-server"))
     }
 
+    /// A server that keeps its data in `dir` when it is killed and restarted.
+    pub fn start_persistent(dir: &std::path::Path) -> Self {
+        Self(ValkeyProcess::start_persistent(&binary(), dir).expect("start valkey-server"))
+    }
+
     /// Starts (again) on the same port, with an empty data set.
     pub fn restart(&mut self) {
         self.0.restart().expect("restart valkey-server");

@@ -222,29 +222,57 @@ pub struct ValkeyProcess {
     binary: PathBuf,
     cpu: Option<usize>,
     child: Option<Child>,
+    /// Where it keeps an append-only file, synced on every write, so that
+    /// a restart comes back with the data; `None`: nothing is kept.
+    persist: Option<PathBuf>,
     pub port: u16,
 }
 
 impl ValkeyProcess {
     pub fn start(binary: &Path, cpu: Option<usize>) -> anyhow::Result<Self> {
+        Self::start_in(binary, cpu, None)
+    }
+
+    /// A server that keeps its data in `dir` across kills and restarts.
+    pub fn start_persistent(binary: &Path, dir: &Path) -> anyhow::Result<Self> {
+        Self::start_in(binary, None, Some(dir.to_path_buf()))
+    }
+
+    fn start_in(
+        binary: &Path,
+        cpu: Option<usize>,
+        persist: Option<PathBuf>,
+    ) -> anyhow::Result<Self> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let mut me = Self {
             binary: binary.to_path_buf(),
             cpu,
             child: None,
+            persist,
             port,
         };
         me.restart()?;
         Ok(me)
     }
 
-    /// Starts the server (again) on the same port, with an empty data set,
-    /// and waits until it answers PING.
+    /// Starts the server (again) on the same port, empty unless it is
+    /// persistent, and waits until it answers PING.
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.kill();
         let mut cmd = Command::new(&self.binary);
         cmd.args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
-            .args(["--save", "", "--appendonly", "no"])
+            .args(["--save", ""]);
+        match &self.persist {
+            Some(dir) => {
+                cmd.arg("--dir")
+                    .arg(dir)
+                    .args(["--appendonly", "yes", "--appendfsync", "always"]);
+            }
+            None => {
+                cmd.args(["--appendonly", "no"]);
+            }
+        }
+        cmd
             // DEBUG SLEEP lets the tests make a slow server.
             .args(["--enable-debug-command", "yes"])
             .stdin(Stdio::null())
