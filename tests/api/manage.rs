@@ -480,7 +480,7 @@ async fn edits_and_deletes_are_seen_at_once_in_every_cache_mode() {
 /// succeeds, and Valkey's stale copy is never served afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_valkey_outage_never_brings_back_a_stale_target() {
-    let mut valkey = ValkeyServer::start();
+    let valkey = ValkeyServer::start();
     let url = valkey.url();
     let app = spawn_app(&[
         "--cache",
