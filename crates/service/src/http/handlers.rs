@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::error::ApiError;
 use super::extract::{Caller, Code, Key, NewLinkBody, PatchBody};
 use super::{AppState, CreateAuth};
-use crate::domain::{Link, ShortCode, Timestamp};
+use crate::domain::{Link, ShortCode, TargetUrl, Timestamp};
 use crate::links::{LinkStats, Resolution};
 use crate::store::{LinkPatch, NewLink};
 
@@ -124,9 +124,9 @@ fn not_found(code: &ShortCode) -> ApiError {
     ApiError::NotFound(format!("no link with code '{code}'"))
 }
 
-async fn resolve(state: &AppState, code: &ShortCode) -> Result<String, ApiError> {
+async fn resolve(state: &AppState, code: &ShortCode) -> Result<TargetUrl, ApiError> {
     match state.links.resolve(code).await? {
-        Resolution::Found(target) => Ok(target.to_string()),
+        Resolution::Found(target) => Ok(target),
         Resolution::Expired => Err(ApiError::Gone(format!("link '{code}' has expired"))),
         Resolution::Missing => Err(not_found(code)),
     }
@@ -137,7 +137,10 @@ pub async fn get_link(
     Code(code): Code,
 ) -> Result<Response, ApiError> {
     let target = resolve(&state, &code).await?;
-    Ok(Json(LinkBody { link: &target }).into_response())
+    Ok(Json(LinkBody {
+        link: target.as_str(),
+    })
+    .into_response())
 }
 
 /// `GET /{code}` and `HEAD /{code}` (axum answers HEAD from the GET route
@@ -149,7 +152,7 @@ pub async fn redirect(
     let target = resolve(&state, &code).await?;
     // TargetUrl is ASCII without controls by construction, so this only
     // fails if that invariant is broken: a 500, not a panic.
-    let location = header::HeaderValue::from_str(&target)
+    let location = header::HeaderValue::from_str(target.as_str())
         .map_err(|e| ApiError::Internal(format!("stored URL is not a valid header: {e}")))?;
     Ok((state.redirect_status, [(header::LOCATION, location)]).into_response())
 }
