@@ -29,6 +29,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub cache: CacheArgs,
     #[command(flatten)]
+    pub visits: VisitArgs,
+    #[command(flatten)]
     pub lab: LabArgs,
 }
 
@@ -146,6 +148,23 @@ pub struct CacheArgs {
     pub valkey_timeout_ms: u64,
 }
 
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Visits")]
+pub struct VisitArgs {
+    /// Count every redirect (`GET /{code}`) per link, hour, referrer and
+    /// user-agent class. `off`: only links with max_visits are counted.
+    #[arg(long, env = "LITELINK_VISITS", value_enum,
+          default_value = on_off(d().visits.counting))]
+    pub visits: OnOff,
+
+    /// Milliseconds between writes of the counts kept in memory: at most
+    /// this much counting is lost to a crash (none to a graceful stop).
+    #[arg(long, env = "LITELINK_VISITS_FLUSH_MS",
+          value_parser = clap::value_parser!(u64).range(10..=3_600_000),
+          default_value_t = d().visits.flush_interval.as_millis() as u64)]
+    pub visits_flush_ms: u64,
+}
+
 /// SQLite's MEMSTATUS, shared by `serve` and `doctor`.
 #[derive(Debug, Clone, Args)]
 pub struct MemstatusArgs {
@@ -207,6 +226,7 @@ impl ServeArgs {
             server,
             storage,
             cache,
+            visits,
             lab,
         } = self;
         let mut s = Settings {
@@ -243,6 +263,9 @@ impl ServeArgs {
         s.cache.valkey.prefix = cache.valkey_prefix.clone();
         s.cache.valkey.ttl = (cache.valkey_ttl > 0).then(|| Duration::from_secs(cache.valkey_ttl));
         s.cache.valkey.timeout = Duration::from_millis(cache.valkey_timeout_ms.max(1));
+
+        s.visits.counting = visits.visits.is_on();
+        s.visits.flush_interval = Duration::from_millis(visits.visits_flush_ms);
         s
     }
 }

@@ -43,6 +43,37 @@ pub async fn exercise_api(app: &TestApp) {
     assert_eq!(r.status(), 302);
     assert_eq!(r.headers()["location"], target);
 
+    // a link limited to two visits: HEAD and GET /link/{code} are not
+    // visits; the third redirect is 410, and so is every look after it
+    // (through whatever cache this mode has)
+    let r = app
+        .client
+        .post(app.url("/link"))
+        .json(&json!({ "url": target, "max_visits": 2 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let limited = r.json::<Value>().await.unwrap()["short_link"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for _ in 0..2 {
+        assert_eq!(app.get(&format!("/link/{limited}")).await.status(), 200);
+        let head = app.client.head(app.url(&format!("/{limited}")));
+        assert_eq!(head.send().await.unwrap().status(), 302);
+        assert_eq!(app.get(&format!("/{limited}")).await.status(), 302);
+    }
+    assert_error(app.get(&format!("/{limited}")).await, 410, "visit limit").await;
+    assert_error(
+        app.get(&format!("/link/{limited}")).await,
+        410,
+        "visit limit",
+    )
+    .await;
+    let head = app.client.head(app.url(&format!("/{limited}")));
+    assert_eq!(head.send().await.unwrap().status(), 410);
+
     // unknown codes, twice so a negative cache answers the second time
     for _ in 0..2 {
         assert_error(app.get("/link/NoSuchCode1").await, 404, "no link").await;
@@ -172,9 +203,10 @@ pub async fn exercise_api(app: &TestApp) {
         .unwrap();
     assert_error(r, 405, "method not allowed").await;
 
-    // nothing above stored a link it should not have: exactly one was created
+    // nothing above stored a link it should not have: exactly two were
+    // created (one of them limited)
     let stats = app.stats().await;
-    assert_eq!(stats["links"], 1, "{stats}");
+    assert_eq!(stats["links"], 2, "{stats}");
 }
 
 #[tokio::test]

@@ -349,3 +349,16 @@ pub fn create_until_gone(
         })
         .collect()
 }
+
+/// Creates a link on a server process with the seed API; returns its code.
+pub async fn create_code(base: &str) -> String {
+    let r = client()
+        .post(format!("{base}/link"))
+        .json(&json!({ "url": "https://example.com/counted" }))
+        .send()
+        .await
+        .expect("POST /link");
+    assert_eq!(r.status(), 201);
+    let body: Value = r.json().await.expect("json");
+    body["short_link"].as_str().expect("short_link").to_owned()
+}

@@ -13,3 +13,4 @@ mod promises;
 mod snapshots;
 mod stress;
 mod valkey_server;
+mod visits;

@@ -13,12 +13,15 @@
 //! keys        API keys: making them, and recognising them (reloaded every second)
 //! cache/      the LinkCache trait; none, memory, valkey, tiered
 //! store/      the LinkStore trait; sqlite/ (readers, writer, walsync, checkpointer, ...)
+//! visits      counting redirects in memory, flushed to the store; max_visits
 //! transfer    export and import records (JSON lines, CSV)
 //! doctor      `litelink doctor`; telemetry: logging set-up
 //! ```
 //!
 //! A read: `http::handlers::redirect` -> `Links::resolve` -> `LinkCache::get`
-//! -> (on a miss) `LinkStore::get` -> `sqlite::readers` on the worker thread.
+//! -> (on a miss) `LinkStore::get` -> `sqlite::readers` on the worker thread;
+//! then the visit is counted in memory (`visits`), and a flush every second
+//! hands the tallies to the writer as an `Op`.
 //! A create: `handlers::create_link` (body checked by `extract::NewLinkBody`) ->
 //! `Links::create` -> `LinkStore::create` -> the writer's queue -> a batch
 //! committed (and, at full durability, synced by `walsync`) -> `replies`
@@ -37,6 +40,7 @@ pub mod startup;
 pub mod store;
 pub mod telemetry;
 pub mod transfer;
+pub mod visits;
 
 pub use settings::Settings;
 pub use startup::Application;

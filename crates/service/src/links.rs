@@ -7,9 +7,10 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::cache::{CacheStats, LinkCache, Lookup};
-use crate::domain::{Link, ShortCode, TargetUrl};
+use crate::domain::{Link, Resolved, ShortCode, TargetUrl, VisitCounts};
 use crate::keys::{KeyRegistry, Principal};
 use crate::store::{LinkPatch, LinkStore, ListPage, ListQuery, NewLink, StoreError, StoreStats};
+use crate::visits::{Visit, VisitStats, Visits};
 
 /// What `/stats` shows of the store and the cache: the store's fields at
 /// the top level (as they always were), the cache under `cache`.
@@ -18,6 +19,7 @@ pub struct LinkStats {
     #[serde(flatten)]
     pub store: StoreStats,
     pub cache: CacheStats,
+    pub visits: VisitStats,
 }
 
 /// What a redirect finds.
@@ -26,14 +28,32 @@ pub enum Resolution {
     Found(TargetUrl),
     /// The link exists but its expiry has passed: 410.
     Expired,
+    /// The link has served its `max_visits`: 410.
+    Exhausted,
     Missing,
 }
 
+/// How a lookup uses the link.
+#[derive(Debug, Clone, Copy)]
+pub enum Use<'a> {
+    /// A redirect that is served: counted as a visit.
+    Visit(Visit<'a>),
+    /// A look that is not a visit (`HEAD`, `GET /link/{code}`).
+    Look,
+}
+
+/// Cheap to clone: one reference count, which every request's copy of
+/// the router state takes and drops.
 #[derive(Clone)]
 pub struct Links {
+    inner: Arc<Parts>,
+}
+
+struct Parts {
     cache: Arc<dyn LinkCache>,
     store: Arc<dyn LinkStore>,
     keys: Arc<KeyRegistry>,
+    visits: Arc<Visits>,
 }
 
 /// Whether `caller` may see and change `link`: its owner, or an admin.
@@ -47,53 +67,108 @@ impl Links {
         cache: Arc<dyn LinkCache>,
         store: Arc<dyn LinkStore>,
         keys: Arc<KeyRegistry>,
+        visits: Arc<Visits>,
     ) -> Self {
-        Self { cache, store, keys }
+        Self {
+            inner: Arc::new(Parts {
+                cache,
+                store,
+                keys,
+                visits,
+            }),
+        }
     }
 
     pub fn keys(&self) -> &Arc<KeyRegistry> {
-        &self.keys
+        &self.inner.keys
     }
 
-    pub async fn resolve(&self, code: &ShortCode) -> Result<Resolution, StoreError> {
-        let found = match self.cache.get(code).await {
+    pub fn visits(&self) -> &Arc<Visits> {
+        &self.inner.visits
+    }
+
+    /// Where `code` leads; a served redirect ([`Use::Visit`]) is counted,
+    /// and a link that has served its `max_visits` is [`Resolution::Exhausted`].
+    pub async fn resolve(&self, code: &ShortCode, how: Use<'_>) -> Result<Resolution, StoreError> {
+        let Some(link) = self.lookup(code).await? else {
+            return Ok(Resolution::Missing);
+        };
+        if link.is_expired() {
+            return Ok(Resolution::Expired);
+        }
+        let served = match (link.max_visits, how) {
+            (None, Use::Visit(visit)) => {
+                self.inner.visits.record(code, visit);
+                true
+            }
+            (None, Use::Look) => true,
+            (Some(max), Use::Visit(visit)) => self.inner.visits.take(code, max, visit).await?,
+            (Some(max), Use::Look) => self.inner.visits.left(code, max).await?,
+        };
+        Ok(if served {
+            Resolution::Found(link.target)
+        } else {
+            Resolution::Exhausted
+        })
+    }
+
+    async fn lookup(&self, code: &ShortCode) -> Result<Option<Resolved>, StoreError> {
+        Ok(match self.inner.cache.get(code).await {
             Lookup::Found(link) => Some(link),
             Lookup::Missing => None,
             Lookup::Unknown => {
-                let found = self.store.get(code).await?;
+                let found = self.inner.store.get(code).await?;
                 match &found {
-                    Some(link) => self.cache.put(code, link).await,
-                    None => self.cache.put_missing(code).await,
+                    Some(link) => self.inner.cache.put(code, link).await,
+                    None => self.inner.cache.put_missing(code).await,
                 }
                 found
             }
-        };
-        Ok(match found {
-            None => Resolution::Missing,
-            Some(link) if link.is_expired() => Resolution::Expired,
-            Some(link) => Resolution::Found(link.target),
         })
     }
 
     /// Stores the link durably, then writes it through to the cache, so the
     /// cache never holds a code the store could lose.
     pub async fn create(&self, new: NewLink) -> Result<Link, StoreError> {
-        let link = self.store.create(new).await?;
-        self.cache.put(&link.code, &link.resolved()).await;
+        let link = self.inner.store.create(new).await?;
+        self.inner.cache.put(&link.code, &link.resolved()).await;
         Ok(link)
     }
 
     /// The link `caller` may manage; `None` also when it may not see it.
+    /// Its `visits` include those not yet flushed.
     pub async fn get(
         &self,
         caller: &Principal,
         code: &ShortCode,
     ) -> Result<Option<Link>, StoreError> {
-        Ok(self
-            .store
-            .link(code)
-            .await?
-            .filter(|link| may_manage(caller, link)))
+        let _gate = self.inner.visits.read_gate().await;
+        let link = self.inner.store.link(code).await?;
+        Ok(link
+            .filter(|link| may_manage(caller, link))
+            .map(|link| self.with_pending(link)))
+    }
+
+    fn with_pending(&self, mut link: Link) -> Link {
+        link.visits += self.inner.visits.pending(&link.code).total();
+        link
+    }
+
+    /// Every visit count of a link `caller` may manage, flushed or not.
+    pub async fn visit_counts(
+        &self,
+        caller: &Principal,
+        code: &ShortCode,
+    ) -> Result<Option<VisitCounts>, StoreError> {
+        if self.get(caller, code).await?.is_none() {
+            return Ok(None);
+        }
+        let _gate = self.inner.visits.read_gate().await;
+        let Some(mut counts) = self.inner.store.visit_counts(code).await? else {
+            return Ok(None);
+        };
+        counts.merge(self.inner.visits.pending(code));
+        Ok(Some(counts))
     }
 
     /// Changes a link; every cache tier forgets the old version before this
@@ -107,8 +182,8 @@ impl Links {
         if self.get(caller, code).await?.is_none() {
             return Ok(None);
         }
-        let updated = self.store.update(code, patch).await?;
-        self.cache.invalidate(code).await;
+        let updated = self.inner.store.update(code, patch).await?;
+        self.inner.cache.invalidate(code).await;
         Ok(updated)
     }
 
@@ -117,8 +192,9 @@ impl Links {
         if self.get(caller, code).await?.is_none() {
             return Ok(false);
         }
-        let deleted = self.store.delete(code).await?;
-        self.cache.invalidate(code).await;
+        let deleted = self.inner.store.delete(code).await?;
+        self.inner.cache.invalidate(code).await;
+        self.inner.visits.forget(code);
         Ok(deleted)
     }
 
@@ -136,21 +212,33 @@ impl Links {
             before,
             q,
         };
-        self.store.list(query).await
+        let _gate = self.inner.visits.read_gate().await;
+        let mut page = self.inner.store.list(query).await?;
+        page.links = page
+            .links
+            .into_iter()
+            .map(|l| self.with_pending(l))
+            .collect();
+        Ok(page)
     }
 
     pub fn stats(&self) -> LinkStats {
         LinkStats {
-            store: self.store.stats(),
-            cache: self.cache.stats(),
+            store: self.inner.store.stats(),
+            cache: self.inner.cache.stats(),
+            visits: self.inner.visits.stats(),
         }
     }
 
-    /// Writes pending key uses, commits what is queued and closes the store.
+    /// Writes pending visits and key uses, commits what is queued and
+    /// closes the store.
     pub async fn close(&self) {
-        if let Err(e) = self.keys.flush(true).await {
+        if let Err(e) = self.inner.visits.flush().await {
+            tracing::error!(error = %e, "could not write the last visit counts");
+        }
+        if let Err(e) = self.inner.keys.flush(true).await {
             tracing::warn!(error = %e, "could not record the last use of API keys");
         }
-        self.store.close().await;
+        self.inner.store.close().await;
     }
 }

@@ -8,6 +8,7 @@ use crate::cache::CacheSettings;
 use crate::domain::CodeSettings;
 use crate::http::HttpSettings;
 use crate::store::StoreSettings;
+use crate::visits::VisitSettings;
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -17,6 +18,7 @@ pub struct Settings {
     pub codes: CodeSettings,
     pub store: StoreSettings,
     pub cache: CacheSettings,
+    pub visits: VisitSettings,
 }
 
 impl Default for Settings {
@@ -27,6 +29,7 @@ impl Default for Settings {
             codes: CodeSettings::default(),
             store: StoreSettings::default(),
             cache: CacheSettings::default(),
+            visits: VisitSettings::default(),
         }
     }
 }

@@ -18,6 +18,7 @@ use crate::settings::Settings;
 use crate::store::sqlite::lock::DbLock;
 use crate::store::sqlite::{Durability, SqliteStore, build_info, memstatus};
 use crate::store::{LinkStore, StoreSettings};
+use crate::visits::{Flusher, Visits};
 
 /// A built service: its listener is bound and its store open; nothing is
 /// served until [`Application::run_until`].
@@ -26,6 +27,7 @@ pub struct Application {
     links: Links,
     router: Router,
     refresher: tokio::task::JoinHandle<()>,
+    flusher: Flusher,
     /// One server per database, for as long as this one runs.
     _lock: DbLock,
 }
@@ -47,13 +49,16 @@ impl Application {
         tracing::info!(mode = %settings.cache.mode, "cache ready");
         let keys = Arc::new(KeyRegistry::load(Arc::clone(&store)).await?);
         let refresher = keys.spawn_refresher();
-        let links = Links::new(cache, store, keys);
+        let visits = Arc::new(Visits::new(settings.visits.clone(), Arc::clone(&store)));
+        let flusher = visits.spawn_flusher();
+        let links = Links::new(cache, store, keys, visits);
         let router = http::app(links.clone(), &settings.http);
         Ok(Self {
             listener,
             links,
             router,
             refresher,
+            flusher,
             _lock: lock,
         })
     }
@@ -64,7 +69,8 @@ impl Application {
     }
 
     /// Serves until `shutdown` resolves, lets requests in flight finish,
-    /// then closes the store (queued creates are committed).
+    /// then writes the counted visits and closes the store (queued creates
+    /// are committed).
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -72,6 +78,7 @@ impl Application {
         tracing::info!(addr = %self.listener.local_addr()?, "serving");
         let served = http::serve(self.listener, self.router, shutdown).await;
         self.refresher.abort();
+        self.flusher.stop().await;
         self.links.close().await;
         tracing::info!("stopped");
         served.context("serving HTTP")

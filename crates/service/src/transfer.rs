@@ -16,15 +16,21 @@ pub enum Format {
     Csv,
 }
 
-/// The CSV columns, in order; also its header line.
-pub const CSV_COLUMNS: [&str; 6] = [
+/// The CSV columns, in order; also its header line. Files with only the
+/// first six (written before visits) are read too.
+pub const CSV_COLUMNS: [&str; 8] = [
     "code",
     "url",
     "created_at",
     "expires_at",
     "owner",
     "deleted_at",
+    "max_visits",
+    "visits",
 ];
+
+/// Columns of a CSV export from before visits.
+const OLD_CSV_COLUMNS: usize = 6;
 
 /// Writes records in `format`.
 pub enum Writer<W: Write> {
@@ -51,6 +57,8 @@ impl<W: Write> Writer<W> {
                 out.write_all(b"\n")
             }
             Self::Csv(w) => {
+                let max_visits = r.max_visits.map(|n| n.to_string());
+                let visits = r.visits.map(|n| n.to_string());
                 let fields = [
                     Some(r.code.as_str()),
                     r.url.as_deref(),
@@ -58,6 +66,8 @@ impl<W: Write> Writer<W> {
                     r.expires_at.as_deref(),
                     r.owner.as_deref(),
                     r.deleted_at.as_deref(),
+                    max_visits.as_deref(),
+                    visits.as_deref(),
                 ];
                 Ok(w.write_record(fields.map(|f| f.unwrap_or("")))?)
             }
@@ -106,11 +116,21 @@ pub fn read<R: BufRead + 'static>(
                     .and_then(|r| r.position())
                     .map_or(0, |p| p.line());
                 let record = row.map_err(|e| e.to_string()).and_then(|r| {
-                    if r.len() != CSV_COLUMNS.len() {
+                    if r.len() != CSV_COLUMNS.len() && r.len() != OLD_CSV_COLUMNS {
                         return Err(format!("expected {} columns", CSV_COLUMNS.len()));
                     }
-                    let opt = |i: usize| Some(r[i].to_owned()).filter(|s| !s.is_empty());
+                    let opt = |i: usize| r.get(i).map(str::to_owned).filter(|s| !s.is_empty());
+                    let number = |i: usize, name: &str| {
+                        opt(i)
+                            .map(|s| {
+                                s.parse::<u64>()
+                                    .map_err(|_| format!("{name}: '{s}' is not a count"))
+                            })
+                            .transpose()
+                    };
                     Ok(Record {
+                        max_visits: number(6, "max_visits")?,
+                        visits: number(7, "visits")?,
                         code: r[0].to_owned(),
                         url: opt(1),
                         created_at: r[2].to_owned(),
@@ -161,6 +181,9 @@ impl Checker {
         };
         let created_at = Timestamp::parse(&r.created_at).map_err(|e| format!("created_at: {e}"))?;
         let expires_at = stamp("expires_at", r.expires_at.as_deref())?;
+        if r.max_visits == Some(0) {
+            return Err("max_visits must be at least 1".into());
+        }
         let mut warn = None;
         let owner = match r.owner {
             None => None,
@@ -183,6 +206,8 @@ impl Checker {
                 expires_at,
                 owner,
                 deleted_at,
+                max_visits: r.max_visits,
+                visits: r.visits.unwrap_or(0),
             },
             warn,
         ))
@@ -201,6 +226,8 @@ mod tests {
             expires_at: None,
             owner: Some("alice, \"the\" admin".into()),
             deleted_at: None,
+            max_visits: Some(5),
+            visits: Some(3),
         }
     }
 

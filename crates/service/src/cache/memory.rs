@@ -141,6 +141,7 @@ mod tests {
         let t = Resolved {
             target: crate::domain::TargetUrl::parse("https://example.com").unwrap(),
             expires_at: None,
+            max_visits: Some(3),
         };
         assert_eq!(c.lookup(&code("abc")), Lookup::Unknown);
         c.insert(&code("abc"), &t);

@@ -359,25 +359,40 @@ impl ValkeyCache {
 }
 
 /// A link as stored in Valkey: the target, after `~MILLIS ` when it
-/// expires. Targets start with `http`, so the two never mix.
+/// expires and `#MAX ` when its visits are limited (in that order).
+/// Targets start with `http`, so the parts never mix; an entry without the
+/// prefixes is what earlier versions wrote.
 fn encode(link: &Resolved) -> String {
-    match link.expires_at {
-        None => link.target.as_str().to_owned(),
-        Some(at) => format!("~{} {}", at.millis(), link.target),
+    let mut out = String::with_capacity(link.target.as_str().len() + 24);
+    if let Some(at) = link.expires_at {
+        out.push_str(&format!("~{} ", at.millis()));
     }
+    if let Some(max) = link.max_visits {
+        out.push_str(&format!("#{max} "));
+    }
+    out.push_str(link.target.as_str());
+    out
 }
 
 fn decode(value: &str) -> Option<Resolved> {
-    let (expires_at, target) = match value.strip_prefix('~') {
+    let (expires_at, rest) = match value.strip_prefix('~') {
         Some(rest) => {
-            let (ms, target) = rest.split_once(' ')?;
-            (Some(Timestamp::from_millis(ms.parse().ok()?)), target)
+            let (ms, rest) = rest.split_once(' ')?;
+            (Some(Timestamp::from_millis(ms.parse().ok()?)), rest)
         }
         None => (None, value),
+    };
+    let (max_visits, target) = match rest.strip_prefix('#') {
+        Some(rest) => {
+            let (max, target) = rest.split_once(' ')?;
+            (Some(max.parse().ok()?), target)
+        }
+        None => (None, rest),
     };
     Some(Resolved {
         target: TargetUrl::parse(target).ok()?,
         expires_at,
+        max_visits,
     })
 }
 
@@ -457,5 +472,28 @@ impl LinkCache for ValkeyCache {
             memory: None,
             valkey: Some(self.counters()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_old_ones_still_read() {
+        let target = TargetUrl::parse("https://example.com/#x").expect("url");
+        for expires_at in [None, Some(Timestamp::from_millis(1_700_000_000_000))] {
+            for max_visits in [None, Some(50)] {
+                let link = Resolved {
+                    target: target.clone(),
+                    expires_at,
+                    max_visits,
+                };
+                assert_eq!(decode(&encode(&link)), Some(link));
+            }
+        }
+        let old = decode("~5 https://example.com/").expect("old entry");
+        assert_eq!(old.max_visits, None);
+        assert_eq!(decode("#x https://example.com/"), None);
     }
 }

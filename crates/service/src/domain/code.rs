@@ -218,6 +218,13 @@ impl CodeGenerator {
     }
 }
 
+/// Lets maps keyed by code be searched with the `&str` of a request.
+impl std::borrow::Borrow<str> for ShortCode {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

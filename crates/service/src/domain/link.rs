@@ -71,6 +71,8 @@ pub struct Owner {
 pub struct Resolved {
     pub target: TargetUrl,
     pub expires_at: Option<Timestamp>,
+    /// Redirects after which the link answers 410, bots included.
+    pub max_visits: Option<u64>,
 }
 
 impl Resolved {
@@ -89,6 +91,9 @@ pub struct Link {
     pub created_at: Timestamp,
     pub expires_at: Option<Timestamp>,
     pub owner: Option<Owner>,
+    pub max_visits: Option<u64>,
+    /// Counted redirects as stored; the service adds those not yet flushed.
+    pub visits: u64,
 }
 
 impl Link {
@@ -96,6 +101,7 @@ impl Link {
         Resolved {
             target: self.target.clone(),
             expires_at: self.expires_at,
+            max_visits: self.max_visits,
         }
     }
 }

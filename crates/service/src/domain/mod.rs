@@ -4,6 +4,7 @@
 pub mod code;
 mod link;
 mod target;
+pub mod visit;
 
 pub use code::{
     AliasError, CodeGenerator, CodeLengthError, CodeSettings, ShortCode, ShortCodeError,
@@ -11,3 +12,4 @@ pub use code::{
 };
 pub use link::{KeyId, Link, Owner, Resolved, Timestamp, TimestampError};
 pub use target::{MAX_URL_BYTES, TargetUrl, TargetUrlError};
+pub use visit::{AgentClass, HourCount, VisitCounts};

@@ -4,20 +4,23 @@
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use serde_json::{Map, Value};
 
 use super::AppState;
 use super::error::ApiError;
 use crate::domain::{ShortCode, TargetUrl, Timestamp};
 use crate::keys::{AuthError, Principal};
+use crate::visits::Visit;
 
 /// The body of a create (`POST /link`, `POST /api/v1/links`): `url`, and
-/// optionally `code` (an alias) and `expires_at` (RFC 3339, in the future).
+/// optionally `code` (an alias), `expires_at` (RFC 3339, in the future) and
+/// `max_visits` (a positive integer).
 pub struct NewLinkBody {
     pub url: TargetUrl,
     pub code: Option<ShortCode>,
     pub expires_at: Option<Timestamp>,
+    pub max_visits: Option<u64>,
 }
 
 impl<S: Send + Sync> FromRequest<S> for NewLinkBody {
@@ -34,20 +37,23 @@ impl<S: Send + Sync> FromRequest<S> for NewLinkBody {
             Some(_) => return Err(ApiError::BadRequest("field 'code' must be a string".into())),
         };
         let expires_at = expiry_field(fields.remove("expires_at"))?;
-        refuse_unknown(&fields, "url, code, expires_at")?;
+        let max_visits = max_visits_field(fields.remove("max_visits"))?;
+        refuse_unknown(&fields, "url, code, expires_at, max_visits")?;
         Ok(Self {
             url,
             code,
             expires_at,
+            max_visits,
         })
     }
 }
 
-/// The body of `PATCH /api/v1/links/{code}`: `url` and/or `expires_at`
-/// (`null` clears the expiry).
+/// The body of `PATCH /api/v1/links/{code}`: `url`, `expires_at` and
+/// `max_visits`, each optional (`null` clears an expiry or a limit).
 pub struct PatchBody {
     pub url: Option<TargetUrl>,
     pub expires_at: Option<Option<Timestamp>>,
+    pub max_visits: Option<Option<u64>>,
 }
 
 impl<S: Send + Sync> FromRequest<S> for PatchBody {
@@ -63,8 +69,16 @@ impl<S: Send + Sync> FromRequest<S> for PatchBody {
             None => None,
             Some(v) => Some(expiry_field(Some(v))?),
         };
-        refuse_unknown(&fields, "url, expires_at")?;
-        Ok(Self { url, expires_at })
+        let max_visits = match fields.remove("max_visits") {
+            None => None,
+            Some(v) => Some(max_visits_field(Some(v))?),
+        };
+        refuse_unknown(&fields, "url, expires_at, max_visits")?;
+        Ok(Self {
+            url,
+            expires_at,
+            max_visits,
+        })
     }
 }
 
@@ -132,6 +146,23 @@ fn expiry_field(value: Option<Value>) -> Result<Option<Timestamp>, ApiError> {
     }
 }
 
+/// `max_visits`: absent or null is no limit; otherwise 1 or more.
+fn max_visits_field(value: Option<Value>) -> Result<Option<u64>, ApiError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(m) if (1..=i64::MAX as u64).contains(&m) => Ok(Some(m)),
+            _ => Err(ApiError::BadRequest(format!(
+                "field 'max_visits' must be a whole number from 1 to {}, not {n}",
+                i64::MAX
+            ))),
+        },
+        Some(_) => Err(ApiError::BadRequest(
+            "field 'max_visits' must be a whole number or null".into(),
+        )),
+    }
+}
+
 /// A misspelt field must not pass silently.
 fn refuse_unknown(fields: &Map<String, Value>, known: &str) -> Result<(), ApiError> {
     match fields.keys().next() {
@@ -139,6 +170,40 @@ fn refuse_unknown(fields: &Map<String, Value>, known: &str) -> Result<(), ApiErr
         Some(name) => Err(ApiError::BadRequest(format!(
             "unknown field '{name}' (known: {known})"
         ))),
+    }
+}
+
+/// What a redirect counts of its request: `GET` is a visit, with its
+/// `User-Agent` and `Referer`; `HEAD` is not.
+pub struct VisitHeaders {
+    pub counted: bool,
+    user_agent: Option<HeaderValue>,
+    referer: Option<HeaderValue>,
+}
+
+impl VisitHeaders {
+    pub fn visit(&self) -> Visit<'_> {
+        fn text(v: &Option<HeaderValue>) -> Option<&str> {
+            v.as_ref().and_then(|v| v.to_str().ok())
+        }
+        Visit {
+            user_agent: text(&self.user_agent),
+            referer: text(&self.referer),
+        }
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for VisitHeaders {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        // Header values are shared slices of the request: cloning one
+        // copies no bytes.
+        Ok(Self {
+            counted: parts.method == Method::GET,
+            user_agent: parts.headers.get(header::USER_AGENT).cloned(),
+            referer: parts.headers.get(header::REFERER).cloned(),
+        })
     }
 }
 

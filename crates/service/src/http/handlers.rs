@@ -8,11 +8,12 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
-use super::extract::{Caller, Code, Key, NewLinkBody, PatchBody};
+use super::extract::{Caller, Code, Key, NewLinkBody, PatchBody, VisitHeaders};
 use super::{AppState, CreateAuth};
 use crate::domain::{Link, ShortCode, TargetUrl, Timestamp};
-use crate::links::{LinkStats, Resolution};
+use crate::links::{LinkStats, Resolution, Use};
 use crate::store::{LinkPatch, NewLink};
+use crate::visits::{Interval, VisitReport, Window};
 
 #[derive(Serialize)]
 pub struct HeartBeat {
@@ -49,6 +50,9 @@ pub struct LinkObject {
     expires_at: Option<Timestamp>,
     expired: bool,
     owner: Option<String>,
+    /// Counted redirects, those not yet flushed included.
+    visits: u64,
+    max_visits: Option<u64>,
 }
 
 impl AppState {
@@ -61,6 +65,8 @@ impl AppState {
             created_at: link.created_at,
             expires_at: link.expires_at,
             owner: link.owner.map(|o| o.name),
+            visits: link.visits,
+            max_visits: link.max_visits,
         }
     }
 
@@ -85,6 +91,7 @@ impl AppState {
             code: body.code,
             expires_at: body.expires_at,
             owner: caller.map(|p| p.owner()),
+            max_visits: body.max_visits,
         };
         Ok(self.links.create(new).await?)
     }
@@ -124,19 +131,23 @@ fn not_found(code: &ShortCode) -> ApiError {
     ApiError::NotFound(format!("no link with code '{code}'"))
 }
 
-async fn resolve(state: &AppState, code: &ShortCode) -> Result<TargetUrl, ApiError> {
-    match state.links.resolve(code).await? {
+async fn resolve(state: &AppState, code: &ShortCode, how: Use<'_>) -> Result<TargetUrl, ApiError> {
+    match state.links.resolve(code, how).await? {
         Resolution::Found(target) => Ok(target),
         Resolution::Expired => Err(ApiError::Gone(format!("link '{code}' has expired"))),
+        Resolution::Exhausted => Err(ApiError::Gone(format!(
+            "link '{code}' has reached its visit limit"
+        ))),
         Resolution::Missing => Err(not_found(code)),
     }
 }
 
+/// `GET /link/{code}`: where a link leads, as JSON; not a visit.
 pub async fn get_link(
     State(state): State<AppState>,
     Code(code): Code,
 ) -> Result<Response, ApiError> {
-    let target = resolve(&state, &code).await?;
+    let target = resolve(&state, &code, Use::Look).await?;
     Ok(Json(LinkBody {
         link: target.as_str(),
     })
@@ -144,12 +155,18 @@ pub async fn get_link(
 }
 
 /// `GET /{code}` and `HEAD /{code}` (axum answers HEAD from the GET route
-/// and drops the body).
+/// and drops the body). A GET that redirects is a visit; a HEAD is not.
 pub async fn redirect(
     State(state): State<AppState>,
     Code(code): Code,
+    visit: VisitHeaders,
 ) -> Result<Response, ApiError> {
-    let target = resolve(&state, &code).await?;
+    let how = if visit.counted {
+        Use::Visit(visit.visit())
+    } else {
+        Use::Look
+    };
+    let target = resolve(&state, &code, how).await?;
     // TargetUrl is ASCII without controls by construction, so this only
     // fails if that invariant is broken: a 500, not a panic.
     let location = header::HeaderValue::from_str(target.as_str())
@@ -181,6 +198,7 @@ pub async fn api_update(
     let patch = LinkPatch {
         target: body.url,
         expires_at: body.expires_at,
+        max_visits: body.max_visits,
     };
     let link = state
         .links
@@ -200,6 +218,50 @@ pub async fn api_delete(
     } else {
         Err(not_found(&code))
     }
+}
+
+/// Query of `GET /api/v1/links/{code}/visits`, as sent.
+#[derive(Deserialize)]
+pub struct VisitParams {
+    from: Option<String>,
+    to: Option<String>,
+    interval: Option<String>,
+}
+
+/// `GET /api/v1/links/{code}/visits`: the link's visits in a window.
+pub async fn api_visits(
+    State(state): State<AppState>,
+    Key(caller): Key,
+    Code(code): Code,
+    params: Result<Query<VisitParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<VisitReport>, ApiError> {
+    let Query(params) =
+        params.map_err(|e| ApiError::BadRequest(format!("malformed query: {e}")))?;
+    let time = |name: &str, raw: Option<String>| {
+        raw.filter(|s| !s.is_empty())
+            .map(|s| Timestamp::parse(&s).map_err(|e| ApiError::BadRequest(format!("{name}: {e}"))))
+            .transpose()
+    };
+    let from = time("from", params.from)?;
+    let to = time("to", params.to)?;
+    if let (Some(f), Some(t)) = (from, to)
+        && f >= t
+    {
+        return Err(ApiError::BadRequest("'from' must be before 'to'".into()));
+    }
+    let interval = match params.interval.as_deref() {
+        None | Some("") => Interval::Hour,
+        Some(raw) => raw.parse().map_err(|_| {
+            ApiError::BadRequest(format!("interval must be 'hour' or 'day', not '{raw}'"))
+        })?,
+    };
+    let counts = state
+        .links
+        .visit_counts(&caller, &code)
+        .await?
+        .ok_or_else(|| not_found(&code))?;
+    let window = Window { from, to, interval };
+    Ok(Json(VisitReport::build(&counts, &window)))
 }
 
 /// Query of `GET /api/v1/links`, as sent: checked in [`api_list`] so that

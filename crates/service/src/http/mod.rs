@@ -130,6 +130,7 @@ pub fn app(links: Links, settings: &HttpSettings) -> Router {
                 .patch(handlers::api_update)
                 .delete(handlers::api_delete),
         )
+        .route("/api/v1/links/{code}/visits", get(handlers::api_visits))
         .route("/{code}", get(handlers::redirect))
         .fallback(handlers::not_found_route)
         .method_not_allowed_fallback(handlers::method_not_allowed)

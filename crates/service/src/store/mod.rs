@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 use serde::Serialize;
 
-use crate::domain::{KeyId, Link, Owner, Resolved, ShortCode, TargetUrl, Timestamp};
+use crate::domain::{KeyId, Link, Owner, Resolved, ShortCode, TargetUrl, Timestamp, VisitCounts};
 
 /// Where and how links are stored.
 #[derive(Debug, Clone)]
@@ -43,6 +43,7 @@ pub struct NewLink {
     pub code: Option<ShortCode>,
     pub expires_at: Option<Timestamp>,
     pub owner: Option<Owner>,
+    pub max_visits: Option<u64>,
 }
 
 impl NewLink {
@@ -53,16 +54,18 @@ impl NewLink {
             code: None,
             expires_at: None,
             owner: None,
+            max_visits: None,
         }
     }
 }
 
 /// A change to a link: each field that is `Some` is set
-/// (`expires_at: Some(None)` clears the expiry).
+/// (`expires_at: Some(None)` clears the expiry, `max_visits` likewise).
 #[derive(Debug, Clone, Default)]
 pub struct LinkPatch {
     pub target: Option<TargetUrl>,
     pub expires_at: Option<Option<Timestamp>>,
+    pub max_visits: Option<Option<u64>>,
 }
 
 /// One page of links, newest first.
@@ -97,7 +100,9 @@ pub struct ApiKey {
 }
 
 /// One link as `export` writes it and `import` reads it; a deleted code
-/// (a tombstone) has no URL and a `deleted_at`.
+/// (a tombstone) has no URL and a `deleted_at`. `max_visits` and `visits`
+/// came with schema 3: files written before read as no limit and no visits.
+/// The hourly and daily visit counts are not exported.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Record {
@@ -107,6 +112,10 @@ pub struct Record {
     pub expires_at: Option<String>,
     pub owner: Option<String>,
     pub deleted_at: Option<String>,
+    #[serde(default)]
+    pub max_visits: Option<u64>,
+    #[serde(default)]
+    pub visits: Option<u64>,
 }
 
 /// A record checked for import, with the line it came from.
@@ -120,6 +129,8 @@ pub struct ImportRow {
     pub expires_at: Option<Timestamp>,
     pub owner: Option<KeyId>,
     pub deleted_at: Option<Timestamp>,
+    pub max_visits: Option<u64>,
+    pub visits: u64,
 }
 
 /// Durable storage of links and API keys.
@@ -147,6 +158,13 @@ pub trait LinkStore: Send + Sync + 'static {
     async fn delete(&self, code: &ShortCode) -> Result<bool, StoreError>;
 
     async fn list(&self, query: ListQuery) -> Result<ListPage, StoreError>;
+
+    /// Adds counted visits to live links in one transaction; a code that
+    /// is no longer live is skipped (its visits went with it).
+    async fn record_visits(&self, visits: Vec<(ShortCode, VisitCounts)>) -> Result<(), StoreError>;
+
+    /// Every stored visit count of a live link; `None` without one.
+    async fn visit_counts(&self, code: &ShortCode) -> Result<Option<VisitCounts>, StoreError>;
 
     /// Every API key, revoked ones included.
     async fn keys(&self) -> Result<Vec<ApiKey>, StoreError>;

@@ -34,6 +34,35 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE links ADD COLUMN deleted_at INTEGER;
     CREATE INDEX links_owner ON links (owner, id) WHERE owner IS NOT NULL;
     CREATE INDEX links_deleted ON links (deleted_at) WHERE deleted_at IS NOT NULL;",
+    // 3: visits. Links gain their total of counted redirects and an
+    // optional limit on it. Visits are stored as aggregates, never a row
+    // per visit and never an address: per link and UTC hour the human and
+    // bot counts; per link and UTC day the referrer hosts (bounded: the
+    // rest as '(other)'; no referrer as '(direct)') and the user-agent
+    // classes. Keyed by the link's id, which a delete clears them by.
+    "ALTER TABLE links ADD COLUMN visits INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE links ADD COLUMN max_visits INTEGER;
+    CREATE TABLE visits_hourly (
+        link   INTEGER NOT NULL,
+        hour   INTEGER NOT NULL, -- hours since the Unix epoch, UTC
+        humans INTEGER NOT NULL,
+        bots   INTEGER NOT NULL,
+        PRIMARY KEY (link, hour)
+    ) STRICT, WITHOUT ROWID;
+    CREATE TABLE visits_referrers (
+        link  INTEGER NOT NULL,
+        day   INTEGER NOT NULL, -- days since the Unix epoch, UTC
+        host  TEXT    NOT NULL,
+        count INTEGER NOT NULL,
+        PRIMARY KEY (link, day, host)
+    ) STRICT, WITHOUT ROWID;
+    CREATE TABLE visits_agents (
+        link  INTEGER NOT NULL,
+        day   INTEGER NOT NULL,
+        class TEXT    NOT NULL,
+        count INTEGER NOT NULL,
+        PRIMARY KEY (link, day, class)
+    ) STRICT, WITHOUT ROWID;",
 ];
 
 pub const LATEST: u32 = MIGRATIONS.len() as u32;

@@ -39,7 +39,7 @@ use super::{
     ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, NewLink, Record, StoreError,
     StoreStats,
 };
-use crate::domain::{CodeGenerator, KeyId, Link, Resolved, ShortCode, Timestamp};
+use crate::domain::{CodeGenerator, KeyId, Link, Resolved, ShortCode, Timestamp, VisitCounts};
 
 /// How reader connections live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, EnumString, Display, VariantNames)]
@@ -404,6 +404,19 @@ impl LinkStore for SqliteStore {
 
     async fn list(&self, query: ListQuery) -> Result<ListPage, StoreError> {
         self.read(move |r| r.list(&query)).await
+    }
+
+    async fn record_visits(&self, visits: Vec<(ShortCode, VisitCounts)>) -> Result<(), StoreError> {
+        self.inner
+            .writer
+            .apply(Op::RecordVisits(visits))
+            .await
+            .map(|_| ())
+    }
+
+    async fn visit_counts(&self, code: &ShortCode) -> Result<Option<VisitCounts>, StoreError> {
+        let code = code.clone();
+        self.read(move |r| r.visit_counts(&code)).await
     }
 
     async fn keys(&self) -> Result<Vec<ApiKey>, StoreError> {

@@ -6,7 +6,8 @@ use rusqlite::{Connection, OptionalExtension};
 use super::replies::Done;
 use super::rows;
 use super::writer::is_unique_violation;
-use crate::domain::{KeyId, ShortCode, Timestamp};
+use crate::domain::visit::{OTHER_HOST, REFERRER_HOSTS_PER_DAY};
+use crate::domain::{KeyId, ShortCode, Timestamp, VisitCounts};
 use crate::store::{ImportRow, LinkPatch, StoreError};
 
 #[derive(Debug)]
@@ -28,6 +29,12 @@ pub(super) enum Op {
     },
     TouchKeys(Vec<(KeyId, Timestamp)>),
     Import(Vec<ImportRow>),
+    RecordVisits(Vec<(ShortCode, VisitCounts)>),
+}
+
+/// A count as SQLite's signed 64-bit integer.
+pub(super) fn clamp(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// What an op did: its answer, and how the number of live links changed.
@@ -65,7 +72,8 @@ fn run(conn: &Connection, op: Op) -> Result<Applied, StoreError> {
             let changed = conn
                 .prepare_cached(
                     "UPDATE links SET target = coalesce(?2, target), \
-                     expires_at = CASE WHEN ?3 THEN ?4 ELSE expires_at END \
+                     expires_at = CASE WHEN ?3 THEN ?4 ELSE expires_at END, \
+                     max_visits = CASE WHEN ?5 THEN ?6 ELSE max_visits END \
                      WHERE code = ?1 AND deleted_at IS NULL",
                 )?
                 .execute((
@@ -73,6 +81,8 @@ fn run(conn: &Connection, op: Op) -> Result<Applied, StoreError> {
                     patch.target.as_ref().map(|t| t.as_str()),
                     patch.expires_at.is_some(),
                     patch.expires_at.flatten().map(Timestamp::millis),
+                    patch.max_visits.is_some(),
+                    patch.max_visits.flatten().map(clamp),
                 ))?;
             if changed == 0 {
                 return Ok(applied(Done::MaybeLink(None)));
@@ -89,13 +99,24 @@ fn run(conn: &Connection, op: Op) -> Result<Applied, StoreError> {
         }
         Op::Delete { code } => {
             // The row stays as a tombstone, without its target, so that the
-            // code is never issued again.
+            // code is never issued again; its visits go with it.
+            let id: Option<i64> = conn
+                .prepare_cached("SELECT id FROM links WHERE code = ?1 AND deleted_at IS NULL")?
+                .query_row([code.as_str()], |r| r.get(0))
+                .optional()?;
+            let Some(id) = id else {
+                return Ok(applied(Done::Found(false)));
+            };
             let deleted = conn
                 .prepare_cached(
-                    "UPDATE links SET deleted_at = ?2, target = '', expires_at = NULL \
-                     WHERE code = ?1 AND deleted_at IS NULL",
+                    "UPDATE links SET deleted_at = ?2, target = '', expires_at = NULL, \
+                     max_visits = NULL, visits = 0 WHERE id = ?1",
                 )?
-                .execute((code.as_str(), now.millis()))?;
+                .execute((id, now.millis()))?;
+            for table in ["visits_hourly", "visits_referrers", "visits_agents"] {
+                conn.prepare_cached(&format!("DELETE FROM {table} WHERE link = ?1"))?
+                    .execute([id])?;
+            }
             Ok(Applied {
                 done: Done::Found(deleted > 0),
                 links_added: -(deleted as i64),
@@ -144,8 +165,8 @@ fn run(conn: &Connection, op: Op) -> Result<Applied, StoreError> {
         }
         Op::Import(rows) => {
             let mut stmt = conn.prepare_cached(
-                "INSERT INTO links (code, target, created_at, expires_at, owner, deleted_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT INTO links (code, target, created_at, expires_at, owner, deleted_at, \
+                 max_visits, visits) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?;
             let mut skipped = Vec::new();
             let mut live = 0;
@@ -157,6 +178,8 @@ fn run(conn: &Connection, op: Op) -> Result<Applied, StoreError> {
                     row.expires_at.map(Timestamp::millis),
                     row.owner.map(|o| o.0),
                     row.deleted_at.map(Timestamp::millis),
+                    row.max_visits.map(clamp),
+                    clamp(row.visits),
                 ));
                 match inserted {
                     Ok(_) => live += i64::from(row.deleted_at.is_none()),
@@ -169,5 +192,69 @@ fn run(conn: &Connection, op: Op) -> Result<Applied, StoreError> {
                 links_added: live,
             })
         }
+        Op::RecordVisits(visits) => {
+            for (code, counts) in visits {
+                record_visits(conn, &code, counts)?;
+            }
+            Ok(applied(Done::Nothing))
+        }
     }
+}
+
+/// Adds one link's counts to its total and its aggregates.
+fn record_visits(
+    conn: &Connection,
+    code: &ShortCode,
+    counts: VisitCounts,
+) -> Result<(), StoreError> {
+    let total = counts.total();
+    // Only a live link: one deleted since these were counted keeps none.
+    let id: Option<i64> = conn
+        .prepare_cached(
+            "UPDATE links SET visits = visits + ?2 WHERE code = ?1 AND deleted_at IS NULL \
+             RETURNING id",
+        )?
+        .query_row((code.as_str(), clamp(total)), |r| r.get(0))
+        .optional()?;
+    let Some(id) = id else {
+        return Ok(());
+    };
+    let mut hourly = conn.prepare_cached(
+        "INSERT INTO visits_hourly (link, hour, humans, bots) VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT (link, hour) DO UPDATE \
+         SET humans = humans + excluded.humans, bots = bots + excluded.bots",
+    )?;
+    for h in counts.hours {
+        hourly.execute((id, h.hour, clamp(h.humans), clamp(h.bots)))?;
+    }
+    let mut agents = conn.prepare_cached(
+        "INSERT INTO visits_agents (link, day, class, count) VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT (link, day, class) DO UPDATE SET count = count + excluded.count",
+    )?;
+    for (day, class, n) in counts.agents {
+        let class: &'static str = class.into();
+        agents.execute((id, day, class, clamp(n)))?;
+    }
+    let mut known = conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM visits_referrers WHERE link = ?1 AND day = ?2 AND host = ?3)",
+    )?;
+    let mut hosts =
+        conn.prepare_cached("SELECT count(*) FROM visits_referrers WHERE link = ?1 AND day = ?2")?;
+    let mut referrers = conn.prepare_cached(
+        "INSERT INTO visits_referrers (link, day, host, count) VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT (link, day, host) DO UPDATE SET count = count + excluded.count",
+    )?;
+    for (day, host, n) in counts.referrers {
+        // A day keeps its first hosts; later new ones count as other, so
+        // that random Referers cannot grow the table without bound.
+        let mut host: &str = &host;
+        if host != OTHER_HOST
+            && !known.query_row((id, day, host), |r| r.get::<_, bool>(0))?
+            && hosts.query_row((id, day), |r| r.get::<_, i64>(0))? >= REFERRER_HOSTS_PER_DAY as i64
+        {
+            host = OTHER_HOST;
+        }
+        referrers.execute((id, day, host, clamp(n)))?;
+    }
+    Ok(())
 }

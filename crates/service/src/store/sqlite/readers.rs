@@ -18,11 +18,13 @@ use rusqlite::{Connection, OptionalExtension};
 use super::connection::{self, Applied, Role};
 use super::rows;
 use super::{ConnectionMode, SqliteSettings};
-use crate::domain::{Link, Resolved, ShortCode, TargetUrl, Timestamp};
+use crate::domain::{
+    AgentClass, HourCount, Link, Resolved, ShortCode, TargetUrl, Timestamp, VisitCounts,
+};
 use crate::store::{ApiKey, ListPage, ListQuery, Record};
 
 const SELECT_TARGET: &str =
-    "SELECT target, expires_at FROM links WHERE code = ?1 AND deleted_at IS NULL";
+    "SELECT target, expires_at, max_visits FROM links WHERE code = ?1 AND deleted_at IS NULL";
 
 /// [`rows::link`] on a row whose first column is the id.
 fn rows_link_at(r: &rusqlite::Row<'_>) -> rusqlite::Result<Link> {
@@ -171,6 +173,7 @@ impl Readers {
                     Ok(Resolved {
                         target: TargetUrl::from_trusted(r.get_ref(0)?.as_str()?),
                         expires_at: r.get::<_, Option<i64>>(1)?.map(Timestamp::from_millis),
+                        max_visits: r.get::<_, Option<i64>>(2)?.map(|n| n.max(0) as u64),
                     })
                 })
                 .optional()
@@ -239,6 +242,52 @@ impl Readers {
         })
     }
 
+    /// Every stored visit count of the live link `code`, in one snapshot.
+    pub(super) fn visit_counts(&self, code: &ShortCode) -> rusqlite::Result<Option<VisitCounts>> {
+        self.with_connection(|conn| {
+            let id: Option<i64> = conn
+                .prepare_cached("SELECT id FROM links WHERE code = ?1 AND deleted_at IS NULL")?
+                .query_row([code.as_str()], |r| r.get(0))
+                .optional()?;
+            let Some(id) = id else {
+                return Ok(None);
+            };
+            let count = |r: &rusqlite::Row<'_>, i| r.get::<_, i64>(i).map(|n| n.max(0) as u64);
+            let hours = conn
+                .prepare_cached(
+                    "SELECT hour, humans, bots FROM visits_hourly WHERE link = ?1 ORDER BY hour",
+                )?
+                .query_map([id], |r| {
+                    Ok(HourCount {
+                        hour: r.get(0)?,
+                        humans: count(r, 1)?,
+                        bots: count(r, 2)?,
+                    })
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            let referrers = conn
+                .prepare_cached("SELECT day, host, count FROM visits_referrers WHERE link = ?1")?
+                .query_map([id], |r| {
+                    Ok((r.get(0)?, r.get::<_, String>(1)?.into(), count(r, 2)?))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            let mut agents = Vec::new();
+            let mut stmt =
+                conn.prepare_cached("SELECT day, class, count FROM visits_agents WHERE link = ?1")?;
+            let mut rows = stmt.query([id])?;
+            while let Some(r) = rows.next()? {
+                // A class this build does not know reads as other.
+                let class = r.get_ref(1)?.as_str()?.parse().unwrap_or(AgentClass::Other);
+                agents.push((r.get(0)?, class, count(r, 2)?));
+            }
+            Ok(Some(VisitCounts {
+                hours,
+                referrers,
+                agents,
+            }))
+        })
+    }
+
     /// Every link and tombstone, oldest first, in one read snapshot.
     pub(super) fn export(
         &self,
@@ -246,8 +295,8 @@ impl Readers {
     ) -> rusqlite::Result<Result<u64, std::io::Error>> {
         self.with_connection(|conn| {
             let mut stmt = conn.prepare(
-                "SELECT l.code, l.target, l.created_at, l.expires_at, k.name, l.deleted_at \
-                 FROM links l LEFT JOIN keys k ON k.id = l.owner ORDER BY l.id",
+                "SELECT l.code, l.target, l.created_at, l.expires_at, k.name, l.deleted_at, \
+                 l.max_visits, l.visits FROM links l LEFT JOIN keys k ON k.id = l.owner ORDER BY l.id",
             )?;
             let mut rows = stmt.query([])?;
             let mut n = 0;
@@ -265,6 +314,8 @@ impl Readers {
                     expires_at: stamp(r.get(3)?),
                     owner: r.get(4)?,
                     deleted_at: stamp(deleted_at),
+                    max_visits: r.get::<_, Option<i64>>(6)?.map(|n| n.max(0) as u64),
+                    visits: Some(r.get::<_, i64>(7)?.max(0) as u64),
                 };
                 if let Err(e) = each(record) {
                     return Ok(Err(e));

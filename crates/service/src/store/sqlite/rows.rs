@@ -7,7 +7,7 @@ use crate::store::ApiKey;
 
 /// The columns [`link`] reads, from `links l LEFT JOIN keys k`.
 pub(super) const LINK_COLUMNS: &str =
-    "l.code, l.target, l.created_at, l.expires_at, l.owner, k.name";
+    "l.code, l.target, l.created_at, l.expires_at, l.owner, k.name, l.max_visits, l.visits";
 
 /// `FROM` clause for [`LINK_COLUMNS`].
 pub(super) const LINK_FROM: &str = "links l LEFT JOIN keys k ON k.id = l.owner";
@@ -36,6 +36,8 @@ pub(super) fn link_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Link> {
             .get::<_, Option<i64>>(at + 3)?
             .map(Timestamp::from_millis),
         owner,
+        max_visits: row.get::<_, Option<i64>>(at + 6)?.map(|n| n.max(0) as u64),
+        visits: row.get::<_, i64>(at + 7)?.max(0) as u64,
     })
 }
 

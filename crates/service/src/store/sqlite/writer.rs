@@ -33,8 +33,8 @@ use crate::store::{NewLink, StoreError};
 /// bound means the code length is too short for the table.
 pub(super) const MAX_CODE_ATTEMPTS: u32 = 16;
 
-const INSERT: &str = "INSERT INTO links (code, target, created_at, expires_at, owner) \
-                      VALUES (?1, ?2, ?3, ?4, ?5)";
+const INSERT: &str = "INSERT INTO links (code, target, created_at, expires_at, owner, max_visits) \
+                      VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 
 enum Message {
     Create { new: NewLink, reply: Reply },
@@ -495,6 +495,8 @@ fn insert_one(
         created_at: now,
         expires_at: new.expires_at,
         owner: new.owner.clone(),
+        max_visits: new.max_visits,
+        visits: 0,
     };
     let mut insert = |code: &ShortCode| {
         stmt.execute((
@@ -503,6 +505,7 @@ fn insert_one(
             now.millis(),
             new.expires_at.map(Timestamp::millis),
             new.owner.as_ref().map(|o| o.id.0),
+            new.max_visits.map(super::ops::clamp),
         ))
     };
     if let Some(alias) = &new.code {

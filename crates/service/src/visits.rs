@@ -1,0 +1,643 @@
+//! Counting visits without slowing redirects: each redirect adds to a tally
+//! in memory, in one of a few shards picked by the worker thread (so no
+//! lock is shared by all requests), and a background task flushes the
+//! tallies to the store every `flush_interval`, through the writer, and
+//! once more at shutdown.
+//!
+//! A link with `max_visits` also has an atomic counter here, started from
+//! its stored total plus what is waiting in memory: a redirect takes one
+//! from it or gets 410, which makes the limit exact on one instance however
+//! many redirects run at once.
+//!
+//! Counts read for the API (a link's `visits`, its report) are the stored
+//! ones plus those waiting in memory. [`Visits::gate`] keeps the two
+//! consistent: a flush holds it for writing from taking the tallies until
+//! the store has committed them, a read holds it for reading.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::{RwLock, RwLockReadGuard, watch};
+
+use crate::domain::visit::{DIRECT_HOST, OTHER_HOST};
+use crate::domain::{AgentClass, ShortCode, Timestamp, VisitCounts};
+use crate::store::{LinkStore, StoreError};
+
+/// Whether and how often visits are counted.
+#[derive(Debug, Clone)]
+pub struct VisitSettings {
+    /// Count every redirect. Off, only links with `max_visits` are counted,
+    /// since their limit needs it.
+    pub counting: bool,
+    /// How often the tallies in memory are written to the store: what a
+    /// `kill -9` can lose at most.
+    pub flush_interval: Duration,
+}
+
+impl Default for VisitSettings {
+    fn default() -> Self {
+        Self {
+            counting: true,
+            flush_interval: Duration::from_millis(1000),
+        }
+    }
+}
+
+/// Links per flush transaction: a flush of many links is several short
+/// transactions, so creates queued meanwhile wait for one chunk at most.
+const FLUSH_CHUNK: usize = 256;
+
+/// Tally shards. A worker thread always uses the same one, so with no more
+/// threads than shards a shard's lock is only ever contended by a flush.
+const SHARDS: usize = 16;
+
+/// User-agent strings whose class a shard remembers (it forgets them all
+/// when full), and the longest one looked at: a longer one is classed by
+/// its first bytes.
+const AGENTS_PER_SHARD: usize = 1024;
+const AGENT_MAX_BYTES: usize = 512;
+
+/// A failing flush is logged at most this often, with the count since.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// The known-bot patterns, compiled once per process.
+static BOTS: LazyLock<isbot::Bots> = LazyLock::new(isbot::Bots::default);
+
+/// What a redirect knows about its visit, from its headers.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Visit<'a> {
+    pub user_agent: Option<&'a str>,
+    pub referer: Option<&'a str>,
+}
+
+/// `/stats` figures of visit counting.
+#[derive(Debug, Clone, Serialize)]
+pub struct VisitStats {
+    pub counting: bool,
+    pub flush_interval_ms: u64,
+    /// Visits counted since start.
+    pub counted: u64,
+    /// Visits written to the store since start.
+    pub flushed: u64,
+    pub flushes: u64,
+    pub failed_flushes: u64,
+    /// Links with a limit whose counter is in memory.
+    pub limited_links: usize,
+}
+
+#[derive(Default)]
+struct Counters {
+    counted: AtomicU64,
+    flushed: AtomicU64,
+    flushes: AtomicU64,
+    failed_flushes: AtomicU64,
+}
+
+/// foldhash rather than SipHash: the keys are codes of stored links and
+/// user agents, hashed on every redirect.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+/// One worker's tallies, and the classes of the user agents it has seen:
+/// both under the one lock a redirect takes.
+#[derive(Default)]
+struct Shard {
+    tallies: FastMap<ShortCode, VisitCounts>,
+    agents: FastMap<Box<str>, AgentClass>,
+}
+
+pub struct Visits {
+    settings: VisitSettings,
+    shards: Box<[Mutex<Shard>]>,
+    limits: Mutex<HashMap<ShortCode, Arc<AtomicU64>>>,
+    gate: RwLock<()>,
+    store: Arc<dyn LinkStore>,
+    counters: Counters,
+    failures: Mutex<(Option<Instant>, u64)>,
+}
+
+/// Locks a std mutex, whose data stays usable if a holder panicked.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn shard_index() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+    }
+    INDEX.with(|i| *i)
+}
+
+/// The host a `Referer` names, in lower case; [`DIRECT_HOST`] without one,
+/// [`OTHER_HOST`] when it names none.
+///
+/// By hand rather than with a URL parser: this runs on every redirect, and
+/// `http::Uri` copies the header and `url::Url` allocates its
+/// serialization, where the host is only a slice of what was sent. It
+/// takes the authority after `scheme://`, drops user info and port, and
+/// keeps it only if it is made of host characters.
+pub fn referrer_host(referer: Option<&str>) -> Cow<'_, str> {
+    let Some(raw) = referer.map(str::trim).filter(|r| !r.is_empty()) else {
+        return Cow::Borrowed(DIRECT_HOST);
+    };
+    let Some((scheme, rest)) = raw.split_once("://") else {
+        return Cow::Borrowed(OTHER_HOST);
+    };
+    let scheme_ok = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'));
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if host_port.starts_with('[') {
+        // An IPv6 literal keeps its brackets and loses only the port.
+        host_port.split_inclusive(']').next().unwrap_or("")
+    } else {
+        host_port.split(':').next().unwrap_or("")
+    };
+    let host_ok = !host.is_empty()
+        && host.len() <= 255
+        && host.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'[' | b']' | b':')
+        });
+    if !scheme_ok || !host_ok {
+        return Cow::Borrowed(OTHER_HOST);
+    }
+    if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(host.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(host)
+    }
+}
+
+/// The part of a `User-Agent` that is classed: trimmed, at most
+/// [`AGENT_MAX_BYTES`]; `None` when there is nothing.
+fn agent_key(user_agent: Option<&str>) -> Option<&str> {
+    let ua = user_agent.map(str::trim).filter(|u| !u.is_empty())?;
+    let mut end = ua.len().min(AGENT_MAX_BYTES);
+    while !ua.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(&ua[..end])
+}
+
+/// The time for a visit's hour: the kernel's coarse clock (a few
+/// milliseconds behind at most), which reads faster than the precise one.
+#[cfg(target_os = "linux")]
+fn coarse_now() -> Timestamp {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec, and `ts` is one.
+    if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } != 0 {
+        return Timestamp::now();
+    }
+    // time_t and c_long are i64 on the 64-bit Linux litelink runs on.
+    Timestamp::from_millis(ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn coarse_now() -> Timestamp {
+    Timestamp::now()
+}
+
+/// The class of a non-empty `User-Agent`, by the `isbot` patterns first.
+fn class_of(ua: &str) -> AgentClass {
+    if BOTS.is_bot(ua) {
+        AgentClass::Bot
+    } else if ua.starts_with("Mozilla/") || ua.starts_with("Opera/") {
+        AgentClass::Browser
+    } else {
+        AgentClass::Other
+    }
+}
+
+/// Takes one visit from a limit: false once `max` have been taken.
+fn take(counter: &AtomicU64, max: u64) -> bool {
+    counter
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .is_ok()
+}
+
+impl Visits {
+    pub fn new(settings: VisitSettings, store: Arc<dyn LinkStore>) -> Self {
+        Self {
+            settings,
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            limits: Mutex::default(),
+            gate: RwLock::new(()),
+            store,
+            counters: Counters::default(),
+            failures: Mutex::new((None, 0)),
+        }
+    }
+
+    /// Counts a redirect of a link without a limit (when counting is on).
+    pub fn record(&self, code: &ShortCode, visit: Visit<'_>) {
+        if self.settings.counting {
+            self.add(code, visit);
+        }
+    }
+
+    fn add(&self, code: &ShortCode, visit: Visit<'_>) {
+        let agent = agent_key(visit.user_agent);
+        let host = referrer_host(visit.referer);
+        let now = coarse_now();
+        let shard = &self.shards[shard_index()];
+        let mut s = lock(shard);
+        let class = match agent {
+            None => AgentClass::Other,
+            Some(ua) => match s.agents.get(ua) {
+                Some(class) => *class,
+                None => {
+                    // The patterns take microseconds: not under the lock.
+                    drop(s);
+                    let class = class_of(ua);
+                    s = lock(shard);
+                    if s.agents.len() >= AGENTS_PER_SHARD {
+                        s.agents.clear();
+                    }
+                    s.agents.insert(ua.into(), class);
+                    class
+                }
+            },
+        };
+        match s.tallies.get_mut(code.as_str()) {
+            Some(counts) => counts.add(now, class, &host),
+            None => {
+                let mut counts = VisitCounts::default();
+                counts.add(now, class, &host);
+                s.tallies.insert(code.clone(), counts);
+            }
+        }
+        drop(s);
+        self.counters.counted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A redirect of a link limited to `max` visits: counted and `true`,
+    /// or `false` once the limit is reached.
+    pub async fn take(
+        &self,
+        code: &ShortCode,
+        max: u64,
+        visit: Visit<'_>,
+    ) -> Result<bool, StoreError> {
+        let counter = self.limit(code).await?;
+        if !take(&counter, max) {
+            return Ok(false);
+        }
+        self.add(code, visit);
+        Ok(true)
+    }
+
+    /// Whether a limited link has visits left, without taking one (HEAD,
+    /// `GET /link/{code}`).
+    pub async fn left(&self, code: &ShortCode, max: u64) -> Result<bool, StoreError> {
+        Ok(self.limit(code).await?.load(Ordering::Acquire) < max)
+    }
+
+    /// The counter of a limited link, made on its first redirect from the
+    /// stored total and what waits in memory.
+    async fn limit(&self, code: &ShortCode) -> Result<Arc<AtomicU64>, StoreError> {
+        if let Some(c) = lock(&self.limits).get(code.as_str()) {
+            return Ok(Arc::clone(c));
+        }
+        let _gate = self.gate.read().await;
+        let stored = self.store.link(code).await?.map_or(0, |l| l.visits);
+        let total = stored + self.pending(code).total();
+        Ok(Arc::clone(
+            lock(&self.limits)
+                .entry(code.clone())
+                .or_insert_with(|| Arc::new(AtomicU64::new(total))),
+        ))
+    }
+
+    /// What waits in memory for `code`.
+    pub fn pending(&self, code: &ShortCode) -> VisitCounts {
+        let mut out = VisitCounts::default();
+        for shard in self.shards.iter() {
+            if let Some(c) = lock(shard).tallies.get(code.as_str()) {
+                out.merge(c.clone());
+            }
+        }
+        out
+    }
+
+    /// Held while reading stored counts to add [`pending`](Self::pending)
+    /// to: no flush moves counts from memory to the store meanwhile.
+    pub async fn read_gate(&self) -> RwLockReadGuard<'_, ()> {
+        self.gate.read().await
+    }
+
+    /// Drops what is counted in memory for a deleted link.
+    pub fn forget(&self, code: &ShortCode) {
+        for shard in self.shards.iter() {
+            lock(shard).tallies.remove(code.as_str());
+        }
+        lock(&self.limits).remove(code.as_str());
+    }
+
+    /// Writes every tally to the store, a chunk of links per transaction.
+    /// What could not be written stays in memory for the next flush.
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        let _gate = self.gate.write().await;
+        let mut all: HashMap<ShortCode, VisitCounts> = HashMap::new();
+        for shard in self.shards.iter() {
+            // As large as before: the same links are likely counted again,
+            // and growing the map anew would rehash on the redirect path.
+            let taken = {
+                let mut s = lock(shard);
+                let size = s.tallies.len();
+                std::mem::replace(
+                    &mut s.tallies,
+                    FastMap::with_capacity_and_hasher(size, Default::default()),
+                )
+            };
+            for (code, counts) in taken {
+                all.entry(code).or_default().merge(counts);
+            }
+        }
+        if all.is_empty() {
+            return Ok(());
+        }
+        let mut rest: Vec<(ShortCode, VisitCounts)> = all.into_iter().collect();
+        while !rest.is_empty() {
+            let chunk = rest.split_off(rest.len().saturating_sub(FLUSH_CHUNK));
+            let n: u64 = chunk.iter().map(|(_, c)| c.total()).sum();
+            match self.store.record_visits(chunk.clone()).await {
+                Ok(()) => {
+                    self.counters.flushed.fetch_add(n, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    // Back into memory, to be tried again.
+                    let mut shard = lock(&self.shards[0]);
+                    for (code, counts) in chunk.into_iter().chain(rest) {
+                        shard.tallies.entry(code).or_default().merge(counts);
+                    }
+                    self.counters.failed_flushes.fetch_add(1, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+        }
+        self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Flushes every `flush_interval` until `stop` changes; a flush that
+    /// has started always finishes.
+    pub fn spawn_flusher(self: &Arc<Self>) -> Flusher {
+        let me = Arc::clone(self);
+        let (stop, mut stopped) = watch::channel(false);
+        let handle = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(me.settings.flush_interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stopped.changed() => break,
+                }
+                if let Err(e) = me.flush().await {
+                    me.log_failure(&e);
+                }
+            }
+        });
+        Flusher { stop, handle }
+    }
+
+    fn log_failure(&self, e: &StoreError) {
+        let mut f = lock(&self.failures);
+        f.1 += 1;
+        if f.0.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
+            tracing::warn!(error = %e, failures = f.1, "cannot write visit counts; kept in memory to retry");
+            *f = (Some(Instant::now()), 0);
+        }
+    }
+
+    pub fn stats(&self) -> VisitStats {
+        let c = &self.counters;
+        VisitStats {
+            counting: self.settings.counting,
+            flush_interval_ms: self.settings.flush_interval.as_millis() as u64,
+            counted: c.counted.load(Ordering::Relaxed),
+            flushed: c.flushed.load(Ordering::Relaxed),
+            flushes: c.flushes.load(Ordering::Relaxed),
+            failed_flushes: c.failed_flushes.load(Ordering::Relaxed),
+            limited_links: lock(&self.limits).len(),
+        }
+    }
+}
+
+/// Buckets of a visit report's series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::Display)]
+#[strum(serialize_all = "lowercase")]
+pub enum Interval {
+    Hour,
+    Day,
+}
+
+/// What a visit report covers: `[from, to)`, all time by default. A bucket
+/// (an hour, or a day for referrers and agents) counts when it overlaps.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    pub from: Option<Timestamp>,
+    pub to: Option<Timestamp>,
+    pub interval: Interval,
+}
+
+impl Window {
+    fn overlaps(&self, start_ms: i64, len_ms: i64) -> bool {
+        self.from.is_none_or(|f| start_ms + len_ms > f.millis())
+            && self.to.is_none_or(|t| start_ms < t.millis())
+    }
+}
+
+/// Referrer hosts a report names; the rest are summed as `(other)`.
+pub const REPORT_REFERRERS: usize = 10;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SeriesPoint {
+    pub start: Timestamp,
+    pub humans: u64,
+    pub bots: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HostCount {
+    pub host: String,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClassCount {
+    pub class: AgentClass,
+    pub count: u64,
+}
+
+/// `GET /api/v1/links/{code}/visits`: every figure covers the window.
+/// The series lists buckets with visits only, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VisitReport {
+    pub total: u64,
+    pub humans: u64,
+    pub bots: u64,
+    pub series: Vec<SeriesPoint>,
+    pub referrers: Vec<HostCount>,
+    pub agents: Vec<ClassCount>,
+}
+
+impl VisitReport {
+    pub fn build(counts: &VisitCounts, window: &Window) -> Self {
+        use crate::domain::visit::{DAY_MS, HOUR_MS};
+        use std::collections::BTreeMap;
+        let mut series: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
+        for h in &counts.hours {
+            if !window.overlaps(h.hour * HOUR_MS, HOUR_MS) {
+                continue;
+            }
+            let start = match window.interval {
+                Interval::Hour => h.hour * HOUR_MS,
+                Interval::Day => h.hour.div_euclid(24) * DAY_MS,
+            };
+            let b = series.entry(start).or_default();
+            b.0 += h.humans;
+            b.1 += h.bots;
+        }
+        let humans = series.values().map(|b| b.0).sum();
+        let bots = series.values().map(|b| b.1).sum();
+        let in_window = |day: i64| window.overlaps(day * DAY_MS, DAY_MS);
+        let mut hosts: HashMap<&str, u64> = HashMap::new();
+        for (day, host, n) in &counts.referrers {
+            if in_window(*day) {
+                *hosts.entry(host).or_default() += n;
+            }
+        }
+        let other = hosts.remove(OTHER_HOST).unwrap_or(0);
+        let mut referrers: Vec<HostCount> = hosts
+            .into_iter()
+            .map(|(host, count)| HostCount {
+                host: host.to_owned(),
+                count,
+            })
+            .collect();
+        referrers.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.host.cmp(&b.host)));
+        let rest: u64 = referrers
+            .iter()
+            .skip(REPORT_REFERRERS)
+            .map(|r| r.count)
+            .sum();
+        referrers.truncate(REPORT_REFERRERS);
+        if other + rest > 0 {
+            referrers.push(HostCount {
+                host: OTHER_HOST.to_owned(),
+                count: other + rest,
+            });
+        }
+        let mut classes: HashMap<AgentClass, u64> = HashMap::new();
+        for (day, class, n) in &counts.agents {
+            if in_window(*day) {
+                *classes.entry(*class).or_default() += n;
+            }
+        }
+        let mut agents: Vec<ClassCount> = classes
+            .into_iter()
+            .map(|(class, count)| ClassCount { class, count })
+            .collect();
+        agents.sort_by(|a, b| b.count.cmp(&a.count).then(a.class.cmp(&b.class)));
+        Self {
+            total: humans + bots,
+            humans,
+            bots,
+            series: series
+                .into_iter()
+                .map(|(start, (humans, bots))| SeriesPoint {
+                    start: Timestamp::from_millis(start),
+                    humans,
+                    bots,
+                })
+                .collect(),
+            referrers,
+            agents,
+        }
+    }
+}
+
+/// The background flush task.
+pub struct Flusher {
+    stop: watch::Sender<bool>,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+impl Flusher {
+    /// Stops the task once any flush it is running has finished.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.handle.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn referrers_are_hosts_in_lower_case() {
+        assert_eq!(referrer_host(None), DIRECT_HOST);
+        assert_eq!(referrer_host(Some("")), DIRECT_HOST);
+        assert_eq!(
+            referrer_host(Some("https://News.Example.com/a?b=c")),
+            "news.example.com"
+        );
+        assert_eq!(referrer_host(Some("android-app://com.x")), "com.x");
+        assert_eq!(
+            referrer_host(Some("https://u:p@Host.example:8443/x")),
+            "host.example"
+        );
+        assert_eq!(referrer_host(Some("http://[::1]:8080/")), "[::1]");
+        assert_eq!(
+            referrer_host(Some("https://example.com?q#f")),
+            "example.com"
+        );
+        assert_eq!(referrer_host(Some("not a url")), OTHER_HOST);
+        assert_eq!(referrer_host(Some("/relative")), OTHER_HOST);
+        assert_eq!(referrer_host(Some("https://")), OTHER_HOST);
+        assert_eq!(referrer_host(Some("https://a b.example/")), OTHER_HOST);
+        assert_eq!(referrer_host(Some("1http://x.example/")), OTHER_HOST);
+    }
+
+    #[test]
+    fn agents_are_bots_browsers_or_other() {
+        assert_eq!(agent_key(Some("  ")), None);
+        assert_eq!(agent_key(Some(&"é".repeat(400))).map(str::len), Some(512));
+        let coarse = coarse_now().millis();
+        assert!(
+            (coarse - Timestamp::now().millis()).abs() < 1000,
+            "{coarse}"
+        );
+        let chrome = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 \
+                      (KHTML, like Gecko) Chrome/126.0.0.0 Safari/537.36";
+        assert_eq!(class_of(chrome), AgentClass::Browser);
+        let bot = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)";
+        assert_eq!(class_of(bot), AgentClass::Bot);
+        assert_eq!(class_of("curl/8.5.0"), AgentClass::Bot);
+        assert_eq!(
+            class_of("Dalvik/2.1.0 (Linux; U; Android 13)"),
+            AgentClass::Other
+        );
+    }
+
+    #[test]
+    fn a_limit_is_never_passed() {
+        let c = AtomicU64::new(0);
+        let taken = (0..10).filter(|_| take(&c, 3)).count();
+        assert_eq!(taken, 3);
+        assert_eq!(c.load(Ordering::Relaxed), 3);
+    }
+}

@@ -1,0 +1,465 @@
+//! Visits: every redirect counted in memory and flushed; the report per
+//! link; max_visits exact under concurrency; nothing lost to a graceful
+//! stop, at most one flush interval to kill -9; deleted with the link.
+
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::helpers::{
+    TestApp, assert_error, client, run_keys, spawn_app, spawn_app_on, spawn_process,
+};
+
+const CHROME: &str = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) \
+                      Chrome/126.0.0.0 Safari/537.36";
+const GOOGLEBOT: &str = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)";
+
+async fn json(r: reqwest::Response) -> Value {
+    r.json().await.expect("json body")
+}
+
+/// Creates a link through the management API; returns its code.
+async fn create(app: &TestApp, key: &str, body: Value) -> String {
+    let r = app
+        .api(Method::POST, "/api/v1/links", Some(key), Some(body))
+        .await;
+    assert_eq!(r.status(), 201);
+    json(r).await["code"].as_str().expect("code").to_owned()
+}
+
+async fn visit(app: &TestApp, code: &str, ua: Option<&str>, referer: Option<&str>) -> u16 {
+    let mut r = app.client.get(app.url(&format!("/{code}")));
+    if let Some(ua) = ua {
+        r = r.header("user-agent", ua);
+    }
+    if let Some(referer) = referer {
+        r = r.header("referer", referer);
+    }
+    r.send().await.expect("redirect").status().as_u16()
+}
+
+async fn link(app: &TestApp, key: &str, code: &str) -> Value {
+    let r = app
+        .api(
+            Method::GET,
+            &format!("/api/v1/links/{code}"),
+            Some(key),
+            None,
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    json(r).await
+}
+
+async fn report(app: &TestApp, key: &str, code: &str, query: &str) -> Value {
+    let r = app
+        .api(
+            Method::GET,
+            &format!("/api/v1/links/{code}/visits{query}"),
+            Some(key),
+            None,
+        )
+        .await;
+    assert_eq!(r.status(), 200, "visits{query}");
+    json(r).await
+}
+
+/// Waits until the server has written `n` visits to the store.
+async fn flushed(app: &TestApp, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = app.stats().await;
+        if s["visits"]["flushed"].as_u64().expect("flushed") >= n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "visits never flushed: {s}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn hour_start(t: time::OffsetDateTime) -> String {
+    let t = t.replace_minute(0).unwrap().replace_second(0).unwrap();
+    let t = t.replace_nanosecond(0).unwrap();
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap()
+}
+
+#[tokio::test]
+async fn redirects_are_counted_by_class_referrer_and_hour() {
+    // A long interval: the figures below come from memory until the stop.
+    let app = spawn_app(&["--visits-flush-ms", "600000"]).await;
+    let admin = app.new_key("admin", true).await;
+    let code = create(&app, &admin, json!({ "url": "https://example.com/v" })).await;
+    let before = time::OffsetDateTime::now_utc();
+    for _ in 0..3 {
+        let referer = Some("https://News.Example.com/story?id=1");
+        assert_eq!(visit(&app, &code, Some(CHROME), referer).await, 302);
+    }
+    for _ in 0..2 {
+        assert_eq!(visit(&app, &code, Some(GOOGLEBOT), None).await, 302);
+    }
+    let app_ua = "Dalvik/2.1.0 (Linux; U; Android 13; Pixel 7 Build/TQ3A.230805.001)";
+    assert_eq!(visit(&app, &code, Some(app_ua), None).await, 302);
+    // Neither HEAD nor the JSON read is a visit.
+    for _ in 0..2 {
+        let head = app.client.head(app.url(&format!("/{code}")));
+        assert_eq!(head.send().await.unwrap().status(), 302);
+        assert_eq!(app.get(&format!("/link/{code}")).await.status(), 200);
+    }
+
+    let expect_all = |r: &Value| {
+        assert_eq!(r["total"], 6, "{r}");
+        assert_eq!(r["humans"], 4, "{r}");
+        assert_eq!(r["bots"], 2, "{r}");
+        assert_eq!(
+            r["referrers"],
+            json!([
+                { "host": "(direct)", "count": 3 },
+                { "host": "news.example.com", "count": 3 },
+            ]),
+            "{r}"
+        );
+        assert_eq!(
+            r["agents"],
+            json!([
+                { "class": "browser", "count": 3 },
+                { "class": "bot", "count": 2 },
+                { "class": "other", "count": 1 },
+            ]),
+            "{r}"
+        );
+    };
+    let r = report(&app, &admin, &code, "").await;
+    expect_all(&r);
+    let series = r["series"].as_array().expect("series");
+    let now = time::OffsetDateTime::now_utc();
+    // One hour bucket (two if the hour turned during the test).
+    let starts: Vec<String> = series
+        .iter()
+        .map(|p| p["start"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(starts.contains(&hour_start(now)) || starts.contains(&hour_start(before)));
+    let sum: u64 = series
+        .iter()
+        .map(|p| p["humans"].as_u64().unwrap() + p["bots"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sum, 6);
+    assert_eq!(link(&app, &admin, &code).await["visits"], 6);
+
+    // Windows: around now, all of it; in the future, nothing.
+    let fmt = |t: time::OffsetDateTime| {
+        t.format(&time::format_description::well_known::Rfc3339)
+            .unwrap()
+    };
+    let hour = time::Duration::hours(1);
+    let q = format!(
+        "?from={}&to={}&interval=day",
+        fmt(now - hour),
+        fmt(now + hour)
+    );
+    let r = report(&app, &admin, &code, &q).await;
+    expect_all(&r);
+    let day = r["series"][0]["start"].as_str().unwrap().to_owned();
+    assert!(day.ends_with("T00:00:00Z"), "{r}");
+    let q = format!("?from={}", fmt(now + 3 * hour));
+    let r = report(&app, &admin, &code, &q).await;
+    assert_eq!(r["total"], 0, "{r}");
+    assert_eq!(r["series"], json!([]), "{r}");
+
+    // The counts outlive a graceful stop and a restart.
+    let db = app.db.clone();
+    let dir = app.stop().await;
+    let app = spawn_app_on(&db, &[]).await;
+    expect_all(&report(&app, &admin, &code, "").await);
+    assert_eq!(link(&app, &admin, &code).await["visits"], 6);
+    drop(app);
+    drop(dir);
+}
+
+#[tokio::test]
+async fn the_visits_report_checks_who_asks_and_what() {
+    let app = spawn_app(&[]).await;
+    let alice = app.new_key("alice", false).await;
+    let bob = app.new_key("bob", false).await;
+    let code = create(&app, &alice, json!({ "url": "https://example.com/a" })).await;
+    let path = format!("/api/v1/links/{code}/visits");
+    assert_error(
+        app.api(Method::GET, &path, None, None).await,
+        401,
+        "API key",
+    )
+    .await;
+    assert_error(
+        app.api(Method::GET, &path, Some(&bob), None).await,
+        404,
+        "no link",
+    )
+    .await;
+    let missing = "/api/v1/links/NoSuchLink/visits";
+    assert_error(
+        app.api(Method::GET, missing, Some(&alice), None).await,
+        404,
+        "no link",
+    )
+    .await;
+    for (query, needle) in [
+        ("?from=yesterday", "from"),
+        ("?to=2027-13-01T00:00:00Z", "to"),
+        (
+            "?from=2027-01-02T00:00:00Z&to=2027-01-01T00:00:00Z",
+            "before",
+        ),
+        (
+            "?from=2027-01-01T00:00:00Z&to=2027-01-01T00:00:00Z",
+            "before",
+        ),
+        ("?interval=week", "interval"),
+    ] {
+        let r = app
+            .api(Method::GET, &format!("{path}{query}"), Some(&alice), None)
+            .await;
+        assert_error(r, 400, needle).await;
+    }
+    let r = report(&app, &alice, &code, "?interval=day").await;
+    assert_eq!(
+        r,
+        json!({ "total": 0, "humans": 0, "bots": 0, "series": [], "referrers": [], "agents": [] })
+    );
+}
+
+#[tokio::test]
+async fn max_visits_is_exact_under_concurrent_redirects() {
+    let app = spawn_app(&[]).await;
+    let key = app.new_key("owner", false).await;
+    let code = create(
+        &app,
+        &key,
+        json!({ "url": "https://example.com/limited", "max_visits": 50 }),
+    )
+    .await;
+    let tasks: Vec<_> = (0..200)
+        .map(|_| {
+            let c = client();
+            let url = app.url(&format!("/{code}"));
+            tokio::spawn(async move { c.get(url).send().await.expect("GET").status().as_u16() })
+        })
+        .collect();
+    let mut found = 0;
+    let mut gone = 0;
+    for t in tasks {
+        match t.await.expect("task") {
+            302 => found += 1,
+            410 => gone += 1,
+            other => panic!("status {other}"),
+        }
+    }
+    assert_eq!((found, gone), (50, 150));
+    let l = link(&app, &key, &code).await;
+    assert_eq!(l["visits"], 50, "{l}");
+    assert_eq!(l["max_visits"], 50, "{l}");
+    assert_error(app.get(&format!("/link/{code}")).await, 410, "visit limit").await;
+
+    // Raising the limit lets that many more through; clearing it, all.
+    let path = format!("/api/v1/links/{code}");
+    let r = app
+        .api(
+            Method::PATCH,
+            &path,
+            Some(&key),
+            Some(json!({ "max_visits": 52 })),
+        )
+        .await;
+    assert_eq!(json(r).await["max_visits"], 52);
+    let statuses = [
+        visit(&app, &code, None, None).await,
+        visit(&app, &code, None, None).await,
+        visit(&app, &code, None, None).await,
+    ];
+    assert_eq!(statuses, [302, 302, 410]);
+    let r = app
+        .api(
+            Method::PATCH,
+            &path,
+            Some(&key),
+            Some(json!({ "max_visits": null })),
+        )
+        .await;
+    assert_eq!(json(r).await["max_visits"], Value::Null);
+    assert_eq!(visit(&app, &code, None, None).await, 302);
+    assert_eq!(link(&app, &key, &code).await["visits"], 53);
+
+    for bad in [json!(0), json!(-1), json!(1.5), json!("5"), json!(u64::MAX)] {
+        let body = json!({ "url": "https://example.com/x", "max_visits": bad });
+        let r = app
+            .api(Method::POST, "/api/v1/links", Some(&key), Some(body))
+            .await;
+        assert_error(r, 400, "max_visits").await;
+        let r = app
+            .api(
+                Method::PATCH,
+                &path,
+                Some(&key),
+                Some(json!({ "max_visits": bad })),
+            )
+            .await;
+        assert_error(r, 400, "max_visits").await;
+    }
+}
+
+#[tokio::test]
+async fn a_limit_survives_a_restart() {
+    let app = spawn_app(&["--visits-flush-ms", "600000"]).await;
+    let key = app.new_key("owner", false).await;
+    let code = create(
+        &app,
+        &key,
+        json!({ "url": "https://example.com/five", "max_visits": 5 }),
+    )
+    .await;
+    for _ in 0..3 {
+        assert_eq!(visit(&app, &code, None, None).await, 302);
+    }
+    let db = app.db.clone();
+    let dir = app.stop().await;
+    let app = spawn_app_on(&db, &[]).await;
+    for _ in 0..2 {
+        assert_eq!(visit(&app, &code, None, None).await, 302);
+    }
+    assert_eq!(visit(&app, &code, None, None).await, 410);
+    drop(app);
+    drop(dir);
+}
+
+#[tokio::test]
+async fn with_visits_off_only_limited_links_are_counted() {
+    let app = spawn_app(&["--visits", "off"]).await;
+    let key = app.new_key("owner", false).await;
+    let free = create(&app, &key, json!({ "url": "https://example.com/free" })).await;
+    let limited = create(
+        &app,
+        &key,
+        json!({ "url": "https://example.com/l", "max_visits": 1 }),
+    )
+    .await;
+    assert_eq!(visit(&app, &free, None, None).await, 302);
+    assert_eq!(visit(&app, &limited, None, None).await, 302);
+    assert_eq!(visit(&app, &limited, None, None).await, 410);
+    assert_eq!(link(&app, &key, &free).await["visits"], 0);
+    assert_eq!(link(&app, &key, &limited).await["visits"], 1);
+    assert_eq!(app.stats().await["visits"]["counting"], false);
+}
+
+#[tokio::test]
+async fn a_deleted_link_takes_its_visits_with_it() {
+    let app = spawn_app(&["--visits-flush-ms", "50"]).await;
+    let key = app.new_key("owner", false).await;
+    let code = create(&app, &key, json!({ "url": "https://example.com/d" })).await;
+    let keep = create(&app, &key, json!({ "url": "https://example.com/k" })).await;
+    for c in [&code, &keep] {
+        for _ in 0..4 {
+            assert_eq!(
+                visit(&app, c, Some(CHROME), Some("https://a.example/")).await,
+                302
+            );
+        }
+    }
+    flushed(&app, 8).await;
+    let id_of = |conn: &rusqlite::Connection, code: &str| -> i64 {
+        conn.query_row("SELECT id FROM links WHERE code = ?1", [code], |r| r.get(0))
+            .expect("id")
+    };
+    let rows = |conn: &rusqlite::Connection, id: i64| -> i64 {
+        ["visits_hourly", "visits_referrers", "visits_agents"]
+            .iter()
+            .map(|t| {
+                conn.query_row(
+                    &format!("SELECT count(*) FROM {t} WHERE link = ?1"),
+                    [id],
+                    |r| r.get::<_, i64>(0),
+                )
+                .expect("count")
+            })
+            .sum()
+    };
+    let conn = rusqlite::Connection::open(&app.db).expect("open");
+    let (id, keep_id) = (id_of(&conn, &code), id_of(&conn, &keep));
+    assert_eq!(rows(&conn, id), 3);
+    // Counted but not yet flushed when the delete comes: dropped too.
+    assert_eq!(visit(&app, &code, None, None).await, 302);
+    let r = app
+        .api(
+            Method::DELETE,
+            &format!("/api/v1/links/{code}"),
+            Some(&key),
+            None,
+        )
+        .await;
+    assert_eq!(r.status(), 204);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(rows(&conn, id), 0);
+    let visits: i64 = conn
+        .query_row("SELECT visits FROM links WHERE id = ?1", [id], |r| r.get(0))
+        .expect("visits");
+    assert_eq!(visits, 0);
+    assert_eq!(rows(&conn, keep_id), 3);
+    assert_eq!(link(&app, &key, &keep).await["visits"], 4);
+}
+
+fn admin_key(db: &std::path::Path) -> String {
+    run_keys(db, &["create", "--name", "admin"], true)
+}
+
+async fn visits_of(base: &str, key: &str, code: &str) -> u64 {
+    let r = client()
+        .get(format!("{base}/api/v1/links/{code}"))
+        .bearer_auth(key)
+        .send()
+        .await
+        .expect("GET link");
+    assert_eq!(r.status(), 200);
+    json(r).await["visits"].as_u64().expect("visits")
+}
+
+async fn redirect_n(base: &str, code: &str, n: usize) {
+    let c = client();
+    for _ in 0..n {
+        let r = c.get(format!("{base}/{code}")).send().await.expect("GET");
+        assert_eq!(r.status(), 302);
+    }
+}
+
+#[tokio::test]
+async fn sigterm_loses_no_visit() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("v.db");
+    let key = admin_key(&db);
+    // No flush before the stop: only the one at shutdown can save them.
+    let mut server = spawn_process(&db, &["--visits-flush-ms", "3600000"]);
+    let base = server.url();
+    let code = crate::helpers::create_code(&base).await;
+    redirect_n(&base, &code, 300).await;
+    let status = server.terminate().expect("terminate");
+    assert!(status.success(), "{status}");
+    let server = spawn_process(&db, &[]);
+    assert_eq!(visits_of(&server.url(), &key, &code).await, 300);
+}
+
+#[tokio::test]
+async fn kill_9_loses_at_most_the_last_flush_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("v.db");
+    let key = admin_key(&db);
+    let mut server = spawn_process(&db, &["--visits-flush-ms", "100"]);
+    let base = server.url();
+    let code = crate::helpers::create_code(&base).await;
+    redirect_n(&base, &code, 200).await;
+    // Past a few intervals, everything so far is stored...
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // ...and what comes in the last one may be lost.
+    redirect_n(&base, &code, 50).await;
+    server.kill9();
+    let server = spawn_process(&db, &[]);
+    let total = visits_of(&server.url(), &key, &code).await;
+    assert!((200..=250).contains(&total), "{total} visits after kill -9");
+}
