@@ -85,6 +85,11 @@ pub struct StressArgs {
     #[arg(long, default_value_t = d().timeout.as_millis() as u64)]
     pub timeout_ms: u64,
 
+    /// An extra header on every request, `"Name: value"` (repeatable), e.g.
+    /// a browser's User-Agent and Referer for redirects that are counted.
+    #[arg(long = "header", short = 'H', value_parser = header)]
+    pub headers: Vec<(String, String)>,
+
     /// Threads of the load generator (default: one per core).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -119,6 +124,17 @@ impl StressArgs {
             warmup: seconds("warmup", self.warmup)?,
             timeout: Duration::from_millis(self.timeout_ms.max(1)),
             progress: !self.json && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            headers: self.headers.clone(),
         })
+    }
+}
+
+/// `Name: value`, as curl and wrk take it.
+fn header(raw: &str) -> Result<(String, String), String> {
+    match raw.split_once(':') {
+        Some((name, value)) if !name.trim().is_empty() => {
+            Ok((name.trim().to_owned(), value.trim().to_owned()))
+        }
+        _ => Err(format!("'{raw}' is not 'Name: value'")),
     }
 }

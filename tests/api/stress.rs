@@ -63,6 +63,38 @@ fn assert_consistent(r: &Report) {
     );
 }
 
+#[tokio::test]
+async fn extra_headers_go_with_every_request() {
+    let app = spawn_app(&[]).await;
+    let admin = app.new_key("admin", true).await;
+    let code = app.create_ok("https://example.com/bot-food").await;
+    let mut c = config(app.url(""));
+    c.scenario = Scenario::Read;
+    c.read_path = stress::ReadPath::Redirect;
+    c.codes = vec![code.clone()];
+    c.requests = Some(40);
+    c.workers = 2;
+    c.headers = vec![
+        ("User-Agent".into(), "Googlebot/2.1".into()),
+        ("Referer".into(), "https://search.example/q".into()),
+    ];
+    let r = run(c).await;
+    assert_eq!(r.status_counts.get("302"), Some(&40));
+    let report: Value = app
+        .api(
+            reqwest::Method::GET,
+            &format!("/api/v1/links/{code}/visits"),
+            Some(&admin),
+            None,
+        )
+        .await
+        .json()
+        .await
+        .expect("report");
+    assert_eq!(report["bots"], 40, "{report}");
+    assert_eq!(report["referrers"][0]["host"], "search.example", "{report}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_seed_scenario_counts_add_up_against_litelink() {
     let app = spawn_app(&[]).await;

@@ -42,6 +42,8 @@ pub struct Workload {
     pub background_creates: Option<f64>,
     /// Reads ask `GET /link/{code}` (JSON) or `GET /{code}` (redirect).
     pub read_path: ReadPath,
+    /// Extra headers on every request.
+    pub headers: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -75,7 +77,26 @@ fn workload(name: &str, scenario: Scenario, connections: usize) -> Workload {
         baseline_workload: None,
         background_creates: None,
         read_path: ReadPath::Json,
+        headers: Vec::new(),
     }
+}
+
+/// What a browser sends with a click on a short link: the redirects of the
+/// `visits` experiment carry these, so that counting classifies a real
+/// user agent and parses a real referrer on every request.
+pub fn browser_headers() -> Vec<(String, String)> {
+    vec![
+        (
+            "user-agent".into(),
+            "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) \
+             Chrome/126.0.0.0 Safari/537.36"
+                .into(),
+        ),
+        (
+            "referer".into(),
+            "https://news.example.com/2026/12/01/a-story?utm_source=feed".into(),
+        ),
+    ]
 }
 
 /// Creates per second beside the reads of the `reads-while-creating`
@@ -160,6 +181,9 @@ pub fn all(quick: bool) -> Vec<Experiment> {
     );
     read_while_creating.background_creates = Some(BACKGROUND_CREATES);
     read_while_creating.baseline_workload = Some("read".into());
+    let mut counted_redirect = workload("redirect from a browser", Scenario::Read, 50);
+    counted_redirect.read_path = ReadPath::Redirect;
+    counted_redirect.headers = browser_headers();
     vec![
         Experiment {
             id: "reads",
@@ -271,6 +295,20 @@ pub fn all(quick: bool) -> Vec<Experiment> {
                 config("off", &["--cache", "none", "--durability", "off"], None),
             ],
             workloads: vec![read50.clone(), read_while_creating],
+        },
+        Experiment {
+            id: "visits",
+            title: "Counting visits on the redirect path",
+            question: "What does counting every redirect cost? GET /{code} with a browser's \
+                       User-Agent and Referer, 50 connections, default settings (memory cache), \
+                       with --visits on against --visits off on the same core in the same \
+                       round: the throughput ratio, and the ratio of the server's CPU time per \
+                       redirect (from /proc), which is steadier on a noisy VM.",
+            configs: vec![
+                config("visits on", &["--visits", "on"], Some("visits off")),
+                config("visits off", &["--visits", "off"], None),
+            ],
+            workloads: vec![counted_redirect],
         },
         Experiment {
             id: "concurrency",

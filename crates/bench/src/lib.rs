@@ -82,6 +82,11 @@ pub struct Sample {
     pub background_creates_per_second: Option<f64>,
     /// Against the baseline workload or configuration, same round.
     pub ratio: Option<f64>,
+    /// The server's CPU time (user + system) per measured request, in
+    /// microseconds, from its /proc entry over the measured window.
+    pub server_cpu_us: Option<f64>,
+    /// `server_cpu_us` against the baseline's in the same round.
+    pub cpu_ratio: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -128,6 +133,8 @@ pub struct Summary {
     /// What the ratio is taken against.
     pub ratio_to: Option<String>,
     pub failed: u64,
+    pub server_cpu_us: Option<Spread>,
+    pub cpu_ratio: Option<Spread>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -397,9 +404,20 @@ fn run_experiment(
                     warmup: if seed { Duration::ZERO } else { opts.warmup },
                     timeout: Duration::from_secs(10),
                     progress: false,
+                    headers: w.headers.clone(),
                 };
                 settle();
+                // The server's CPU time over the measured window: read once
+                // the warm-up is over, and again when the load stops.
+                let warmup = sc.warmup;
+                let pid = server.pid();
+                let cpu_from = std::thread::spawn(move || {
+                    std::thread::sleep(warmup);
+                    process::cpu_time_of(pid)
+                });
                 let r = runtime.block_on(stress::run(sc, Arc::clone(&stop)))?;
+                let cpu_to = server.cpu_time();
+                let cpu_from = cpu_from.join().ok().flatten();
                 // With creates beside them, the workload is its reads.
                 let (rps, latency, total) = match &r.background_creates {
                     Some(_) => (
@@ -427,6 +445,13 @@ fn run_experiment(
                         .as_ref()
                         .map(|b| b.achieved_rate),
                     ratio: None,
+                    server_cpu_us: match (cpu_from, cpu_to) {
+                        (Some(a), Some(b)) if total > 0 && r.background_creates.is_none() => {
+                            Some(b.saturating_sub(a).as_secs_f64() * 1e6 / total as f64)
+                        }
+                        _ => None,
+                    },
+                    cpu_ratio: None,
                 };
                 progress.step(&format!(
                     "{} | {} | {} | round {}: {:.0} req/s, p99 {:.2} ms{}",
@@ -475,7 +500,6 @@ fn add_ratios(exp: &Experiment, samples: &mut [Sample]) {
         snapshot
             .iter()
             .find(|s| s.config == config && s.workload == workload && s.round == round)
-            .map(|s| s.requests_per_second)
     };
     for s in samples.iter_mut() {
         let w = exp.workloads.iter().find(|w| w.name == s.workload);
@@ -488,7 +512,14 @@ fn add_ratios(exp: &Experiment, samples: &mut [Sample]) {
             (None, Some(bc)) => find(bc, &s.workload, s.round),
             (None, None) => None,
         };
-        s.ratio = base.filter(|b| *b > 0.0).map(|b| s.requests_per_second / b);
+        s.ratio = base
+            .map(|b| b.requests_per_second)
+            .filter(|b| *b > 0.0)
+            .map(|b| s.requests_per_second / b);
+        s.cpu_ratio = match (s.server_cpu_us, base.and_then(|b| b.server_cpu_us)) {
+            (Some(mine), Some(theirs)) if theirs > 0.0 => Some(mine / theirs),
+            _ => None,
+        };
     }
 }
 
@@ -540,6 +571,13 @@ fn summarise(exp: &Experiment, samples: &[Sample], skipped: &[Skipped]) -> Vec<S
                     .or_else(|| c.baseline.clone())
                     .filter(|_| !ratios.is_empty()),
                 failed: mine.iter().map(|s| s.failed).sum(),
+                server_cpu_us: Spread::of(
+                    &mine
+                        .iter()
+                        .filter_map(|s| s.server_cpu_us)
+                        .collect::<Vec<_>>(),
+                ),
+                cpu_ratio: Spread::of(&mine.iter().filter_map(|s| s.cpu_ratio).collect::<Vec<_>>()),
             });
         }
     }

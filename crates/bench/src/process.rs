@@ -52,6 +52,16 @@ pub struct ServerProcess {
 }
 
 impl ServerProcess {
+    /// CPU time (user + system, every thread) the server has used so far,
+    /// from /proc; `None` where there is no /proc.
+    pub fn cpu_time(&self) -> Option<Duration> {
+        cpu_time_of(self.child.id())
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn start(
         exe: &Path,
         db: &Path,
@@ -355,4 +365,17 @@ pub fn find_valkey(explicit: Option<&Path>) -> Option<PathBuf> {
         }
     }
     None
+}
+
+/// User plus system time of process `pid`, from `/proc/PID/stat`.
+pub fn cpu_time_of(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces; fields after it start
+    // past its closing parenthesis: state is field 3, utime 14, stime 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf reads a constant of the system; no memory is passed.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| Duration::from_secs_f64(ticks as f64 / hz as f64))
 }

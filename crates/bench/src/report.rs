@@ -37,7 +37,7 @@ fn spread(s: &Spread, digits: usize) -> String {
 /// figure, decimals.
 type OptionalColumn = (&'static str, fn(&Summary) -> Option<&Spread>, usize);
 
-fn optional_columns() -> [OptionalColumn; 2] {
+fn optional_columns() -> [OptionalColumn; 4] {
     [
         ("tasks/s", |r| r.tasks_per_second.as_ref(), 2),
         (
@@ -45,6 +45,8 @@ fn optional_columns() -> [OptionalColumn; 2] {
             |r| r.background_creates_per_second.as_ref(),
             0,
         ),
+        ("server CPU µs/req", |r| r.server_cpu_us.as_ref(), 2),
+        ("CPU ratio", |r| r.cpu_ratio.as_ref(), 3),
     ]
 }
 

@@ -46,6 +46,7 @@ impl Failure {
 pub struct Connection {
     addr: SocketAddr,
     host: header::HeaderValue,
+    headers: std::sync::Arc<[(header::HeaderName, header::HeaderValue)]>,
     sender: Option<SendRequest<Full<Bytes>>>,
     timeout: Duration,
 }
@@ -56,10 +57,16 @@ pub struct Answer {
 }
 
 impl Connection {
-    pub fn new(addr: SocketAddr, host: header::HeaderValue, timeout: Duration) -> Self {
+    pub fn new(
+        addr: SocketAddr,
+        host: header::HeaderValue,
+        headers: std::sync::Arc<[(header::HeaderName, header::HeaderValue)]>,
+        timeout: Duration,
+    ) -> Self {
         Self {
             addr,
             host,
+            headers,
             sender: None,
             timeout,
         }
@@ -119,6 +126,7 @@ impl Connection {
         body: Option<Bytes>,
     ) -> Result<Answer, Failure> {
         let host = self.host.clone();
+        let headers = std::sync::Arc::clone(&self.headers);
         let sender = self.connect().await?;
         sender
             .ready()
@@ -128,6 +136,9 @@ impl Connection {
             .method(method)
             .uri(uri.clone())
             .header(header::HOST, host);
+        for (name, value) in headers.iter() {
+            req = req.header(name, value);
+        }
         let body = match body {
             Some(b) => {
                 req = req.header(header::CONTENT_TYPE, "application/json");

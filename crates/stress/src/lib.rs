@@ -105,6 +105,9 @@ pub struct StressConfig {
     pub timeout: Duration,
     /// Draw a progress bar on stderr (only when it is a terminal).
     pub progress: bool,
+    /// Extra headers on every request, as `(name, value)`: a browser's
+    /// `User-Agent` and `Referer`, say.
+    pub headers: Vec<(String, String)>,
 }
 
 impl StressConfig {
@@ -140,6 +143,7 @@ impl Default for StressConfig {
             warmup: Duration::ZERO,
             timeout: Duration::from_secs(10),
             progress: false,
+            headers: Vec::new(),
         }
     }
 }
@@ -161,6 +165,7 @@ pub enum StressError {
 struct Target {
     addr: SocketAddr,
     host: header::HeaderValue,
+    headers: Arc<[(header::HeaderName, header::HeaderValue)]>,
     create_uri: Uri,
     heart_beat_uri: Uri,
     timeout: Duration,
@@ -183,8 +188,20 @@ impl Target {
             .ok_or_else(|| {
                 StressError::Resolve(authority.clone(), std::io::ErrorKind::NotFound.into())
             })?;
+        let headers = config
+            .headers
+            .iter()
+            .map(|(name, value)| {
+                let bad = || StressError::Config(format!("invalid header '{name}: {value}'"));
+                Ok((
+                    header::HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| bad())?,
+                    header::HeaderValue::from_str(value.trim()).map_err(|_| bad())?,
+                ))
+            })
+            .collect::<Result<Vec<_>, StressError>>()?;
         Ok(Self {
             addr,
+            headers: headers.into(),
             host: header::HeaderValue::from_str(&authority)
                 .map_err(|_| StressError::Url(config.url.clone()))?,
             create_uri: Uri::from_static("/link"),
@@ -195,7 +212,12 @@ impl Target {
     }
 
     fn connection(&self) -> Connection {
-        Connection::new(self.addr, self.host.clone(), self.timeout)
+        Connection::new(
+            self.addr,
+            self.host.clone(),
+            Arc::clone(&self.headers),
+            self.timeout,
+        )
     }
 
     fn read_uri(&self, code: &str) -> Uri {
