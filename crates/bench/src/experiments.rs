@@ -44,6 +44,9 @@ pub struct Workload {
     pub read_path: ReadPath,
     /// Extra headers on every request.
     pub headers: Vec<(String, String)>,
+    /// Open model: requests per second on a fixed schedule; `None`: as
+    /// fast as the connections go.
+    pub rate: Option<f64>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -53,6 +56,8 @@ pub struct Experiment {
     pub question: &'static str,
     pub configs: Vec<Config>,
     pub workloads: Vec<Workload>,
+    /// Links each server gets before the reads; `None`: [`LINKS`].
+    pub links: Option<u64>,
 }
 
 fn config(name: &str, args: &[&str], baseline: Option<&str>) -> Config {
@@ -78,6 +83,7 @@ fn workload(name: &str, scenario: Scenario, connections: usize) -> Workload {
         background_creates: None,
         read_path: ReadPath::Json,
         headers: Vec::new(),
+        rate: None,
     }
 }
 
@@ -105,6 +111,12 @@ pub fn browser_headers() -> Vec<(String, String)> {
 pub const BACKGROUND_CREATES: f64 = 2000.0;
 
 pub const LINKS: u64 = 1000;
+
+/// Links of the `visits-flush` experiment, and the redirects per second
+/// spread over them: at 4 a second per link, a one-second flush holds all
+/// but about 2% of them (e^-4).
+pub const FLUSH_LINKS: u64 = 10_000;
+pub const FLUSH_REDIRECTS: f64 = 40_000.0;
 
 /// Connection mode x MEMSTATUS, pinned and on all CPUs; every `off` is
 /// compared with the `on` of the same mode and placement.
@@ -222,6 +234,7 @@ pub fn all(quick: bool) -> Vec<Experiment> {
                 ),
             ],
             workloads: vec![heart.clone(), read_vs_heart, redirect_vs_heart],
+            links: None,
         },
         Experiment {
             id: "memstatus",
@@ -234,6 +247,7 @@ pub fn all(quick: bool) -> Vec<Experiment> {
                        (sharing one with the load generator) so that two threads can meet on it.",
             configs: memstatus_configs(),
             workloads: vec![read50.clone()],
+            links: None,
         },
         Experiment {
             id: "caches",
@@ -253,6 +267,7 @@ pub fn all(quick: bool) -> Vec<Experiment> {
                 config("tiered", &["--cache", "tiered"], None),
             ],
             workloads: vec![heart, zipf, seed],
+            links: None,
         },
         Experiment {
             id: "writes",
@@ -279,6 +294,7 @@ pub fn all(quick: bool) -> Vec<Experiment> {
                 ),
             ],
             workloads: vec![workload("create", Scenario::Create, 64)],
+            links: None,
         },
         Experiment {
             id: "reads-while-creating",
@@ -295,6 +311,7 @@ pub fn all(quick: bool) -> Vec<Experiment> {
                 config("off", &["--cache", "none", "--durability", "off"], None),
             ],
             workloads: vec![read50.clone(), read_while_creating],
+            links: None,
         },
         Experiment {
             id: "visits",
@@ -309,6 +326,33 @@ pub fn all(quick: bool) -> Vec<Experiment> {
                 config("visits off", &["--visits", "off"], None),
             ],
             workloads: vec![counted_redirect],
+            links: None,
+        },
+        Experiment {
+            id: "visits-flush",
+            title: "Creates while visit counts are flushed",
+            question: "Do flushes of visit counts hold creates up? 2,000 creates/s on 16 \
+                       connections, timed from their scheduled send, beside 40,000 redirects/s \
+                       spread over 10,000 links, so that every one-second flush writes about \
+                       10,000 links; --visits on against --visits off. The figure is the \
+                       creates' p99.",
+            configs: vec![
+                config("visits on", &["--visits", "on"], None),
+                config("visits off", &["--visits", "off"], None),
+            ],
+            workloads: vec![{
+                let mut w = workload(
+                    &format!("{BACKGROUND_CREATES:.0} creates/s + redirects of 10k links"),
+                    Scenario::Read,
+                    50,
+                );
+                w.read_path = ReadPath::Redirect;
+                w.headers = browser_headers();
+                w.background_creates = Some(BACKGROUND_CREATES);
+                w.rate = Some(if quick { 2000.0 } else { FLUSH_REDIRECTS });
+                w
+            }],
+            links: Some(FLUSH_LINKS),
         },
         Experiment {
             id: "concurrency",
@@ -323,6 +367,7 @@ pub fn all(quick: bool) -> Vec<Experiment> {
                     w
                 })
                 .collect(),
+            links: None,
         },
     ]
 }

@@ -87,6 +87,9 @@ pub struct Sample {
     pub server_cpu_us: Option<f64>,
     /// `server_cpu_us` against the baseline's in the same round.
     pub cpu_ratio: Option<f64>,
+    /// p99 of the creates sent beside a read workload, from their
+    /// scheduled send time.
+    pub background_creates_p99_ms: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -135,6 +138,7 @@ pub struct Summary {
     pub failed: u64,
     pub server_cpu_us: Option<Spread>,
     pub cpu_ratio: Option<Spread>,
+    pub background_creates_p99_ms: Option<Spread>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -368,7 +372,12 @@ fn run_experiment(
         }
         let needs_links = exp.workloads.iter().any(|w| w.scenario == Scenario::Read);
         let codes = if needs_links {
-            runtime.block_on(stress::create_links(&server.url(), links(opts), 32))?
+            let n = if opts.quick {
+                links(opts)
+            } else {
+                exp.links.unwrap_or_else(|| links(opts))
+            };
+            runtime.block_on(stress::create_links(&server.url(), n, 32))?
         } else {
             Vec::new()
         };
@@ -387,12 +396,12 @@ fn run_experiment(
                     workers: w.connections,
                     tasks: w.tasks,
                     gets_per_task: w.gets_per_task,
-                    links: links(opts),
+                    links: codes.len() as u64,
                     codes: codes.clone(),
                     keys: w.keys,
                     zipf_s: 1.0,
                     read_path: w.read_path,
-                    rate: None,
+                    rate: w.rate,
                     background_creates: w.background_creates,
                     background_workers: 16,
                     duration: if seed {
@@ -452,6 +461,10 @@ fn run_experiment(
                         _ => None,
                     },
                     cpu_ratio: None,
+                    background_creates_p99_ms: r
+                        .background_creates
+                        .as_ref()
+                        .map(|_| r.create.latency_ms.p99),
                 };
                 progress.step(&format!(
                     "{} | {} | {} | round {}: {:.0} req/s, p99 {:.2} ms{}",
@@ -578,6 +591,12 @@ fn summarise(exp: &Experiment, samples: &[Sample], skipped: &[Skipped]) -> Vec<S
                         .collect::<Vec<_>>(),
                 ),
                 cpu_ratio: Spread::of(&mine.iter().filter_map(|s| s.cpu_ratio).collect::<Vec<_>>()),
+                background_creates_p99_ms: Spread::of(
+                    &mine
+                        .iter()
+                        .filter_map(|s| s.background_creates_p99_ms)
+                        .collect::<Vec<_>>(),
+                ),
             });
         }
     }

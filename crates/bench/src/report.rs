@@ -37,13 +37,18 @@ fn spread(s: &Spread, digits: usize) -> String {
 /// figure, decimals.
 type OptionalColumn = (&'static str, fn(&Summary) -> Option<&Spread>, usize);
 
-fn optional_columns() -> [OptionalColumn; 4] {
+fn optional_columns() -> [OptionalColumn; 5] {
     [
         ("tasks/s", |r| r.tasks_per_second.as_ref(), 2),
         (
             "creates/s stored beside",
             |r| r.background_creates_per_second.as_ref(),
             0,
+        ),
+        (
+            "creates beside: p99 ms",
+            |r| r.background_creates_p99_ms.as_ref(),
+            2,
         ),
         ("server CPU µs/req", |r| r.server_cpu_us.as_ref(), 2),
         ("CPU ratio", |r| r.cpu_ratio.as_ref(), 3),

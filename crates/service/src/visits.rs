@@ -49,7 +49,7 @@ impl Default for VisitSettings {
 
 /// Links per flush transaction: a flush of many links is several short
 /// transactions, so creates queued meanwhile wait for one chunk at most.
-const FLUSH_CHUNK: usize = 256;
+const FLUSH_CHUNK: usize = 64;
 
 /// Tally shards. A worker thread always uses the same one, so with no more
 /// threads than shards a shard's lock is only ever contended by a flush.
@@ -112,6 +112,8 @@ struct Shard {
 pub struct Visits {
     settings: VisitSettings,
     shards: Box<[Mutex<Shard>]>,
+    /// Tallies a flush has taken from the shards and not yet written.
+    staged: Mutex<FastMap<ShortCode, VisitCounts>>,
     limits: Mutex<HashMap<ShortCode, Arc<AtomicU64>>>,
     gate: RwLock<()>,
     store: Arc<dyn LinkStore>,
@@ -231,6 +233,7 @@ impl Visits {
         Self {
             settings,
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            staged: Mutex::default(),
             limits: Mutex::default(),
             gate: RwLock::new(()),
             store,
@@ -327,6 +330,9 @@ impl Visits {
                 out.merge(c.clone());
             }
         }
+        if let Some(c) = lock(&self.staged).get(code.as_str()) {
+            out.merge(c.clone());
+        }
         out
     }
 
@@ -341,62 +347,98 @@ impl Visits {
         for shard in self.shards.iter() {
             lock(shard).tallies.remove(code.as_str());
         }
+        lock(&self.staged).remove(code.as_str());
         lock(&self.limits).remove(code.as_str());
     }
 
-    /// Writes every tally to the store, a chunk of links per transaction.
-    /// What could not be written stays in memory for the next flush.
+    /// Writes every tally to the store, a chunk of links per transaction,
+    /// as fast as the store takes them (at shutdown).
     pub async fn flush(&self) -> Result<(), StoreError> {
-        let _gate = self.gate.write().await;
-        let mut all: HashMap<ShortCode, VisitCounts> = HashMap::new();
-        for shard in self.shards.iter() {
-            // As large as before: the same links are likely counted again,
-            // and growing the map anew would rehash on the redirect path.
-            let taken = {
-                let mut s = lock(shard);
-                let size = s.tallies.len();
-                std::mem::replace(
-                    &mut s.tallies,
-                    FastMap::with_capacity_and_hasher(size, Default::default()),
-                )
-            };
-            for (code, counts) in taken {
-                all.entry(code).or_default().merge(counts);
+        self.flush_paced(Duration::ZERO).await
+    }
+
+    /// Writes every tally to the store, a chunk of links per transaction,
+    /// spreading the chunks over about `spread`: the writer then has room
+    /// for creates between them, and a one-CPU server for redirects. What
+    /// could not be written stays in memory for the next flush.
+    ///
+    /// The gate is held while tallies move (from the shards to `staged`,
+    /// and from `staged` into a committed chunk), never in between, so a
+    /// reader always finds each count either in memory or in the store.
+    pub async fn flush_paced(&self, spread: Duration) -> Result<(), StoreError> {
+        {
+            let _gate = self.gate.write().await;
+            let mut staged = lock(&self.staged);
+            for shard in self.shards.iter() {
+                // As large as before: the same links are likely counted
+                // again, and growing anew would rehash on the redirect path.
+                let taken = {
+                    let mut s = lock(shard);
+                    let size = s.tallies.len();
+                    std::mem::replace(
+                        &mut s.tallies,
+                        FastMap::with_capacity_and_hasher(size, Default::default()),
+                    )
+                };
+                if staged.is_empty() {
+                    *staged = taken;
+                } else {
+                    for (code, counts) in taken {
+                        staged.entry(code).or_default().merge(counts);
+                    }
+                }
             }
         }
-        if all.is_empty() {
+        let chunks = lock(&self.staged).len().div_ceil(FLUSH_CHUNK);
+        if chunks == 0 {
             return Ok(());
         }
-        let mut rest: Vec<(ShortCode, VisitCounts)> = all.into_iter().collect();
-        while !rest.is_empty() {
-            let chunk = rest.split_off(rest.len().saturating_sub(FLUSH_CHUNK));
+        let pause = spread / chunks as u32;
+        loop {
+            let _gate = self.gate.write().await;
+            let chunk: Arc<[(ShortCode, VisitCounts)]> = {
+                let mut staged = lock(&self.staged);
+                let codes: Vec<ShortCode> = staged.keys().take(FLUSH_CHUNK).cloned().collect();
+                codes
+                    .into_iter()
+                    .filter_map(|code| staged.remove_entry(code.as_str()))
+                    .collect()
+            };
+            if chunk.is_empty() {
+                break;
+            }
             let n: u64 = chunk.iter().map(|(_, c)| c.total()).sum();
-            match self.store.record_visits(chunk.clone()).await {
-                Ok(()) => {
-                    self.counters.flushed.fetch_add(n, Ordering::Relaxed);
+            if let Err(e) = self.store.record_visits(Arc::clone(&chunk)).await {
+                // Back with the rest, to be tried again.
+                let mut staged = lock(&self.staged);
+                for (code, counts) in chunk.iter().cloned() {
+                    staged.entry(code).or_default().merge(counts);
                 }
-                Err(e) => {
-                    // Back into memory, to be tried again.
-                    let mut shard = lock(&self.shards[0]);
-                    for (code, counts) in chunk.into_iter().chain(rest) {
-                        shard.tallies.entry(code).or_default().merge(counts);
-                    }
-                    self.counters.failed_flushes.fetch_add(1, Ordering::Relaxed);
-                    return Err(e);
-                }
+                self.counters.failed_flushes.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+            self.counters.flushed.fetch_add(n, Ordering::Relaxed);
+            drop(_gate);
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
             }
         }
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Flushes every `flush_interval` until `stop` changes; a flush that
-    /// has started always finishes.
+    /// Flushes until `stop` changes; a flush that has started always
+    /// finishes.
     pub fn spawn_flusher(self: &Arc<Self>) -> Flusher {
         let me = Arc::clone(self);
         let (stop, mut stopped) = watch::channel(false);
         let handle = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(me.settings.flush_interval);
+            // A flush starts every 3/4 of the interval and is spread over
+            // the last 1/4, so a count is on disk within one interval of
+            // its redirect: what `kill -9` can lose at most.
+            let every = me.settings.flush_interval * 3 / 4;
+            let spread = me.settings.flush_interval / 4;
+            let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
             loop {
@@ -404,7 +446,7 @@ impl Visits {
                     _ = tick.tick() => {}
                     _ = stopped.changed() => break,
                 }
-                if let Err(e) = me.flush().await {
+                if let Err(e) = me.flush_paced(spread).await {
                     me.log_failure(&e);
                 }
             }
@@ -540,16 +582,25 @@ impl VisitReport {
                 count: other + rest,
             });
         }
-        let mut classes: HashMap<AgentClass, u64> = HashMap::new();
-        for (day, class, n) in &counts.agents {
-            if in_window(*day) {
-                *classes.entry(*class).or_default() += n;
+        // Agent classes at day granularity, like referrers: every hour of
+        // a day that overlaps the window.
+        let (mut browser, mut other, mut bot) = (0, 0, 0);
+        for h in &counts.hours {
+            if in_window(h.hour.div_euclid(24)) {
+                browser += h.browsers;
+                other += h.others();
+                bot += h.bots;
             }
         }
-        let mut agents: Vec<ClassCount> = classes
-            .into_iter()
-            .map(|(class, count)| ClassCount { class, count })
-            .collect();
+        let mut agents: Vec<ClassCount> = [
+            (AgentClass::Browser, browser),
+            (AgentClass::Bot, bot),
+            (AgentClass::Other, other),
+        ]
+        .into_iter()
+        .filter(|(_, count)| *count > 0)
+        .map(|(class, count)| ClassCount { class, count })
+        .collect();
         agents.sort_by(|a, b| b.count.cmp(&a.count).then(a.class.cmp(&b.class)));
         Self {
             total: humans + bots,

@@ -61,11 +61,22 @@ pub fn day_of(t: Timestamp) -> i64 {
     t.millis().div_euclid(DAY_MS)
 }
 
+/// One link's visits in one hour. The agent classes are kept here too
+/// (`browsers`; bots are `bots`; the rest of the humans are other), so a
+/// flush writes one row per link and hour for both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HourCount {
     pub hour: i64,
     pub humans: u64,
     pub bots: u64,
+    /// Of the humans, those with a browser's User-Agent.
+    pub browsers: u64,
+}
+
+impl HourCount {
+    pub fn others(&self) -> u64 {
+        self.humans.saturating_sub(self.browsers)
+    }
 }
 
 /// Counts of one link: those waiting in memory, those stored, or both.
@@ -74,8 +85,6 @@ pub struct VisitCounts {
     pub hours: Vec<HourCount>,
     /// `(day, host, count)`.
     pub referrers: Vec<(i64, Box<str>, u64)>,
-    /// `(day, class, count)`.
-    pub agents: Vec<(i64, AgentClass, u64)>,
 }
 
 impl VisitCounts {
@@ -90,11 +99,19 @@ impl VisitCounts {
     }
 
     fn add_n(&mut self, hour: i64, class: AgentClass, referrer: &str, n: u64) {
-        let (humans, bots) = if class.is_bot() { (0, n) } else { (n, 0) };
-        self.add_hour(HourCount { hour, humans, bots });
-        let day = hour.div_euclid(24);
-        self.add_agent(day, class, n);
-        self.add_referrer(day, referrer, n);
+        let mut h = HourCount {
+            hour,
+            humans: 0,
+            bots: 0,
+            browsers: 0,
+        };
+        match class {
+            AgentClass::Bot => h.bots = n,
+            AgentClass::Browser => (h.humans, h.browsers) = (n, n),
+            AgentClass::Other => h.humans = n,
+        }
+        self.add_hour(h);
+        self.add_referrer(hour.div_euclid(24), referrer, n);
     }
 
     fn add_hour(&mut self, h: HourCount) {
@@ -102,19 +119,9 @@ impl VisitCounts {
             Some(x) => {
                 x.humans += h.humans;
                 x.bots += h.bots;
+                x.browsers += h.browsers;
             }
             None => self.hours.push(h),
-        }
-    }
-
-    fn add_agent(&mut self, day: i64, class: AgentClass, n: u64) {
-        match self
-            .agents
-            .iter_mut()
-            .find(|(d, c, _)| *d == day && *c == class)
-        {
-            Some((_, _, count)) => *count += n,
-            None => self.agents.push((day, class, n)),
         }
     }
 
@@ -141,9 +148,6 @@ impl VisitCounts {
         for h in other.hours {
             self.add_hour(h);
         }
-        for (day, class, n) in other.agents {
-            self.add_agent(day, class, n);
-        }
         for (day, host, n) in other.referrers {
             self.add_referrer(day, &host, n);
         }
@@ -166,7 +170,8 @@ mod tests {
             vec![HourCount {
                 hour: 10 * 24 + 5,
                 humans: 2,
-                bots: 1
+                bots: 1,
+                browsers: 1,
             }]
         );
         assert_eq!(c.total(), 3);

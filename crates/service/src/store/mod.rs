@@ -6,6 +6,7 @@
 pub mod sqlite;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::Serialize;
@@ -161,7 +162,10 @@ pub trait LinkStore: Send + Sync + 'static {
 
     /// Adds counted visits to live links in one transaction; a code that
     /// is no longer live is skipped (its visits went with it).
-    async fn record_visits(&self, visits: Vec<(ShortCode, VisitCounts)>) -> Result<(), StoreError>;
+    async fn record_visits(
+        &self,
+        visits: Arc<[(ShortCode, VisitCounts)]>,
+    ) -> Result<(), StoreError>;
 
     /// Every stored visit count of a live link; `None` without one.
     async fn visit_counts(&self, code: &ShortCode) -> Result<Option<VisitCounts>, StoreError>;

@@ -37,16 +37,18 @@ const MIGRATIONS: &[&str] = &[
     // 3: visits. Links gain their total of counted redirects and an
     // optional limit on it. Visits are stored as aggregates, never a row
     // per visit and never an address: per link and UTC hour the human and
-    // bot counts; per link and UTC day the referrer hosts (bounded: the
-    // rest as '(other)'; no referrer as '(direct)') and the user-agent
-    // classes. Keyed by the link's id, which a delete clears them by.
+    // bot counts, and how many of the humans came with a browser (the
+    // rest are other agents); per link and UTC day the referrer hosts
+    // (bounded: the rest as '(other)'; no referrer as '(direct)'). Keyed
+    // by the link's id, which a delete clears them by.
     "ALTER TABLE links ADD COLUMN visits INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE links ADD COLUMN max_visits INTEGER;
     CREATE TABLE visits_hourly (
         link   INTEGER NOT NULL,
         hour   INTEGER NOT NULL, -- hours since the Unix epoch, UTC
-        humans INTEGER NOT NULL,
-        bots   INTEGER NOT NULL,
+        humans   INTEGER NOT NULL,
+        bots     INTEGER NOT NULL,
+        browsers INTEGER NOT NULL,
         PRIMARY KEY (link, hour)
     ) STRICT, WITHOUT ROWID;
     CREATE TABLE visits_referrers (
@@ -55,13 +57,6 @@ const MIGRATIONS: &[&str] = &[
         host  TEXT    NOT NULL,
         count INTEGER NOT NULL,
         PRIMARY KEY (link, day, host)
-    ) STRICT, WITHOUT ROWID;
-    CREATE TABLE visits_agents (
-        link  INTEGER NOT NULL,
-        day   INTEGER NOT NULL,
-        class TEXT    NOT NULL,
-        count INTEGER NOT NULL,
-        PRIMARY KEY (link, day, class)
     ) STRICT, WITHOUT ROWID;",
 ];
 

@@ -406,7 +406,10 @@ impl LinkStore for SqliteStore {
         self.read(move |r| r.list(&query)).await
     }
 
-    async fn record_visits(&self, visits: Vec<(ShortCode, VisitCounts)>) -> Result<(), StoreError> {
+    async fn record_visits(
+        &self,
+        visits: Arc<[(ShortCode, VisitCounts)]>,
+    ) -> Result<(), StoreError> {
         self.inner
             .writer
             .apply(Op::RecordVisits(visits))

@@ -18,9 +18,7 @@ use rusqlite::{Connection, OptionalExtension};
 use super::connection::{self, Applied, Role};
 use super::rows;
 use super::{ConnectionMode, SqliteSettings};
-use crate::domain::{
-    AgentClass, HourCount, Link, Resolved, ShortCode, TargetUrl, Timestamp, VisitCounts,
-};
+use crate::domain::{HourCount, Link, Resolved, ShortCode, TargetUrl, Timestamp, VisitCounts};
 use crate::store::{ApiKey, ListPage, ListQuery, Record};
 
 const SELECT_TARGET: &str =
@@ -255,13 +253,15 @@ impl Readers {
             let count = |r: &rusqlite::Row<'_>, i| r.get::<_, i64>(i).map(|n| n.max(0) as u64);
             let hours = conn
                 .prepare_cached(
-                    "SELECT hour, humans, bots FROM visits_hourly WHERE link = ?1 ORDER BY hour",
+                    "SELECT hour, humans, bots, browsers FROM visits_hourly WHERE link = ?1 \
+                     ORDER BY hour",
                 )?
                 .query_map([id], |r| {
                     Ok(HourCount {
                         hour: r.get(0)?,
                         humans: count(r, 1)?,
                         bots: count(r, 2)?,
+                        browsers: count(r, 3)?,
                     })
                 })?
                 .collect::<rusqlite::Result<_>>()?;
@@ -271,20 +271,7 @@ impl Readers {
                     Ok((r.get(0)?, r.get::<_, String>(1)?.into(), count(r, 2)?))
                 })?
                 .collect::<rusqlite::Result<_>>()?;
-            let mut agents = Vec::new();
-            let mut stmt =
-                conn.prepare_cached("SELECT day, class, count FROM visits_agents WHERE link = ?1")?;
-            let mut rows = stmt.query([id])?;
-            while let Some(r) = rows.next()? {
-                // A class this build does not know reads as other.
-                let class = r.get_ref(1)?.as_str()?.parse().unwrap_or(AgentClass::Other);
-                agents.push((r.get(0)?, class, count(r, 2)?));
-            }
-            Ok(Some(VisitCounts {
-                hours,
-                referrers,
-                agents,
-            }))
+            Ok(Some(VisitCounts { hours, referrers }))
         })
     }
 

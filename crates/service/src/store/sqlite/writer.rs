@@ -419,6 +419,7 @@ impl WriterThread {
             let _ = reply.send(Err(StoreError::WritesStopped(why.clone())));
             return;
         }
+        let waits_for_sync = op.waits_for_sync();
         match ops::apply(&self.conn, op) {
             Ok(applied) => {
                 self.epoch.advance();
@@ -432,7 +433,11 @@ impl WriterThread {
                         .links
                         .fetch_sub(applied.links_added.unsigned_abs(), Ordering::Relaxed);
                 }
-                self.acknowledge(std::iter::once((reply, applied.done)));
+                if waits_for_sync {
+                    self.acknowledge(std::iter::once((reply, applied.done)));
+                } else {
+                    let _ = reply.send(Ok(applied.done));
+                }
             }
             Err(e) => {
                 if !matches!(e, StoreError::NameTaken(_)) {
