@@ -14,3 +14,4 @@ mod snapshots;
 mod stress;
 mod valkey_server;
 mod visits;
+mod web;

@@ -685,6 +685,81 @@ mod tests {
     }
 
     #[test]
+    fn a_report_covers_its_window_and_names_the_top_referrers() {
+        use crate::domain::visit::{DAY_MS, HOUR_MS};
+        let mut counts = VisitCounts::default();
+        let day0 = 20_000 * DAY_MS;
+        // Day 0, 10:00: 12 hosts, host i with i + 1 visits; day 1, 03:00:
+        // 5 bot visits without a referrer.
+        for i in 0..12u64 {
+            for _ in 0..=i {
+                let at = Timestamp::from_millis(day0 + 10 * HOUR_MS);
+                counts.add(at, AgentClass::Browser, &format!("h{i:02}.example"));
+            }
+        }
+        for _ in 0..5 {
+            let at = Timestamp::from_millis(day0 + DAY_MS + 3 * HOUR_MS + 59_000);
+            counts.add(at, AgentClass::Bot, DIRECT_HOST);
+        }
+        let all = |interval| Window {
+            from: None,
+            to: None,
+            interval,
+        };
+        let r = VisitReport::build(&counts, &all(Interval::Hour));
+        assert_eq!((r.total, r.humans, r.bots), (78 + 5, 78, 5));
+        assert_eq!(r.series.len(), 2);
+        assert_eq!(r.series[0].start.to_string(), "2024-10-04T10:00:00Z");
+        // The ten largest by count (h11 down to h03, with (direct) at 5
+        // beside h04), then the rest: h02, h01 and h00.
+        assert_eq!(r.referrers.len(), REPORT_REFERRERS + 1);
+        assert_eq!(r.referrers[0].host, "h11.example");
+        let other = r.referrers.last().expect("other");
+        assert_eq!((other.host.as_str(), other.count), (OTHER_HOST, 3 + 2 + 1));
+        let sum: u64 = r.referrers.iter().map(|h| h.count).sum();
+        assert_eq!(sum, r.total);
+        assert_eq!(
+            r.agents,
+            vec![
+                ClassCount {
+                    class: AgentClass::Browser,
+                    count: 78
+                },
+                ClassCount {
+                    class: AgentClass::Bot,
+                    count: 5
+                },
+            ]
+        );
+        let daily = VisitReport::build(&counts, &all(Interval::Day));
+        assert_eq!(daily.series[1].start.to_string(), "2024-10-05T00:00:00Z");
+        // From 03:30 on day 1: its 03:00 hour overlaps, day 0 does not.
+        let late = Window {
+            from: Some(Timestamp::from_millis(
+                day0 + DAY_MS + 3 * HOUR_MS + 1_800_000,
+            )),
+            to: None,
+            interval: Interval::Hour,
+        };
+        let r = VisitReport::build(&counts, &late);
+        assert_eq!((r.total, r.bots), (5, 5));
+        assert_eq!(
+            r.referrers,
+            vec![HostCount {
+                host: DIRECT_HOST.into(),
+                count: 5
+            }]
+        );
+        // Up to 10:00 on day 0, exclusive: nothing.
+        let early = Window {
+            from: None,
+            to: Some(Timestamp::from_millis(day0 + 10 * HOUR_MS)),
+            interval: Interval::Hour,
+        };
+        assert_eq!(VisitReport::build(&counts, &early).total, 0);
+    }
+
+    #[test]
     fn a_limit_is_never_passed() {
         let c = AtomicU64::new(0);
         let taken = (0..10).filter(|_| take(&c, 3)).count();

@@ -5,7 +5,9 @@
 mod error;
 mod extract;
 mod handlers;
+mod qr;
 pub mod shutdown;
+mod web;
 
 use std::future::Future;
 use std::time::Duration;
@@ -116,6 +118,9 @@ pub fn app(links: Links, settings: &HttpSettings) -> Router {
         public_url: settings.public_url.clone(),
     };
     Router::new()
+        .route("/", get(web::index))
+        .route("/manage", get(web::manage))
+        .route("/assets/{file}", get(web::asset))
         .route("/heart-beat", get(handlers::heart_beat))
         .route("/stats", get(handlers::stats))
         .route("/link", post(handlers::create_link))
@@ -132,6 +137,8 @@ pub fn app(links: Links, settings: &HttpSettings) -> Router {
         )
         .route("/api/v1/links/{code}/visits", get(handlers::api_visits))
         .route("/{code}", get(handlers::redirect))
+        .route("/{code}/qr.svg", get(qr::svg))
+        .route("/{code}/qr.png", get(qr::png))
         .fallback(handlers::not_found_route)
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .layer(DefaultBodyLimit::max(settings.max_body_bytes))

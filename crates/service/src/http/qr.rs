@@ -1,0 +1,124 @@
+//! `GET /{code}/qr.svg` and `/{code}/qr.png?size=N`: the short URL as a QR
+//! code (the `qrcode` crate). Not a visit.
+
+use std::io::Cursor;
+
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use qrcode::QrCode;
+use qrcode::render::svg;
+use serde::Deserialize;
+
+use super::extract::Code;
+use super::{ApiError, AppState};
+use crate::domain::ShortCode;
+use crate::links::{Resolution, Use};
+
+pub const DEFAULT_PNG_SIZE: u32 = 256;
+pub const MIN_PNG_SIZE: u32 = 64;
+pub const MAX_PNG_SIZE: u32 = 2048;
+
+/// The short URL of a live link, encoded; 404 and 410 as for the link.
+async fn encode(
+    state: &AppState,
+    headers: &HeaderMap,
+    code: &ShortCode,
+) -> Result<QrCode, ApiError> {
+    match state.links.resolve(code, Use::Look).await? {
+        Resolution::Found(_) => {}
+        Resolution::Missing => {
+            return Err(ApiError::NotFound(format!("no link with code '{code}'")));
+        }
+        Resolution::Expired | Resolution::Exhausted => {
+            return Err(ApiError::Gone(format!("link '{code}' no longer redirects")));
+        }
+    }
+    let url = state.short_url(headers, code).ok_or_else(|| {
+        ApiError::BadRequest("a Host header (or --public-url) is needed for the short URL".into())
+    })?;
+    QrCode::new(url.as_bytes()).map_err(|e| ApiError::Internal(format!("QR encoding: {e}")))
+}
+
+fn image(content_type: &'static str, body: impl IntoResponse) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
+            (
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("public, max-age=86400"),
+            ),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+pub async fn svg(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Code(code): Code,
+) -> Result<Response, ApiError> {
+    let qr = encode(&state, &headers, &code).await?;
+    let body = qr
+        .render::<svg::Color<'_>>()
+        .min_dimensions(DEFAULT_PNG_SIZE, DEFAULT_PNG_SIZE)
+        .dark_color(svg::Color("#000000"))
+        .light_color(svg::Color("#ffffff"))
+        .build();
+    Ok(image("image/svg+xml", body))
+}
+
+#[derive(Deserialize)]
+pub struct PngParams {
+    size: Option<String>,
+}
+
+pub async fn png(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Code(code): Code,
+    params: Result<Query<PngParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(params) =
+        params.map_err(|e| ApiError::BadRequest(format!("malformed query: {e}")))?;
+    let size = match params.size.as_deref() {
+        None => DEFAULT_PNG_SIZE,
+        Some(raw) => raw
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (MIN_PNG_SIZE..=MAX_PNG_SIZE).contains(n))
+            .ok_or_else(|| {
+                ApiError::BadRequest(format!(
+                    "size must be {MIN_PNG_SIZE} to {MAX_PNG_SIZE} pixels, not '{raw}'"
+                ))
+            })?,
+    };
+    let qr = encode(&state, &headers, &code).await?;
+    let bytes = tokio::task::spawn_blocking(move || png_bytes(&qr, size))
+        .await
+        .map_err(|e| ApiError::Internal(format!("QR task: {e}")))??;
+    Ok(image("image/png", bytes))
+}
+
+/// The code drawn as large as fits `size` in whole pixels per module,
+/// centred on a white square of exactly `size` pixels.
+fn png_bytes(qr: &QrCode, size: u32) -> Result<Vec<u8>, ApiError> {
+    let drawn = qr
+        .render::<image::Luma<u8>>()
+        .max_dimensions(size, size)
+        .build();
+    let mut canvas = image::GrayImage::from_pixel(size, size, image::Luma([255]));
+    let x = i64::from(size.saturating_sub(drawn.width()) / 2);
+    let y = i64::from(size.saturating_sub(drawn.height()) / 2);
+    image::imageops::overlay(&mut canvas, &drawn, x, y);
+    let mut out = Cursor::new(Vec::new());
+    canvas
+        .write_to(&mut out, image::ImageFormat::Png)
+        .map_err(|e| ApiError::Internal(format!("PNG encoding: {e}")))?;
+    Ok(out.into_inner())
+}

@@ -1,0 +1,103 @@
+//! The web page: `/` to shorten a link, `/manage` for key holders, and
+//! their assets, all embedded in the binary at compile time (no CDN, no
+//! external font), served with a Content-Security-Policy that allows no
+//! inline script or style. The QR codes the page shows are in `qr.rs`.
+
+use axum::extract::Path;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+
+use super::ApiError;
+
+/// Only this origin's scripts, styles, images and API; no inline code, no
+/// framing, no form posts elsewhere.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+                   img-src 'self' data:; connect-src 'self'; form-action 'self'; \
+                   base-uri 'none'; frame-ancestors 'none'";
+
+struct Asset {
+    name: &'static str,
+    content_type: &'static str,
+    body: &'static str,
+}
+
+const ASSETS: &[Asset] = &[
+    Asset {
+        name: "app.css",
+        content_type: "text/css; charset=utf-8",
+        body: include_str!("web/app.css"),
+    },
+    Asset {
+        name: "shorten.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("web/shorten.js"),
+    },
+    Asset {
+        name: "manage.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("web/manage.js"),
+    },
+    Asset {
+        name: "icon.svg",
+        content_type: "image/svg+xml",
+        body: include_str!("web/icon.svg"),
+    },
+];
+
+fn page(body: &'static str) -> Response {
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/html; charset=utf-8"),
+            ),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(CSP),
+            ),
+            (header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
+            (
+                header::REFERRER_POLICY,
+                HeaderValue::from_static("same-origin"),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// `GET /`: shorten a link.
+pub async fn index() -> Response {
+    page(include_str!("web/index.html"))
+}
+
+/// `GET /manage`: a key holder's links.
+pub async fn manage() -> Response {
+    page(include_str!("web/manage.html"))
+}
+
+/// `GET /assets/{file}`.
+pub async fn asset(Path(name): Path<String>) -> Result<Response, ApiError> {
+    let asset = ASSETS
+        .iter()
+        .find(|a| a.name == name)
+        .ok_or_else(|| ApiError::NotFound(format!("no asset '{name}'")))?;
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(asset.content_type),
+            ),
+            // Revalidated on every load: a new binary's page never runs an
+            // old script.
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+        ],
+        asset.body,
+    )
+        .into_response())
+}

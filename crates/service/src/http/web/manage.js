@@ -1,0 +1,313 @@
+// The manage page: a key holder's links, searched and paged, edited,
+// deleted (after a confirmation), and each one's visits as a chart. The key
+// stays in this tab's sessionStorage.
+"use strict";
+
+const KEY = "litelink.key";
+const PAGE = 20;
+const SVG = "http://www.w3.org/2000/svg";
+
+const $ = (id) => document.getElementById(id);
+let cursor = null;
+
+function key() {
+  return sessionStorage.getItem(KEY) || "";
+}
+
+function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "text") e.textContent = v;
+    else e.setAttribute(k, v);
+  }
+  e.append(...children);
+  return e;
+}
+
+function svg(tag, attrs = {}) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+  return e;
+}
+
+async function api(method, path, body) {
+  const headers = { authorization: `Bearer ${key()}` };
+  if (body !== undefined) headers["content-type"] = "application/json";
+  const response = await fetch(path, {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  let data = null;
+  if (response.status !== 204) {
+    try {
+      data = await response.json();
+    } catch {
+      data = null;
+    }
+  }
+  if (!response.ok) {
+    const message = data && typeof data.error === "string" ? data.error : `The server answered ${response.status}.`;
+    const error = new Error(message);
+    error.status = response.status;
+    throw error;
+  }
+  return data;
+}
+
+function status(text) {
+  $("status").textContent = text;
+}
+
+function when(t) {
+  return t ? new Date(t).toLocaleString() : "never";
+}
+
+function localInput(t) {
+  // A datetime-local value is local time without a zone.
+  if (!t) return "";
+  const d = new Date(t);
+  const pad = (n) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
+}
+
+function render(link) {
+  const li = el("li", { "data-code": link.code });
+  fill(li, link);
+  return li;
+}
+
+function fill(li, link) {
+  const short = link.short_url || `${location.origin}/${link.code}`;
+  const meta = `${link.visits} visit${link.visits === 1 ? "" : "s"}` +
+    (link.max_visits ? ` of ${link.max_visits}` : "") +
+    ` · made ${when(link.created_at)}` +
+    (link.expires_at ? ` · expires ${when(link.expires_at)}` : "") +
+    (link.expired ? " · expired" : "");
+  const edit = el("button", { type: "button", class: "secondary", text: "Edit" });
+  const visits = el("button", { type: "button", class: "secondary", text: "Visits", "aria-expanded": "false" });
+  const del = el("button", { type: "button", class: "secondary", text: "Delete" });
+  const actions = el("div", { class: "actions" }, edit, visits, del);
+  const panel = el("div", { class: "panel" });
+  li.replaceChildren(
+    el("a", { class: "short", href: short, text: short }),
+    el("div", { class: "url", text: link.url }),
+    el("div", { class: "meta", text: meta }),
+    actions,
+    panel,
+  );
+  edit.addEventListener("click", () => showEdit(li, link, panel));
+  visits.addEventListener("click", () => toggleVisits(link, panel, visits));
+  del.addEventListener("click", () => confirmDelete(li, link, actions));
+}
+
+function showEdit(li, link, panel) {
+  const url = el("input", { type: "url", id: `url-${link.code}`, value: link.url, spellcheck: "false" });
+  const expires = el("input", { type: "datetime-local", id: `exp-${link.code}`, value: localInput(link.expires_at) });
+  const error = el("p", { class: "error", role: "alert", hidden: "" });
+  const save = el("button", { type: "submit", text: "Save" });
+  const cancel = el("button", { type: "button", class: "secondary", text: "Cancel" });
+  const form = el(
+    "form",
+    { class: "edit", novalidate: "" },
+    el("label", { for: url.id, text: "Target URL" }), url,
+    el("label", { for: expires.id, text: "Expires (empty: never)" }), expires,
+    el("div", { class: "actions" }, save, cancel),
+    error,
+  );
+  panel.replaceChildren(form);
+  url.focus();
+  cancel.addEventListener("click", () => panel.replaceChildren());
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const body = { url: url.value.trim() };
+    body.expires_at = expires.value ? new Date(expires.value).toISOString() : null;
+    save.disabled = true;
+    try {
+      const updated = await api("PATCH", `/api/v1/links/${encodeURIComponent(link.code)}`, body);
+      fill(li, updated);
+      status(`Saved ${updated.code}.`);
+    } catch (e) {
+      error.textContent = e.message;
+      error.hidden = false;
+      save.disabled = false;
+    }
+  });
+}
+
+function confirmDelete(li, link, actions) {
+  const yes = el("button", { type: "button", class: "danger", text: "Yes, delete" });
+  const no = el("button", { type: "button", class: "secondary", text: "Keep it" });
+  const ask = el("div", { class: "actions", role: "group", "aria-label": "Confirm delete" },
+    el("span", { text: `Delete ${link.code}? Its visits go with it.` }), yes, no);
+  actions.replaceWith(ask);
+  no.focus();
+  no.addEventListener("click", () => fill(li, link));
+  yes.addEventListener("click", async () => {
+    yes.disabled = true;
+    try {
+      await api("DELETE", `/api/v1/links/${encodeURIComponent(link.code)}`);
+      li.remove();
+      status(`Deleted ${link.code}.`);
+    } catch (e) {
+      status(e.message);
+      fill(li, link);
+    }
+  });
+}
+
+async function toggleVisits(link, panel, button) {
+  if (button.getAttribute("aria-expanded") === "true") {
+    button.setAttribute("aria-expanded", "false");
+    panel.replaceChildren();
+    return;
+  }
+  button.setAttribute("aria-expanded", "true");
+  panel.replaceChildren(el("p", { class: "note", text: "Loading visits…" }));
+  try {
+    const report = await api("GET", `/api/v1/links/${encodeURIComponent(link.code)}/visits?interval=day`);
+    panel.replaceChildren(visitsView(report));
+  } catch (e) {
+    panel.replaceChildren(el("p", { class: "error", role: "alert", text: e.message }));
+  }
+}
+
+function visitsView(report) {
+  const box = el("div", { class: "visits" });
+  box.append(el("p", {
+    class: "totals",
+    text: `${report.total} visits: ${report.humans} by people, ${report.bots} by bots`,
+  }));
+  box.append(chart(report.series));
+  box.append(el("div", { class: "legend" },
+    el("span", {}, el("span", { class: "swatch human" }), "people"),
+    el("span", {}, el("span", { class: "swatch bot" }), "bots")));
+  if (report.referrers.length) {
+    box.append(el("h3", { text: "Top referrers" }));
+    const ol = el("ol", { class: "referrers" });
+    for (const r of report.referrers) ol.append(el("li", { text: `${r.host}: ${r.count}` }));
+    box.append(ol);
+  }
+  if (report.agents.length) {
+    box.append(el("p", {
+      class: "meta",
+      text: "Agents: " + report.agents.map((a) => `${a.class} ${a.count}`).join(", "),
+    }));
+  }
+  return box;
+}
+
+// Bars per day, people below and bots above, scaled to the busiest day.
+function chart(series) {
+  const width = 600;
+  const height = 200;
+  const pad = 30;
+  const s = svg("svg", {
+    class: "chart",
+    viewBox: `0 0 ${width} ${height}`,
+    role: "img",
+    "aria-label": `Visits per day, ${series.length} day${series.length === 1 ? "" : "s"} with visits`,
+  });
+  s.append(svg("line", { class: "axis", x1: pad, y1: height - pad, x2: width - 4, y2: height - pad }));
+  const max = Math.max(1, ...series.map((p) => p.humans + p.bots));
+  const slot = (width - pad - 4) / Math.max(series.length, 1);
+  const bar = Math.max(2, Math.min(48, slot * 0.7));
+  series.forEach((p, i) => {
+    const x = pad + i * slot + (slot - bar) / 2;
+    const scale = (height - 2 * pad) / max;
+    const hh = p.humans * scale;
+    const bh = p.bots * scale;
+    const g = svg("g", { class: "day", "data-start": p.start, "data-humans": p.humans, "data-bots": p.bots });
+    const title = svg("title");
+    title.textContent = `${p.start.slice(0, 10)}: ${p.humans} by people, ${p.bots} by bots`;
+    g.append(title);
+    g.append(svg("rect", { class: "human", x, y: height - pad - hh, width: bar, height: hh }));
+    g.append(svg("rect", { class: "bot", x, y: height - pad - hh - bh, width: bar, height: bh }));
+    const label = svg("text", { x: x + bar / 2, y: height - 8, "text-anchor": "middle" });
+    label.textContent = p.start.slice(5, 10);
+    g.append(label);
+    s.append(g);
+  });
+  const top = svg("text", { x: 2, y: pad });
+  top.textContent = String(max);
+  s.append(top);
+  return s;
+}
+
+async function load(reset) {
+  if (reset) {
+    cursor = null;
+    $("list").replaceChildren();
+  }
+  const params = new URLSearchParams({ limit: String(PAGE) });
+  const q = $("q").value.trim();
+  if (q) params.set("q", q);
+  if (cursor) params.set("cursor", cursor);
+  status("Loading…");
+  try {
+    const page = await api("GET", `/api/v1/links?${params}`);
+    for (const link of page.links) $("list").append(render(link));
+    cursor = page.next_cursor;
+    $("more").hidden = !cursor;
+    const n = $("list").children.length;
+    status(n ? `${n} link${n === 1 ? "" : "s"} shown.` : "No links.");
+    return true;
+  } catch (e) {
+    if (e.status === 401) {
+      forget();
+      showKeyError(e.message);
+    } else {
+      status(e.message);
+    }
+    return false;
+  }
+}
+
+function showKeyError(message) {
+  $("key-error").textContent = message;
+  $("key-error").hidden = !message;
+}
+
+function forget() {
+  sessionStorage.removeItem(KEY);
+  $("manage").hidden = true;
+  $("key-form").hidden = false;
+  $("key").value = "";
+}
+
+async function useKey(event) {
+  event.preventDefault();
+  const value = $("key").value.trim();
+  if (!value) {
+    showKeyError("Enter an API key.");
+    $("key").focus();
+    return;
+  }
+  sessionStorage.setItem(KEY, value);
+  await start();
+}
+
+async function start() {
+  showKeyError("");
+  $("key-form").hidden = true;
+  $("manage").hidden = false;
+  if (!(await load(true))) {
+    $("key").focus();
+  } else {
+    $("q").focus();
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("key-form").addEventListener("submit", useKey);
+  $("forget").addEventListener("click", () => {
+    forget();
+    $("key").focus();
+  });
+  $("search").addEventListener("submit", (event) => {
+    event.preventDefault();
+    load(true);
+  });
+  $("more").addEventListener("click", () => load(false));
+  if (key()) start();
+});

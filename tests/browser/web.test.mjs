@@ -1,0 +1,319 @@
+// litelink's web page in a real browser: Debian's chromium, headless,
+// driven by playwright-core, against a real litelink on a free port and a
+// small local target server. Run by scripts/test; LITELINK_BIN names the
+// binary, LITELINK_SCREENSHOTS a directory to write the README's
+// screenshots to.
+
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync, spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import http from "node:http";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+import jsQR from "jsqr";
+import { chromium } from "playwright-core";
+import { PNG } from "pngjs";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const BIN = process.env.LITELINK_BIN ?? path.resolve(here, "../../target/debug/litelink");
+const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
+const SHOTS = process.env.LITELINK_SCREENSHOTS;
+// The flags this machine's closed network needs (no background fetches).
+const FLAGS = [
+  "--no-sandbox",
+  "--disable-gpu",
+  "--disable-quic",
+  "--no-first-run",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+];
+
+let dir;
+let litelink;
+let base;
+let key;
+let targetServer;
+let targetBase;
+let browser;
+
+function startLitelink(db) {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(BIN, ["serve", "--listen", "127.0.0.1:0", "--db", db], {
+      env: { ...process.env, RUST_LOG: "warn" },
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    const timer = setTimeout(() => reject(new Error("litelink did not start in 20 s")), 20_000);
+    let seen = "";
+    proc.stdout.on("data", (chunk) => {
+      seen += chunk;
+      const m = seen.match(/litelink listening on (http:\/\/\S+)/);
+      if (m) {
+        clearTimeout(timer);
+        resolve({ proc, base: m[1] });
+      }
+    });
+    proc.on("exit", (code) => reject(new Error(`litelink exited with ${code}`)));
+  });
+}
+
+function startTarget() {
+  return new Promise((resolve) => {
+    const server = http.createServer((req, res) => {
+      res.writeHead(200, { "content-type": "text/html; charset=utf-8" });
+      res.end(`<!doctype html><title>target</title><p id="where">target ${req.url}</p>`);
+    });
+    server.listen(0, "127.0.0.1", () => resolve(server));
+  });
+}
+
+async function stats() {
+  return (await fetch(`${base}/stats`)).json();
+}
+
+async function newPage(options = {}) {
+  const context = await browser.newContext(options);
+  return context.newPage();
+}
+
+/// Shortens `url` on the page as a person would: type, press Enter.
+async function shorten(page, url) {
+  await page.goto(`${base}/`);
+  await page.getByLabel("Long URL").fill(url);
+  await page.keyboard.press("Enter");
+  await page.locator("#result").waitFor({ state: "visible" });
+  return page.locator("#short").inputValue();
+}
+
+function codeOf(short) {
+  return new URL(short).pathname.slice(1);
+}
+
+async function noHorizontalOverflow(page) {
+  return page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth);
+}
+
+before(async () => {
+  dir = mkdtempSync(path.join(tmpdir(), "litelink-web-"));
+  const db = path.join(dir, "web.db");
+  key = execFileSync(BIN, ["keys", "create", "--name", "admin", "--admin", "--db", db], {
+    encoding: "utf8",
+  }).split("\n")[0].trim();
+  ({ proc: litelink, base } = await startLitelink(db));
+  targetServer = await startTarget();
+  targetBase = `http://127.0.0.1:${targetServer.address().port}`;
+  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: FLAGS });
+});
+
+after(async () => {
+  await browser?.close();
+  targetServer?.close();
+  litelink?.kill("SIGTERM");
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+test("shorten a URL, see the short URL, follow it to the target", async (t) => {
+  const page = await newPage({ permissions: ["clipboard-read", "clipboard-write"] });
+  const target = `${targetBase}/landing?x=1`;
+  const short = await shorten(page, target);
+  assert.match(short, new RegExp(`^${base}/[A-Za-z0-9]{10}$`));
+  assert.equal(await page.locator("#target").textContent(), target);
+
+  await page.getByRole("button", { name: "Copy" }).click();
+  await page.locator("#copied").filter({ hasText: "Copied" }).waitFor();
+  assert.equal(await page.evaluate(() => navigator.clipboard.readText()), short);
+
+  // The link is listed, and still is after a reload (localStorage).
+  await page.reload();
+  assert.equal(await page.locator("#history a").first().textContent(), short);
+
+  const timing = await page.evaluate(() => {
+    const nav = performance.getEntriesByType("navigation")[0];
+    const bytes = performance
+      .getEntriesByType("resource")
+      .reduce((sum, r) => sum + r.transferSize, nav.transferSize);
+    return { ms: nav.loadEventEnd - nav.startTime, bytes };
+  });
+  t.diagnostic(`page loaded in ${timing.ms.toFixed(1)} ms, ${timing.bytes} bytes transferred`);
+
+  await page.goto(short);
+  assert.equal(page.url(), target);
+  assert.equal(await page.locator("#where").textContent(), "target /landing?x=1");
+  await page.context().close();
+});
+
+test("the QR code decodes to the short URL", async () => {
+  const page = await newPage();
+  const short = await shorten(page, `${targetBase}/qr`);
+  await page.waitForFunction(() => {
+    const img = document.getElementById("qr");
+    return img.complete && img.naturalWidth > 0;
+  });
+  const shot = PNG.sync.read(await page.locator("#qr").screenshot());
+  const found = jsQR(new Uint8ClampedArray(shot.data), shot.width, shot.height);
+  assert.equal(found?.data, short);
+
+  // The PNG form, at an exact size, decodes too; sizes outside 64-2048 are 400.
+  const png = await fetch(`${base}/${codeOf(short)}/qr.png?size=300`);
+  assert.equal(png.headers.get("content-type"), "image/png");
+  const image = PNG.sync.read(Buffer.from(await png.arrayBuffer()));
+  assert.equal(image.width, 300);
+  assert.equal(jsQR(new Uint8ClampedArray(image.data), 300, 300)?.data, short);
+  assert.equal((await fetch(`${base}/${codeOf(short)}/qr.png?size=63`)).status, 400);
+  assert.equal((await fetch(`${base}/NoSuchCode1/qr.svg`)).status, 404);
+  await page.context().close();
+});
+
+test("an invalid URL shows the error and creates nothing", async () => {
+  const page = await newPage();
+  await page.goto(`${base}/`);
+  const before = (await stats()).links;
+  await page.getByLabel("Long URL").fill("not a url");
+  await page.keyboard.press("Enter");
+  const error = page.locator("#url-error");
+  await error.waitFor({ state: "visible" });
+  assert.match(await error.textContent(), /url/i);
+  assert.equal(await page.locator("#result").isVisible(), false);
+  await page.getByLabel("Long URL").fill("");
+  await page.keyboard.press("Enter");
+  assert.equal(await error.textContent(), "Enter the URL to shorten.");
+  assert.equal((await stats()).links, before);
+  await page.context().close();
+});
+
+test("with a key: list, visits chart, edit and delete", async () => {
+  const page = await newPage();
+  const short = await shorten(page, `${targetBase}/managed`);
+  const code = codeOf(short);
+  for (let i = 0; i < 3; i++) {
+    await page.goto(short);
+    assert.equal(page.url(), `${targetBase}/managed`);
+  }
+
+  await page.goto(`${base}/manage`);
+  await page.getByLabel("API key").fill(key);
+  await page.keyboard.press("Enter");
+  const item = page.locator(`li[data-code="${code}"]`);
+  await item.waitFor();
+  assert.match(await item.locator(".meta").textContent(), /^3 visits/);
+
+  // The chart: the three visits, people and bots apart (a headless
+  // browser may well be a bot).
+  await item.getByRole("button", { name: "Visits" }).click();
+  const day = item.locator(".chart g.day");
+  await day.first().waitFor();
+  const drawn = await day.evaluateAll((gs) =>
+    gs.reduce((n, g) => n + Number(g.dataset.humans) + Number(g.dataset.bots), 0),
+  );
+  assert.equal(drawn, 3);
+  assert.match(await item.locator(".totals").textContent(), /^3 visits/);
+
+  // Edit: the next redirect goes to the new target.
+  await item.getByRole("button", { name: "Edit" }).click();
+  await item.getByLabel("Target URL").fill(`${targetBase}/moved`);
+  await item.getByLabel("Target URL").press("Enter");
+  await item.locator(".url").filter({ hasText: `${targetBase}/moved` }).waitFor();
+  const moved = await fetch(short, { redirect: "manual" });
+  assert.equal(moved.headers.get("location"), `${targetBase}/moved`);
+
+  // Delete, after a confirmation: then the short URL is 404.
+  await item.getByRole("button", { name: "Delete" }).click();
+  await item.getByRole("button", { name: "Yes, delete" }).click();
+  await item.waitFor({ state: "detached" });
+  assert.equal((await fetch(short, { redirect: "manual" })).status, 404);
+
+  // Search narrows the list.
+  const other = await shorten(page, `${targetBase}/findable-${Date.now()}`);
+  await page.goto(`${base}/manage`);
+  await page.getByLabel("Search URLs and codes").fill("findable");
+  await page.keyboard.press("Enter");
+  await page.locator(`li[data-code="${codeOf(other)}"]`).waitFor();
+  await page.getByText(/^1 link shown/).waitFor();
+  await page.context().close();
+});
+
+test("the keyboard alone shortens and copies", async () => {
+  const page = await newPage({ permissions: ["clipboard-read", "clipboard-write"] });
+  await page.goto(`${base}/`);
+  // Tab from the top of the page reaches the URL field within a few steps.
+  for (let i = 0; i < 5; i++) {
+    await page.keyboard.press("Tab");
+    if (await page.evaluate(() => document.activeElement?.id === "url")) break;
+  }
+  assert.equal(await page.evaluate(() => document.activeElement?.id), "url");
+  await page.keyboard.type(`${targetBase}/typed`);
+  await page.keyboard.press("Enter");
+  await page.locator("#result").waitFor({ state: "visible" });
+  // The short URL has the focus; the copy button is the next stop.
+  assert.equal(await page.evaluate(() => document.activeElement?.id), "short");
+  await page.keyboard.press("Tab");
+  assert.equal(await page.evaluate(() => document.activeElement?.id), "copy");
+  await page.keyboard.press("Enter");
+  await page.locator("#copied").filter({ hasText: "Copied" }).waitFor();
+  // Every field has a label.
+  const unlabelled = await page.evaluate(() =>
+    [...document.querySelectorAll("input")].filter((i) => !i.labels?.length && !i.getAttribute("aria-label")).length,
+  );
+  assert.equal(unlabelled, 0);
+  await page.context().close();
+});
+
+test("the page follows the system's dark scheme", async () => {
+  const background = async (colorScheme) => {
+    const page = await newPage({ colorScheme });
+    await page.goto(`${base}/`);
+    const bg = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+    await page.context().close();
+    return bg;
+  };
+  assert.equal(await background("light"), "rgb(255, 255, 255)");
+  assert.equal(await background("dark"), "rgb(16, 20, 24)");
+});
+
+test("at 375 px wide nothing overflows", async () => {
+  const page = await newPage({ viewport: { width: 375, height: 812 }, isMobile: true });
+  await shorten(page, `${targetBase}/${"a-rather-long-path-segment/".repeat(8)}?q=${"x".repeat(80)}`);
+  assert.ok(await noHorizontalOverflow(page), "the shorten page overflows");
+  await page.goto(`${base}/manage`);
+  await page.getByLabel("API key").fill(key);
+  await page.keyboard.press("Enter");
+  const first = page.locator("#list > li").first();
+  await first.waitFor();
+  await first.getByRole("button", { name: "Visits" }).click();
+  await first.locator(".visits").waitFor();
+  assert.ok(await noHorizontalOverflow(page), "the manage page overflows");
+  await page.context().close();
+});
+
+test("screenshots for the README", { skip: !SHOTS }, async () => {
+  const page = await newPage({ viewport: { width: 1100, height: 760 } });
+  const short = await shorten(page, "https://example.com/2027/spring/catalogue?campaign=newsletter");
+  await page.screenshot({ path: path.join(SHOTS, "web-desktop.png") });
+  await page.context().close();
+
+  // The phone: that link's visits, from a few kinds of visitor.
+  const chrome = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0 Safari/537.36";
+  const iphone = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1";
+  const bot = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)";
+  for (const [ua, referer, n] of [[chrome, "https://news.example.com/", 7], [iphone, "https://t.co/x", 4], [bot, "", 2]]) {
+    for (let i = 0; i < n; i++) {
+      const headers = { "user-agent": ua };
+      if (referer) headers.referer = referer;
+      await fetch(short, { headers, redirect: "manual" });
+    }
+  }
+  const phone = await newPage({ viewport: { width: 375, height: 812 }, isMobile: true });
+  await phone.goto(`${base}/manage`);
+  await phone.getByLabel("API key").fill(key);
+  await phone.keyboard.press("Enter");
+  await phone.getByLabel("Search URLs and codes").fill("catalogue");
+  await phone.keyboard.press("Enter");
+  const item = phone.locator(`li[data-code="${codeOf(short)}"]`);
+  await item.getByRole("button", { name: "Visits" }).click();
+  await item.locator(".chart g.day").first().waitFor();
+  await phone.screenshot({ path: path.join(SHOTS, "web-phone.png") });
+  await phone.context().close();
+});
