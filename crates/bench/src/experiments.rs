@@ -320,10 +320,21 @@ pub fn all(quick: bool) -> Vec<Experiment> {
                        User-Agent and Referer, 50 connections, default settings (memory cache), \
                        with --visits on against --visits off on the same core in the same \
                        round: the throughput ratio, and the ratio of the server's CPU time per \
-                       redirect (from /proc), which is steadier on a noisy VM.",
+                       redirect (from /proc), which is steadier on a noisy VM; with the memory cache (the default) \
+                       and without a cache (every redirect reads SQLite).",
             configs: vec![
                 config("visits on", &["--visits", "on"], Some("visits off")),
                 config("visits off", &["--visits", "off"], None),
+                config(
+                    "no cache, visits on",
+                    &["--cache", "none", "--visits", "on"],
+                    Some("no cache, visits off"),
+                ),
+                config(
+                    "no cache, visits off",
+                    &["--cache", "none", "--visits", "off"],
+                    None,
+                ),
             ],
             workloads: vec![counted_redirect],
             links: None,

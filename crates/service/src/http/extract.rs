@@ -4,14 +4,13 @@
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use serde_json::{Map, Value};
 
 use super::AppState;
 use super::error::ApiError;
 use crate::domain::{ShortCode, TargetUrl, Timestamp};
 use crate::keys::{AuthError, Principal};
-use crate::visits::Visit;
 
 /// The body of a create (`POST /link`, `POST /api/v1/links`): `url`, and
 /// optionally `code` (an alias), `expires_at` (RFC 3339, in the future) and
@@ -170,40 +169,6 @@ fn refuse_unknown(fields: &Map<String, Value>, known: &str) -> Result<(), ApiErr
         Some(name) => Err(ApiError::BadRequest(format!(
             "unknown field '{name}' (known: {known})"
         ))),
-    }
-}
-
-/// What a redirect counts of its request: `GET` is a visit, with its
-/// `User-Agent` and `Referer`; `HEAD` is not.
-pub struct VisitHeaders {
-    pub counted: bool,
-    user_agent: Option<HeaderValue>,
-    referer: Option<HeaderValue>,
-}
-
-impl VisitHeaders {
-    pub fn visit(&self) -> Visit<'_> {
-        fn text(v: &Option<HeaderValue>) -> Option<&str> {
-            v.as_ref().and_then(|v| v.to_str().ok())
-        }
-        Visit {
-            user_agent: text(&self.user_agent),
-            referer: text(&self.referer),
-        }
-    }
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for VisitHeaders {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        // Header values are shared slices of the request: cloning one
-        // copies no bytes.
-        Ok(Self {
-            counted: parts.method == Method::GET,
-            user_agent: parts.headers.get(header::USER_AGENT).cloned(),
-            referer: parts.headers.get(header::REFERER).cloned(),
-        })
     }
 }
 

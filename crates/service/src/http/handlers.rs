@@ -8,12 +8,12 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
-use super::extract::{Caller, Code, Key, NewLinkBody, PatchBody, VisitHeaders};
+use super::extract::{Caller, Code, Key, NewLinkBody, PatchBody};
 use super::{AppState, CreateAuth};
 use crate::domain::{Link, ShortCode, TargetUrl, Timestamp};
 use crate::links::{LinkStats, Resolution, Use};
 use crate::store::{LinkPatch, NewLink};
-use crate::visits::{Interval, VisitReport, Window};
+use crate::visits::{Interval, Visit, VisitReport, Window};
 
 #[derive(Serialize)]
 pub struct HeartBeat {
@@ -155,14 +155,20 @@ pub async fn get_link(
 }
 
 /// `GET /{code}` and `HEAD /{code}` (axum answers HEAD from the GET route
-/// and drops the body). A GET that redirects is a visit; a HEAD is not.
+/// and drops the body). A GET that redirects is a visit, with its
+/// User-Agent and Referer; a HEAD is not. The request is taken whole so
+/// that those headers are read in place, not copied.
 pub async fn redirect(
     State(state): State<AppState>,
     Code(code): Code,
-    visit: VisitHeaders,
+    request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
-    let how = if visit.counted {
-        Use::Visit(visit.visit())
+    let headers = request.headers();
+    let how = if request.method() == Method::GET {
+        Use::Visit(Visit {
+            user_agent: headers.get(header::USER_AGENT).map(|v| v.as_bytes()),
+            referer: headers.get(header::REFERER).map(|v| v.as_bytes()),
+        })
     } else {
         Use::Look
     };
