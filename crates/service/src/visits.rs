@@ -703,7 +703,10 @@ mod tests {
         assert_eq!(referrer_host(Some("https://a b.example/")), OTHER_HOST);
         assert_eq!(referrer_host(Some("1http://x.example/")), OTHER_HOST);
         assert_eq!(referrer_host(Some("https://exämple.com/")), OTHER_HOST);
-        assert_eq!(referrer_host(Some("https://ü:pä@ok.example/")), "ok.example");
+        assert_eq!(
+            referrer_host(Some("https://ü:pä@ok.example/")),
+            "ok.example"
+        );
         assert_eq!(referrer_host(Some("http:/x.example/")), OTHER_HOST);
         let raw: &[u8] = b"https://a\xff.example/";
         assert_eq!(super::referrer_host(Some(raw)), OTHER_HOST);
