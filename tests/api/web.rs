@@ -69,6 +69,10 @@ async fn qr_codes_come_as_svg_and_png_and_are_not_visits() {
     let r = app.get(&format!("/{code}/qr.svg")).await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["content-type"], "image/svg+xml");
+    // It encodes the Host it was asked with: never in a shared cache.
+    let cache = r.headers()["cache-control"].to_str().unwrap().to_owned();
+    assert!(cache.starts_with("private"), "{cache}");
+    assert_eq!(r.headers()["vary"], "host");
     assert!(r.text().await.unwrap().contains("<svg"));
 
     let r = app.get(&format!("/{code}/qr.png")).await;

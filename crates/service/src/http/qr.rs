@@ -40,14 +40,18 @@ async fn encode(
     QrCode::new(url.as_bytes()).map_err(|e| ApiError::Internal(format!("QR encoding: {e}")))
 }
 
+/// The image depends on the Host it was asked with (when `--public-url`
+/// is not set): a shared cache must never hand one Host's code to another,
+/// so it is private to the browser, and varies by Host.
 fn image(content_type: &'static str, body: impl IntoResponse) -> Response {
     (
         [
             (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
             (
                 header::CACHE_CONTROL,
-                HeaderValue::from_static("public, max-age=86400"),
+                HeaderValue::from_static("private, max-age=3600"),
             ),
+            (header::VARY, HeaderValue::from_static("host")),
             (
                 header::X_CONTENT_TYPE_OPTIONS,
                 HeaderValue::from_static("nosniff"),
