@@ -9,7 +9,7 @@ use clap::Args;
 use litelink_service::Settings;
 use litelink_service::cache::CacheMode;
 use litelink_service::domain::code::{MAX_GENERATED_LEN, MIN_GENERATED_LEN};
-use litelink_service::http::{CreateAuth, RedirectStatus};
+use litelink_service::http::{CreateAuth, RedirectStatus, ReferrerPolicy};
 use litelink_service::store::StoreSettings;
 use litelink_service::store::sqlite::{ConnectionMode, Durability, ReadOn};
 
@@ -65,6 +65,11 @@ pub struct ServerArgs {
     #[arg(long, env = "LITELINK_REQUEST_TIMEOUT",
           default_value_t = d().http.request_timeout.as_secs())]
     pub request_timeout: u64,
+
+    /// `Referrer-Policy` sent with redirects, e.g. `no-referrer` to keep
+    /// where a click came from away from the target (default: none sent).
+    #[arg(long, env = "LITELINK_REFERRER_POLICY", value_parser = keyword::<ReferrerPolicy>())]
+    pub referrer_policy: Option<ReferrerPolicy>,
 }
 
 /// The database file, shared by `serve` and `doctor`.
@@ -238,6 +243,7 @@ impl ServeArgs {
         s.http.public_url = server.public_url.clone();
         s.http.max_body_bytes = server.max_body_bytes;
         s.http.request_timeout = Duration::from_secs(server.request_timeout);
+        s.http.referrer_policy = server.referrer_policy;
 
         s.codes.length = usize::from(storage.code_length);
         s.codes.locality = lab.code_locality.is_on();

@@ -6,6 +6,7 @@ mod helpers;
 mod api;
 mod cache;
 mod durability;
+mod hardening;
 mod manage;
 mod modes;
 mod process;

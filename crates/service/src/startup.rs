@@ -52,7 +52,7 @@ impl Application {
         let visits = Arc::new(Visits::new(settings.visits.clone(), Arc::clone(&store)));
         let flusher = visits.spawn_flusher();
         let links = Links::new(cache, store, keys, visits);
-        let router = http::app(links.clone(), &settings.http);
+        let router = http::app(links.clone(), &settings.http, listener.local_addr()?);
         Ok(Self {
             listener,
             links,

@@ -177,7 +177,25 @@ pub async fn redirect(
     // fails if that invariant is broken: a 500, not a panic.
     let location = header::HeaderValue::from_str(target.as_str())
         .map_err(|e| ApiError::Internal(format!("stored URL is not a valid header: {e}")))?;
-    Ok((state.redirect_status, [(header::LOCATION, location)]).into_response())
+    // Revalidated on every use: a cached redirect (301 and 308 are cached
+    // by default) must not outlive an edit or a delete.
+    let mut response = (
+        state.redirect_status,
+        [
+            (header::LOCATION, location),
+            (
+                header::CACHE_CONTROL,
+                header::HeaderValue::from_static("private, max-age=0"),
+            ),
+        ],
+    )
+        .into_response();
+    if let Some(policy) = &state.referrer_policy {
+        response
+            .headers_mut()
+            .insert(header::REFERRER_POLICY, policy.clone());
+    }
+    Ok(response)
 }
 
 pub async fn api_get(

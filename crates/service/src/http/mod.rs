@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::routing::{get, post};
 use strum::{Display, EnumString, VariantNames};
 use tokio::net::TcpListener;
@@ -71,6 +71,24 @@ pub struct HttpSettings {
     pub max_body_bytes: usize,
     /// How long a request may take before it is answered 503.
     pub request_timeout: Duration,
+    /// `Referrer-Policy` of redirects; `None`: not sent (the browser's
+    /// default applies).
+    pub referrer_policy: Option<ReferrerPolicy>,
+}
+
+/// What a redirect tells the target about where the click came from
+/// (the `Referrer-Policy` header's values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumString, Display, VariantNames)]
+#[strum(serialize_all = "kebab-case")]
+pub enum ReferrerPolicy {
+    NoReferrer,
+    NoReferrerWhenDowngrade,
+    Origin,
+    OriginWhenCrossOrigin,
+    SameOrigin,
+    StrictOrigin,
+    StrictOriginWhenCrossOrigin,
+    UnsafeUrl,
 }
 
 impl Default for HttpSettings {
@@ -81,6 +99,7 @@ impl Default for HttpSettings {
             public_url: None,
             max_body_bytes: 16 * 1024,
             request_timeout: Duration::from_secs(10),
+            referrer_policy: None,
         }
     }
 }
@@ -95,27 +114,58 @@ struct AppState {
     redirect_status: StatusCode,
     create_auth: CreateAuth,
     public_url: Option<String>,
+    /// The address the server listens on: the host of `short_url` when
+    /// neither `--public-url` nor a well-formed Host says otherwise.
+    listen: std::net::SocketAddr,
+    referrer_policy: Option<HeaderValue>,
+}
+
+/// Whether a Host header is `host[:port]` and nothing else: no path,
+/// query, user info or spaces that would end up inside `short_url`.
+fn is_host_and_port(host: &str) -> bool {
+    let Ok(authority) = host.parse::<axum::http::uri::Authority>() else {
+        return false;
+    };
+    let name = authority.host();
+    authority.as_str() == host
+        && !host.contains('@')
+        && !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'[' | b']' | b':'))
 }
 
 impl AppState {
+    /// The link's full short URL: under `--public-url` when set; else
+    /// under the request's Host when that is a plain `host[:port]`; else
+    /// under the listen address.
     fn short_url(&self, headers: &HeaderMap, code: &ShortCode) -> Option<String> {
-        match &self.public_url {
-            Some(base) => Some(format!("{}/{code}", base.trim_end_matches('/'))),
-            None => headers
-                .get(header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .map(|host| format!("http://{host}/{code}")),
+        if let Some(base) = &self.public_url {
+            return Some(format!("{}/{code}", base.trim_end_matches('/')));
         }
+        let host = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .filter(|h| is_host_and_port(h));
+        Some(match host {
+            Some(host) => format!("http://{host}/{code}"),
+            None => format!("http://{}/{code}", self.listen),
+        })
     }
 }
 
-/// The router with every route and the layers every request passes.
-pub fn app(links: Links, settings: &HttpSettings) -> Router {
+/// The router with every route and the layers every request passes;
+/// `listen` is the bound address (see [`AppState::short_url`]).
+pub fn app(links: Links, settings: &HttpSettings, listen: std::net::SocketAddr) -> Router {
     let state = AppState {
         links,
         redirect_status: settings.redirect_status.status(),
         create_auth: settings.create_auth,
         public_url: settings.public_url.clone(),
+        listen,
+        referrer_policy: settings
+            .referrer_policy
+            .and_then(|p| HeaderValue::from_str(&p.to_string()).ok()),
     };
     Router::new()
         .route("/", get(web::index))
@@ -170,4 +220,35 @@ pub async fn serve(
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_plain_host_and_port_is_a_host() {
+        for good in [
+            "example.com",
+            "s.example.com:8080",
+            "127.0.0.1:3000",
+            "[::1]:8080",
+            "localhost",
+        ] {
+            assert!(is_host_and_port(good), "{good}");
+        }
+        for bad in [
+            "evil.com/phish?x=",
+            "evil.com?x",
+            "evil.com#x",
+            "user@evil.com",
+            "evil com",
+            "",
+            "evil.com:80:90",
+            "evil.com:port",
+            "evil.com/",
+        ] {
+            assert!(!is_host_and_port(bad), "{bad}");
+        }
+    }
 }
