@@ -128,6 +128,7 @@ fn is_host_and_port(host: &str) -> bool {
     };
     let name = authority.host();
     authority.as_str() == host
+        && (host.len() == name.len() || authority.port_u16().is_some())
         && !host.contains('@')
         && !name.is_empty()
         && name
