@@ -34,9 +34,8 @@ struct LinkBody<'a> {
 #[derive(Serialize)]
 pub struct Created {
     short_link: String,
-    /// The full short URL, when the public base URL or the Host is known.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    short_url: Option<String>,
+    /// The full short URL (see `AppState::short_url`).
+    short_url: String,
     link: String,
 }
 
@@ -45,7 +44,7 @@ pub struct Created {
 pub struct LinkObject {
     code: String,
     url: String,
-    short_url: Option<String>,
+    short_url: String,
     created_at: Timestamp,
     expires_at: Option<Timestamp>,
     expired: bool,

@@ -65,7 +65,7 @@ pub struct HttpSettings {
     pub redirect_status: RedirectStatus,
     pub create_auth: CreateAuth,
     /// Base of the `short_url` field, e.g. `https://s.example.com`. Without
-    /// it the request's Host header is used.
+    /// it a plain `host[:port]` Host is used, else the listen address.
     pub public_url: Option<String>,
     /// Largest request body; 413 above it.
     pub max_body_bytes: usize,
@@ -140,18 +140,18 @@ impl AppState {
     /// The link's full short URL: under `--public-url` when set; else
     /// under the request's Host when that is a plain `host[:port]`; else
     /// under the listen address.
-    fn short_url(&self, headers: &HeaderMap, code: &ShortCode) -> Option<String> {
+    fn short_url(&self, headers: &HeaderMap, code: &ShortCode) -> String {
         if let Some(base) = &self.public_url {
-            return Some(format!("{}/{code}", base.trim_end_matches('/')));
+            return format!("{}/{code}", base.trim_end_matches('/'));
         }
         let host = headers
             .get(header::HOST)
             .and_then(|h| h.to_str().ok())
             .filter(|h| is_host_and_port(h));
-        Some(match host {
+        match host {
             Some(host) => format!("http://{host}/{code}"),
             None => format!("http://{}/{code}", self.listen),
-        })
+        }
     }
 }
 

@@ -34,9 +34,7 @@ async fn encode(
             return Err(ApiError::Gone(format!("link '{code}' no longer redirects")));
         }
     }
-    let url = state.short_url(headers, code).ok_or_else(|| {
-        ApiError::BadRequest("a Host header (or --public-url) is needed for the short URL".into())
-    })?;
+    let url = state.short_url(headers, code);
     QrCode::new(url.as_bytes()).map_err(|e| ApiError::Internal(format!("QR encoding: {e}")))
 }
 
