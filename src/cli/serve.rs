@@ -31,7 +31,23 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub visits: VisitArgs,
     #[command(flatten)]
+    pub abuse: AbuseArgs,
+    #[command(flatten)]
     pub lab: LabArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Abuse")]
+pub struct AbuseArgs {
+    /// Refuse targets on loopback, private, link-local and unspecified
+    /// addresses (any IPv4 form) and `localhost`, answered 400.
+    #[arg(long, env = "LITELINK_REFUSE_PRIVATE_TARGETS")]
+    pub refuse_private_targets: bool,
+
+    /// File of refused target domains, one a line (`#` comments;
+    /// subdomains included); read again on SIGHUP.
+    #[arg(long, env = "LITELINK_DENY_HOSTS")]
+    pub deny_hosts: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -232,6 +248,7 @@ impl ServeArgs {
             storage,
             cache,
             visits,
+            abuse,
             lab,
         } = self;
         let mut s = Settings {
@@ -244,6 +261,8 @@ impl ServeArgs {
         s.http.max_body_bytes = server.max_body_bytes;
         s.http.request_timeout = Duration::from_secs(server.request_timeout);
         s.http.referrer_policy = server.referrer_policy;
+        s.http.refuse_private_targets = abuse.refuse_private_targets;
+        s.http.deny_hosts = abuse.deny_hosts.clone();
 
         s.codes.length = usize::from(storage.code_length);
         s.codes.locality = lab.code_locality.is_on();

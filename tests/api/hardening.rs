@@ -5,7 +5,7 @@ use clap::Parser;
 use litelink::cli::Cli;
 use serde_json::{Value, json};
 
-use crate::helpers::spawn_app;
+use crate::helpers::{assert_error, spawn_app, spawn_process};
 
 #[tokio::test]
 async fn every_answer_says_nosniff_and_redirects_are_revalidated() {
@@ -93,4 +93,108 @@ async fn only_a_plain_host_makes_the_short_url() {
     let r = body(r).await;
     let code = r["short_link"].as_str().unwrap();
     assert_eq!(r["short_url"], format!("https://s.example.org/{code}"));
+}
+
+/// Item 7: what is validated is what is stored and served.
+#[tokio::test]
+async fn the_validated_url_is_the_served_url() {
+    let app = spawn_app(&[]).await;
+    for (raw, canonical) in [
+        ("http:/\\evil.com", "http://evil.com/"),
+        ("http:\\\\evil.com", "http://evil.com/"),
+        ("https:evil.com", "https://evil.com/"),
+        ("http:///evil.com", "http://evil.com/"),
+        ("http://%65vil.com/", "http://evil.com/"),
+        ("https://example.com", "https://example.com/"),
+        (
+            "https://EXAMPLE.com:443/a/./b/../c",
+            "https://example.com/a/c",
+        ),
+    ] {
+        let r = app.create(raw).await;
+        assert_eq!(r.status(), 201, "{raw}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["link"], canonical, "{raw}");
+        let code = body["short_link"].as_str().unwrap();
+        let r = app.get(&format!("/{code}")).await;
+        assert_eq!(r.headers()["location"], canonical, "{raw}");
+        let r: Value = app
+            .get(&format!("/link/{code}"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(r["link"], canonical, "{raw}");
+    }
+}
+
+/// Item 8: no credentials in targets; private targets and denied hosts
+/// when the operator asks.
+#[tokio::test]
+async fn credentials_private_targets_and_denied_hosts_are_refused() {
+    let app = spawn_app(&[]).await;
+    for raw in [
+        "https://www.google.com@evil.com/",
+        "https://user:secret@example.com/",
+    ] {
+        assert_error(app.create(raw).await, 400, "user name or password").await;
+    }
+    // Private targets are allowed unless asked.
+    assert_eq!(app.create("http://127.0.0.1:9/").await.status(), 201);
+
+    let strict = spawn_app(&["--refuse-private-targets"]).await;
+    for raw in [
+        "http://127.0.0.1:9/",
+        "http://2130706433/",
+        "http://0x7f.0.0.1/",
+        "http://10.0.0.1/",
+        "http://169.254.169.254/",
+        "http://[::1]/",
+        "http://localhost/",
+    ] {
+        assert_error(strict.create(raw).await, 400, "private").await;
+    }
+    let code = strict.create_ok("https://example.com/public").await;
+    let key = strict.new_key("admin", true).await;
+    let r = strict
+        .api(
+            reqwest::Method::PATCH,
+            &format!("/api/v1/links/{code}"),
+            Some(&key),
+            Some(json!({ "url": "http://192.168.1.1/" })),
+        )
+        .await;
+    assert_error(r, 400, "private").await;
+}
+
+#[tokio::test]
+async fn the_deny_list_is_read_again_on_sighup() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("deny.txt");
+    std::fs::write(&list, "# phishing\nevil.example\n").unwrap();
+    let server = spawn_process(
+        &dir.path().join("d.db"),
+        &["--deny-hosts", list.to_str().unwrap()],
+    );
+    let client = crate::helpers::client();
+    let create = |url: &str| {
+        client
+            .post(format!("{}/link", server.url()))
+            .json(&json!({ "url": url }))
+            .send()
+    };
+    let status = |r: Result<reqwest::Response, reqwest::Error>| r.expect("POST").status().as_u16();
+    assert_eq!(status(create("https://login.evil.example/x").await), 400);
+    assert_eq!(status(create("https://other.example/x").await), 201);
+    std::fs::write(&list, "other.example\n").unwrap();
+    server.signal(libc::SIGHUP).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while status(create("https://other.example/y").await) != 400 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "SIGHUP did not reload"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(status(create("https://login.evil.example/x").await), 201);
 }

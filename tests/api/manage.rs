@@ -942,5 +942,5 @@ async fn a_schema_1_database_is_migrated_and_keeps_its_links() {
     let version: u32 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .expect("version");
-    assert_eq!(version, 3);
+    assert_eq!(version, 4);
 }

@@ -10,7 +10,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 
 use crate::cache;
-use crate::domain::CodeGenerator;
+use crate::domain::{CodeGenerator, TargetPolicy};
 use crate::http;
 use crate::keys::KeyRegistry;
 use crate::links::Links;
@@ -27,6 +27,8 @@ pub struct Application {
     links: Links,
     router: Router,
     refresher: tokio::task::JoinHandle<()>,
+    /// Reads `--deny-hosts` again on SIGHUP.
+    reloader: Option<tokio::task::JoinHandle<()>>,
     flusher: Flusher,
     /// One server per database, for as long as this one runs.
     _lock: DbLock,
@@ -52,12 +54,26 @@ impl Application {
         let visits = Arc::new(Visits::new(settings.visits.clone(), Arc::clone(&store)));
         let flusher = visits.spawn_flusher();
         let links = Links::new(cache, store, keys, visits);
-        let router = http::app(links.clone(), &settings.http, listener.local_addr()?);
+        let targets = Arc::new(TargetPolicy::new(
+            settings.http.refuse_private_targets,
+            settings.http.deny_hosts.clone(),
+        )?);
+        let reloader = targets
+            .has_deny_list()
+            .then(|| spawn_deny_list_reloader(Arc::clone(&targets)))
+            .transpose()?;
+        let router = http::app(
+            links.clone(),
+            targets,
+            &settings.http,
+            listener.local_addr()?,
+        );
         Ok(Self {
             listener,
             links,
             router,
             refresher,
+            reloader,
             flusher,
             _lock: lock,
         })
@@ -78,11 +94,31 @@ impl Application {
         tracing::info!(addr = %self.listener.local_addr()?, "serving");
         let served = http::serve(self.listener, self.router, shutdown).await;
         self.refresher.abort();
+        if let Some(r) = self.reloader {
+            r.abort();
+        }
         self.flusher.stop().await;
         self.links.close().await;
         tracing::info!("stopped");
         served.context("serving HTTP")
     }
+}
+
+/// Reloads the deny list on every SIGHUP; a list that cannot be read
+/// leaves the previous one in force.
+fn spawn_deny_list_reloader(
+    targets: Arc<TargetPolicy>,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
+    Ok(tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            match targets.reload() {
+                Ok(n) => tracing::info!(hosts = n, "deny list reloaded"),
+                Err(e) => tracing::error!(error = %e, "deny list not reloaded; the old one stays"),
+            }
+        }
+    }))
 }
 
 /// Opens the store for a command that works beside a running server

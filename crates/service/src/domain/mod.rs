@@ -11,5 +11,7 @@ pub use code::{
     is_reserved,
 };
 pub use link::{KeyId, Link, Owner, Resolved, Timestamp, TimestampError};
-pub use target::{MAX_URL_BYTES, TargetUrl, TargetUrlError};
+pub use target::{
+    DenyListError, MAX_URL_BYTES, TargetPolicy, TargetUrl, TargetUrlError, is_private_ip,
+};
 pub use visit::{AgentClass, HourCount, VisitCounts};

@@ -85,6 +85,7 @@ impl AppState {
                 ));
             }
         }
+        self.targets.check(&body.url).map_err(bad_target)?;
         let new = NewLink {
             target: body.url,
             code: body.code,
@@ -124,6 +125,10 @@ pub async fn api_create(
 ) -> Result<(StatusCode, Json<LinkObject>), ApiError> {
     let link = state.create(caller, body).await?;
     Ok((StatusCode::CREATED, Json(state.link_object(&headers, link))))
+}
+
+fn bad_target(e: crate::domain::TargetUrlError) -> ApiError {
+    ApiError::BadRequest(e.to_string())
 }
 
 fn not_found(code: &ShortCode) -> ApiError {
@@ -218,6 +223,9 @@ pub async fn api_update(
     Code(code): Code,
     body: PatchBody,
 ) -> Result<Json<LinkObject>, ApiError> {
+    if let Some(url) = &body.url {
+        state.targets.check(url).map_err(bad_target)?;
+    }
     let patch = LinkPatch {
         target: body.url,
         expires_at: body.expires_at,

@@ -10,6 +10,7 @@ pub mod shutdown;
 mod web;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -74,6 +75,10 @@ pub struct HttpSettings {
     /// `Referrer-Policy` of redirects; `None`: not sent (the browser's
     /// default applies).
     pub referrer_policy: Option<ReferrerPolicy>,
+    /// Refuse targets on loopback, private and link-local addresses.
+    pub refuse_private_targets: bool,
+    /// A file of refused domains (subdomains included), reloaded on SIGHUP.
+    pub deny_hosts: Option<std::path::PathBuf>,
 }
 
 /// What a redirect tells the target about where the click came from
@@ -100,11 +105,13 @@ impl Default for HttpSettings {
             max_body_bytes: 16 * 1024,
             request_timeout: Duration::from_secs(10),
             referrer_policy: None,
+            refuse_private_targets: false,
+            deny_hosts: None,
         }
     }
 }
 
-use crate::domain::ShortCode;
+use crate::domain::{ShortCode, TargetPolicy};
 use crate::links::Links;
 
 /// Everything a handler needs; cheap to clone.
@@ -118,6 +125,8 @@ struct AppState {
     /// neither `--public-url` nor a well-formed Host says otherwise.
     listen: std::net::SocketAddr,
     referrer_policy: Option<HeaderValue>,
+    /// What targets this server refuses beyond a well-formed URL.
+    targets: Arc<TargetPolicy>,
 }
 
 /// Whether a Host header is `host[:port]` and nothing else: no path,
@@ -157,8 +166,14 @@ impl AppState {
 
 /// The router with every route and the layers every request passes;
 /// `listen` is the bound address (see [`AppState::short_url`]).
-pub fn app(links: Links, settings: &HttpSettings, listen: std::net::SocketAddr) -> Router {
+pub fn app(
+    links: Links,
+    targets: Arc<TargetPolicy>,
+    settings: &HttpSettings,
+    listen: std::net::SocketAddr,
+) -> Router {
     let state = AppState {
+        targets,
         links,
         redirect_status: settings.redirect_status.status(),
         create_auth: settings.create_auth,
