@@ -342,8 +342,8 @@ async fn internal_failures_are_a_generic_500() {
 }
 
 #[tokio::test]
-async fn consecutive_codes_share_a_prefix_that_survives_a_restart() {
-    let app = spawn_app(&["--cache", "none"]).await;
+async fn with_locality_on_consecutive_codes_share_a_prefix_that_survives_a_restart() {
+    let app = spawn_app(&["--cache", "none", "--code-locality", "on"]).await;
     assert_eq!(app.stats().await["writer"]["code_locality"], true);
     // 1,030 creates: the first 1,023 share "AA", the rest move on to "AB".
     // In rounds of 128 concurrent creates, so that the test's connections
@@ -361,12 +361,13 @@ async fn consecutive_codes_share_a_prefix_that_survives_a_restart() {
     // A restart numbers creates on from the highest id: still "AB".
     let db = app.db.clone();
     let dir = app.stop().await;
-    let again = spawn_app_on(&db, &["--cache", "none"]).await;
+    let again = spawn_app_on(&db, &["--cache", "none", "--code-locality", "on"]).await;
     let code = again.create_ok("https://example.com/after-restart").await;
     assert!(code.starts_with("AB"), "{code}");
     drop(dir);
 
-    let random = spawn_app(&["--cache", "none", "--code-locality", "off"]).await;
+    // The default: every character random (item 14 of the hardening issue).
+    let random = spawn_app(&["--cache", "none"]).await;
     assert_eq!(random.stats().await["writer"]["code_locality"], false);
     let mut prefixes: Vec<String> = random
         .create_concurrently("random", 64)
