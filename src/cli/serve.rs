@@ -48,6 +48,11 @@ pub struct AbuseArgs {
     /// subdomains included); read again on SIGHUP.
     #[arg(long, env = "LITELINK_DENY_HOSTS")]
     pub deny_hosts: Option<PathBuf>,
+
+    /// Serve `/stats` to anyone even once API keys exist (without it, it
+    /// then needs an admin key).
+    #[arg(long, env = "LITELINK_STATS_PUBLIC")]
+    pub stats_public: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -263,6 +268,7 @@ impl ServeArgs {
         s.http.referrer_policy = server.referrer_policy;
         s.http.refuse_private_targets = abuse.refuse_private_targets;
         s.http.deny_hosts = abuse.deny_hosts.clone();
+        s.http.stats_public = abuse.stats_public;
 
         s.codes.length = usize::from(storage.code_length);
         s.codes.locality = lab.code_locality.is_on();

@@ -198,3 +198,32 @@ async fn the_deny_list_is_read_again_on_sighup() {
     }
     assert_eq!(status(create("https://login.evil.example/x").await), 201);
 }
+
+/// Item 13: once keys exist, `/stats` is the operator's; no absolute path.
+#[tokio::test]
+async fn stats_needs_an_admin_key_once_keys_exist() {
+    let app = spawn_app(&[]).await;
+    let open = app.get("/stats").await;
+    assert_eq!(open.status(), 200);
+    let body: Value = open.json().await.unwrap();
+    assert_eq!(body["file"], "litelink.db");
+    let dir = app.db.parent().unwrap().to_str().unwrap().to_owned();
+    assert!(!body.to_string().contains(&dir), "{body}");
+
+    let user = app.new_key("user", false).await;
+    assert_error(app.get("/stats").await, 401, "admin key").await;
+    let r = app
+        .api(reqwest::Method::GET, "/stats", Some(&user), None)
+        .await;
+    assert_error(r, 403, "admin key").await;
+    let r = app
+        .api(reqwest::Method::GET, "/stats", Some("ll_not_a_key"), None)
+        .await;
+    assert_eq!(r.status(), 401);
+    app.new_key("root", true).await;
+    assert_eq!(app.stats().await["file"], "litelink.db");
+
+    let public = spawn_app(&["--stats-public"]).await;
+    public.new_key("user", false).await;
+    assert_eq!(public.get("/stats").await.status(), 200);
+}

@@ -62,6 +62,7 @@ pub struct TestApp {
     pub db: PathBuf,
     dir: Option<TempDir>,
     shutdown: Option<oneshot::Sender<()>>,
+    admin: std::sync::Mutex<Option<String>>,
     handle: Option<JoinHandle<anyhow::Result<()>>>,
 }
 
@@ -96,6 +97,7 @@ pub async fn spawn_app_on(db: &Path, extra: &[&str]) -> TestApp {
         db: db.to_path_buf(),
         dir: None,
         shutdown: Some(tx),
+        admin: Default::default(),
         handle: Some(handle),
     };
     app.wait_ready().await;
@@ -193,6 +195,10 @@ impl TestApp {
     /// beside the running server, and waits until the server accepts it.
     pub async fn new_key(&self, name: &str, admin: bool) -> String {
         let key = run_keys(&self.db, &["create", "--name", name], admin);
+        if admin {
+            let mut first = self.admin.lock().unwrap_or_else(|e| e.into_inner());
+            first.get_or_insert_with(|| key.clone());
+        }
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         loop {
             let r = self
@@ -232,8 +238,21 @@ impl TestApp {
         r.send().await.expect("request")
     }
 
+    /// `/stats`, with the first admin key this test made, if any (once
+    /// keys exist, `/stats` needs one); if the test made only user keys, one admin key is made for it.
     pub async fn stats(&self) -> Value {
-        self.get("/stats").await.json().await.expect("stats json")
+        let admin = self.admin.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut r = self
+            .api(reqwest::Method::GET, "/stats", admin.as_deref(), None)
+            .await;
+        if r.status() == 401 && admin.is_none() {
+            let admin = self.new_key("stats-reader", true).await;
+            r = self
+                .api(reqwest::Method::GET, "/stats", Some(&admin), None)
+                .await;
+        }
+        assert_eq!(r.status(), 200, "/stats");
+        r.json().await.expect("stats json")
     }
 
     /// Graceful shutdown; returns the directory so the database outlives it.

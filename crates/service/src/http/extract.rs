@@ -208,6 +208,30 @@ impl FromRequestParts<AppState> for Key {
     }
 }
 
+/// A request for the operator's views (`/stats`): open while no API key
+/// exists, or with `--stats-public`; otherwise it needs an admin key
+/// (401 without a key, 403 with a key that is not an admin's).
+pub struct Operator;
+
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        if state.stats_public || !state.links.keys().any() {
+            return Ok(Self);
+        }
+        match Caller::from_request_parts(parts, state).await? {
+            Caller(Some(p)) if p.admin => Ok(Self),
+            Caller(Some(_)) => Err(ApiError::Forbidden("this needs an admin key".into())),
+            Caller(None) => Err(ApiError::Unauthorized(
+                "this server has API keys: an admin key is required \
+                 (Authorization: Bearer KEY, or X-API-Key: KEY)"
+                    .into(),
+            )),
+        }
+    }
+}
+
 fn presented_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
     let malformed = || ApiError::Unauthorized("malformed API key header".into());
     if let Some(v) = headers.get("x-api-key") {

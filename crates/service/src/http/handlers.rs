@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
-use super::extract::{Caller, Code, Key, NewLinkBody, PatchBody};
+use super::extract::{Caller, Code, Key, NewLinkBody, Operator, PatchBody};
 use super::{AppState, CreateAuth};
 use crate::domain::{Link, ShortCode, TargetUrl, Timestamp};
 use crate::links::{LinkStats, Resolution, Use};
@@ -362,7 +362,7 @@ pub struct Stats {
     redirect_status: u16,
 }
 
-pub async fn stats(State(state): State<AppState>) -> Json<Stats> {
+pub async fn stats(State(state): State<AppState>, _: Operator) -> Json<Stats> {
     Json(Stats {
         links: state.links.stats(),
         version: env!("CARGO_PKG_VERSION"),

@@ -79,6 +79,8 @@ pub struct HttpSettings {
     pub refuse_private_targets: bool,
     /// A file of refused domains (subdomains included), reloaded on SIGHUP.
     pub deny_hosts: Option<std::path::PathBuf>,
+    /// `/stats` without a key even when keys exist.
+    pub stats_public: bool,
 }
 
 /// What a redirect tells the target about where the click came from
@@ -107,6 +109,7 @@ impl Default for HttpSettings {
             referrer_policy: None,
             refuse_private_targets: false,
             deny_hosts: None,
+            stats_public: false,
         }
     }
 }
@@ -127,6 +130,7 @@ struct AppState {
     referrer_policy: Option<HeaderValue>,
     /// What targets this server refuses beyond a well-formed URL.
     targets: Arc<TargetPolicy>,
+    stats_public: bool,
 }
 
 /// Whether a Host header is `host[:port]` and nothing else: no path,
@@ -174,6 +178,7 @@ pub fn app(
 ) -> Router {
     let state = AppState {
         targets,
+        stats_public: settings.stats_public,
         links,
         redirect_status: settings.redirect_status.status(),
         create_auth: settings.create_auth,

@@ -165,7 +165,7 @@ pub enum OpenError {
 /// `/stats` of the SQLite store. The JSON shape is documented in the README.
 #[derive(Debug, Clone, Serialize)]
 pub struct SqliteStats {
-    pub path: String,
+    pub file: String,
     pub sqlite_version: &'static str,
     pub compile_options: Vec<String>,
     pub memstatus: bool,
@@ -304,7 +304,13 @@ impl SqliteStore {
         let c = &inner.settings;
         let writes = inner.writer.counts();
         SqliteStats {
-            path: inner.path.display().to_string(),
+            // The file's name only: an absolute path tells an attacker
+            // about the host (and /stats may be public).
+            file: inner
+                .path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
             sqlite_version: build_info::sqlite_version(),
             compile_options: inner.compile_options.clone(),
             memstatus: inner.memstatus,
