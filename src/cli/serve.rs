@@ -87,6 +87,39 @@ pub struct ServerArgs {
           default_value_t = d().http.request_timeout.as_secs())]
     pub request_timeout: u64,
 
+    /// Seconds a client may take to send a request's headers; the
+    /// connection is closed after it.
+    #[arg(long, env = "LITELINK_HEADER_READ_TIMEOUT",
+          value_parser = clap::value_parser!(u64).range(1..=3600),
+          default_value_t = d().http.header_read_timeout.as_secs())]
+    pub header_read_timeout: u64,
+
+    /// Seconds a keep-alive connection may stay without a request.
+    #[arg(long, env = "LITELINK_IDLE_TIMEOUT",
+          value_parser = clap::value_parser!(u64).range(1..=86_400),
+          default_value_t = d().http.idle_timeout.as_secs())]
+    pub idle_timeout: u64,
+
+    /// Most connections open at once; more wait in the kernel's backlog
+    /// (default: the open-file limit, raised to its hard maximum at
+    /// start, less 256, at most 100,000).
+    #[arg(long, env = "LITELINK_MAX_CONNECTIONS",
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub max_connections: Option<u64>,
+
+    /// Largest request line plus headers, in bytes (431 above it).
+    #[arg(long, env = "LITELINK_MAX_HEADER_BYTES",
+          value_parser = clap::value_parser!(u64).range(1024..=1_048_576),
+          default_value_t = d().http.max_header_bytes as u64)]
+    pub max_header_bytes: u64,
+
+    /// On SIGTERM or SIGINT, seconds requests in flight get to finish
+    /// (idle and half-read connections are closed at once).
+    #[arg(long, env = "LITELINK_SHUTDOWN_TIMEOUT",
+          value_parser = clap::value_parser!(u64).range(0..=3600),
+          default_value_t = d().http.shutdown_timeout.as_secs())]
+    pub shutdown_timeout: u64,
+
     /// `Referrer-Policy` sent with redirects, e.g. `no-referrer` to keep
     /// where a click came from away from the target (default: none sent).
     #[arg(long, env = "LITELINK_REFERRER_POLICY", value_parser = keyword::<ReferrerPolicy>())]
@@ -266,6 +299,11 @@ impl ServeArgs {
         s.http.max_body_bytes = server.max_body_bytes;
         s.http.request_timeout = Duration::from_secs(server.request_timeout);
         s.http.referrer_policy = server.referrer_policy;
+        s.http.header_read_timeout = Duration::from_secs(server.header_read_timeout);
+        s.http.idle_timeout = Duration::from_secs(server.idle_timeout);
+        s.http.max_connections = server.max_connections.map(|n| n as usize);
+        s.http.max_header_bytes = server.max_header_bytes as usize;
+        s.http.shutdown_timeout = Duration::from_secs(server.shutdown_timeout);
         s.http.refuse_private_targets = abuse.refuse_private_targets;
         s.http.deny_hosts = abuse.deny_hosts.clone();
         s.http.stats_public = abuse.stats_public;

@@ -5,6 +5,7 @@ mod helpers;
 
 mod api;
 mod cache;
+mod connections;
 mod durability;
 mod hardening;
 mod manage;

@@ -26,6 +26,7 @@ pub struct Application {
     listener: TcpListener,
     links: Links,
     router: Router,
+    http: http::HttpSettings,
     refresher: tokio::task::JoinHandle<()>,
     /// Reads `--deny-hosts` again on SIGHUP.
     reloader: Option<tokio::task::JoinHandle<()>>,
@@ -72,6 +73,7 @@ impl Application {
             listener,
             links,
             router,
+            http: settings.http.clone(),
             refresher,
             reloader,
             flusher,
@@ -92,7 +94,7 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         tracing::info!(addr = %self.listener.local_addr()?, "serving");
-        let served = http::serve(self.listener, self.router, shutdown).await;
+        let served = http::server::serve(self.listener, self.router, &self.http, shutdown).await;
         self.refresher.abort();
         if let Some(r) = self.reloader {
             r.abort();

@@ -21,3 +21,75 @@ pub fn init(default_filter: &str) {
         .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }
+
+/// Lets a repeated event through at most once per `every`, counting the
+/// ones held back, so that a failing disk or a flood of refused
+/// connections logs a line every few seconds, not one per request.
+#[derive(Debug)]
+pub struct Throttle {
+    every_ms: u64,
+    /// Milliseconds since `epoch` of the last event let through, plus 1
+    /// (0: none yet).
+    last: std::sync::atomic::AtomicU64,
+    held_back: std::sync::atomic::AtomicU64,
+    epoch: std::time::Instant,
+}
+
+impl Throttle {
+    pub fn new(every: std::time::Duration) -> Self {
+        Self {
+            every_ms: every.as_millis() as u64,
+            last: Default::default(),
+            held_back: Default::default(),
+            epoch: std::time::Instant::now(),
+        }
+    }
+
+    /// `Some(n)` when this event should be logged, `n` being how many were
+    /// held back since the last one logged; `None` to stay quiet.
+    pub fn allow(&self) -> Option<u64> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = self.epoch.elapsed().as_millis() as u64 + 1;
+        let last = self.last.load(Relaxed);
+        let due = last == 0 || now.saturating_sub(last) >= self.every_ms;
+        if due
+            && self
+                .last
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_ok()
+        {
+            Some(self.held_back.swap(0, Relaxed))
+        } else {
+            self.held_back.fetch_add(1, Relaxed);
+            None
+        }
+    }
+}
+
+/// Logs `$($arg)+` at `$level` through `$throttle`, with the number of
+/// events held back since the last line as `suppressed`.
+#[macro_export]
+macro_rules! throttled {
+    ($throttle:expr, $level:ident, $($arg:tt)+) => {
+        if let Some(suppressed) = $throttle.allow() {
+            tracing::$level!(suppressed, $($arg)+);
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_throttle_counts_what_it_holds_back() {
+        let t = Throttle::new(std::time::Duration::from_millis(200));
+        assert_eq!(t.allow(), Some(0));
+        for _ in 0..1000 {
+            assert_eq!(t.allow(), None);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        assert_eq!(t.allow(), Some(1000));
+        assert_eq!(t.allow(), None);
+    }
+}

@@ -22,10 +22,10 @@ pub struct NewLinkBody {
     pub max_visits: Option<u64>,
 }
 
-impl<S: Send + Sync> FromRequest<S> for NewLinkBody {
+impl FromRequest<AppState> for NewLinkBody {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
         let mut fields = json_object(req, state).await?;
         let url = url_field(fields.remove("url"))?;
         let code = match fields.remove("code") {
@@ -55,10 +55,10 @@ pub struct PatchBody {
     pub max_visits: Option<Option<u64>>,
 }
 
-impl<S: Send + Sync> FromRequest<S> for PatchBody {
+impl FromRequest<AppState> for PatchBody {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
         let mut fields = json_object(req, state).await?;
         let url = match fields.remove("url") {
             None => None,
@@ -83,18 +83,31 @@ impl<S: Send + Sync> FromRequest<S> for PatchBody {
 
 /// Reads a JSON object body: 415 without a JSON content type, 413 over
 /// the size limit, 400 when it is not an object.
-async fn json_object<S: Send + Sync>(
-    req: Request,
-    state: &S,
-) -> Result<Map<String, Value>, ApiError> {
+async fn json_object(req: Request, state: &AppState) -> Result<Map<String, Value>, ApiError> {
     if !is_json_content_type(req.headers()) {
         return Err(ApiError::UnsupportedMediaType(
             "expected Content-Type: application/json".into(),
         ));
     }
+    // Refused from the declared length, before a byte of the body is read
+    // (and so before `100 Continue` is sent to a client that expects it).
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > state.max_body_bytes as u64) {
+        return Err(ApiError::PayloadTooLarge(format!(
+            "request body is too large (over {} bytes)",
+            state.max_body_bytes
+        )));
+    }
     let body = Bytes::from_request(req, state).await.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::PayloadTooLarge("request body is too large".into())
+            ApiError::PayloadTooLarge(format!(
+                "request body is too large (over {} bytes)",
+                state.max_body_bytes
+            ))
         } else {
             ApiError::BadRequest(format!("could not read request body: {rejection}"))
         }

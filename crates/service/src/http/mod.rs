@@ -6,10 +6,10 @@ mod error;
 mod extract;
 mod handlers;
 mod qr;
+pub mod server;
 pub mod shutdown;
 mod web;
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +18,6 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::routing::{get, post};
 use strum::{Display, EnumString, VariantNames};
-use tokio::net::TcpListener;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
@@ -81,6 +80,17 @@ pub struct HttpSettings {
     pub deny_hosts: Option<std::path::PathBuf>,
     /// `/stats` without a key even when keys exist.
     pub stats_public: bool,
+    /// How long a client may take to send a request's headers.
+    pub header_read_timeout: Duration,
+    /// How long a keep-alive connection may stay without a request.
+    pub idle_timeout: Duration,
+    /// Most connections open at once; `None`: derived from the file limit
+    /// (see [`server::connection_limit`]).
+    pub max_connections: Option<usize>,
+    /// Largest request head (request line and headers); 431 above it.
+    pub max_header_bytes: usize,
+    /// On SIGTERM, how long requests in flight may take to finish.
+    pub shutdown_timeout: Duration,
 }
 
 /// What a redirect tells the target about where the click came from
@@ -110,6 +120,11 @@ impl Default for HttpSettings {
             refuse_private_targets: false,
             deny_hosts: None,
             stats_public: false,
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: None,
+            max_header_bytes: 16 * 1024,
+            shutdown_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -131,6 +146,7 @@ struct AppState {
     /// What targets this server refuses beyond a well-formed URL.
     targets: Arc<TargetPolicy>,
     stats_public: bool,
+    max_body_bytes: usize,
 }
 
 /// Whether a Host header is `host[:port]` and nothing else: no path,
@@ -179,6 +195,7 @@ pub fn app(
     let state = AppState {
         targets,
         stats_public: settings.stats_public,
+        max_body_bytes: settings.max_body_bytes,
         links,
         redirect_status: settings.redirect_status.status(),
         create_auth: settings.create_auth,
@@ -223,24 +240,6 @@ pub fn app(
         ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
-}
-
-/// Serves until `shutdown` resolves, then stops accepting and waits for the
-/// requests in flight to finish.
-pub async fn serve(
-    listener: TcpListener,
-    router: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    let listener = listener.tap_io(|tcp| {
-        // Small JSON answers on keep-alive connections: without NODELAY
-        // Nagle's algorithm can hold each one back waiting for an ACK.
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
 }
 
 #[cfg(test)]

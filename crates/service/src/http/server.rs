@@ -1,0 +1,539 @@
+//! Serving connections: the accept loop and what bounds each connection.
+//!
+//! axum's own `serve` has no header-read or idle timeout and no cap on
+//! connections, so a client that sends nothing, trickles its headers or
+//! idles on keep-alive holds a descriptor forever. Here every connection
+//! is HTTP/1.1 (hyper) with:
+//! - a header-read timeout: from the connection's start for its first
+//!   request, from the first byte of each later one,
+//! - an idle timeout between requests (hyper's own header timeout would
+//!   also run while a keep-alive connection waits, so both are ours),
+//! - a small header limit (431 above it),
+//! - a slot among `max_connections` (beyond it, connections wait in the
+//!   kernel's backlog rather than exhaust file descriptors),
+//! - a bounded drain after an early answer such as a 413, so that a client
+//!   that writes its whole body before reading still reads the status,
+//! - JSON bodies on the errors hyper answers by itself (400, 414, 431).
+//!
+//! On shutdown the listener closes, idle and half-read connections close
+//! at once, and requests in flight get `shutdown_timeout` to finish.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+use tower::Service;
+
+use super::HttpSettings;
+use crate::telemetry::Throttle;
+use crate::throttled;
+
+/// Descriptors kept back from connections for the database, its WAL, the
+/// log, Valkey and the listener.
+const RESERVED_FILES: u64 = 256;
+/// Most connections a derived default allows, whatever the file limit.
+const MAX_DERIVED_CONNECTIONS: u64 = 100_000;
+/// After an early answer, at most this much of the request is read and
+/// thrown away before closing ...
+const DRAIN_BYTES: usize = 16 << 20;
+/// ... and for at most this long.
+const DRAIN_TIME: Duration = Duration::from_secs(2);
+
+/// Raises this process's open-file limit to its hard maximum and returns
+/// the limit now in force.
+pub fn raise_file_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid resource and a pointer to a
+    // live, properly aligned rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 1024;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            }
+        }
+    }
+    lim.rlim_cur
+}
+
+/// The connection cap: `--max-connections` when set, else what the
+/// (raised) file limit leaves after [`RESERVED_FILES`].
+pub fn connection_limit(settings: &HttpSettings) -> usize {
+    let files = raise_file_limit();
+    settings.max_connections.unwrap_or_else(|| {
+        files
+            .saturating_sub(RESERVED_FILES)
+            .clamp(16, MAX_DERIVED_CONNECTIONS) as usize
+    })
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves; see the module
+/// documentation for the limits.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    settings: &HttpSettings,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let limit = connection_limit(settings);
+    tracing::info!(max_connections = limit, "accepting connections");
+    let slots = Arc::new(Semaphore::new(limit));
+    let limits = Arc::new(ConnLimits::from(settings));
+    let (closing, closed) = watch::channel(false);
+    let accept_errors = Throttle::new(Duration::from_secs(10));
+    let mut connections = JoinSet::new();
+    let ended = Arc::new(AtomicU64::new(0));
+    let trimmer = tokio::spawn(trim_after_floods(Arc::clone(&ended)));
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let slot = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            slot = Arc::clone(&slots).acquire_owned() => slot,
+        };
+        let Ok(slot) = slot else { break };
+        let accepted = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((tcp, peer)) => {
+                // Small JSON answers on keep-alive connections: without
+                // NODELAY Nagle's algorithm can hold each one back.
+                let _ = tcp.set_nodelay(true);
+                let conn = connection(
+                    tcp,
+                    peer,
+                    router.clone(),
+                    Arc::clone(&limits),
+                    closed.clone(),
+                );
+                let ended = Arc::clone(&ended);
+                connections.spawn(async move {
+                    conn.await;
+                    drop(slot);
+                    ended.fetch_add(1, Ordering::Relaxed);
+                });
+            }
+            Err(e) => {
+                throttled!(accept_errors, warn, error = %e, "cannot accept a connection");
+                if !is_per_connection(&e) {
+                    // Out of descriptors or memory: retrying at once would
+                    // spin; connections that finish free what is missing.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+        while connections.try_join_next().is_some() {}
+    }
+    drop(listener);
+    trimmer.abort();
+    let _ = closing.send(true);
+    let open = connections.len();
+    let drained = tokio::time::timeout(settings.shutdown_timeout, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            left = connections.len(),
+            of = open,
+            timeout_s = settings.shutdown_timeout.as_secs_f64(),
+            "requests still running after the shutdown timeout; closing them"
+        );
+        connections.shutdown().await;
+    }
+    Ok(())
+}
+
+/// After many connections have closed, hands the memory their buffers
+/// held back to the system: glibc keeps freed memory in per-thread arenas,
+/// so without this a flood of connections leaves the process hundreds of
+/// megabytes larger for good. Checked every five seconds; a trim takes
+/// about a millisecond, and only follows 256 closed connections.
+async fn trim_after_floods(ended: Arc<AtomicU64>) {
+    const CLOSED_ENOUGH: u64 = 256;
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    let mut trimmed_at = 0;
+    loop {
+        tick.tick().await;
+        let now = ended.load(Ordering::Relaxed);
+        if now - trimmed_at >= CLOSED_ENOUGH {
+            trimmed_at = now;
+            #[cfg(target_env = "gnu")]
+            // SAFETY: malloc_trim only releases free memory; it is safe to
+            // call at any time from any thread.
+            unsafe {
+                libc::malloc_trim(0);
+            }
+        }
+    }
+}
+
+/// Errors that concern one connection that is already gone, not the
+/// listener: accepting again at once is right.
+fn is_per_connection(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::Interrupted
+    )
+}
+
+/// What every connection is held to.
+struct ConnLimits {
+    builder: hyper::server::conn::http1::Builder,
+    header_timeout: Duration,
+    idle_timeout: Duration,
+}
+
+impl ConnLimits {
+    /// How often a connection's watchdog looks: a timeout fires at most
+    /// this late.
+    fn tick(&self) -> Duration {
+        (self.header_timeout.min(self.idle_timeout) / 4)
+            .clamp(Duration::from_millis(50), Duration::from_secs(1))
+    }
+}
+
+impl From<&HttpSettings> for ConnLimits {
+    fn from(s: &HttpSettings) -> Self {
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(None)
+            .max_header_size(s.max_header_bytes)
+            // The read buffer never needs to be much larger than a header.
+            .max_buf_size(s.max_header_bytes.max(8192) * 2)
+            // Writes are small; one flat buffer is one write(2).
+            .writev(false);
+        Self {
+            builder,
+            header_timeout: s.header_read_timeout,
+            idle_timeout: s.idle_timeout,
+        }
+    }
+}
+
+/// What a connection's requests tell its watchdog.
+#[derive(Default)]
+struct Activity {
+    in_flight: AtomicU32,
+    started: AtomicU64,
+    /// Bytes read from the client, all told.
+    read: AtomicU64,
+}
+
+/// What a connection waits for, and until when.
+#[derive(Clone, Copy)]
+enum Wait {
+    /// The rest of a request's head.
+    Header(tokio::time::Instant),
+    /// The next request on a keep-alive connection.
+    Idle(tokio::time::Instant),
+    /// A request being answered (bounded by the request timeout).
+    Busy,
+}
+
+/// Marks a request in flight for as long as it lives.
+struct Busy(Arc<Activity>);
+
+impl Busy {
+    fn new(activity: &Arc<Activity>) -> Self {
+        activity.in_flight.fetch_add(1, Ordering::Relaxed);
+        activity.started.fetch_add(1, Ordering::Relaxed);
+        Self(Arc::clone(activity))
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+async fn connection(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    router: Router,
+    limits: Arc<ConnLimits>,
+    mut closed: watch::Receiver<bool>,
+) {
+    let activity = Arc::new(Activity::default());
+    let service = {
+        let activity = Arc::clone(&activity);
+        hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+            req.extensions_mut().insert(ConnectInfo(peer));
+            let busy = Busy::new(&activity);
+            let answer = router.clone().call(req);
+            async move {
+                let answer = answer.await;
+                drop(busy);
+                answer
+            }
+        })
+    };
+    let io = TokioIo::new(Guarded::new(tcp, Arc::clone(&activity)));
+    let conn = limits.builder.serve_connection(io, service);
+    let mut conn = std::pin::pin!(conn);
+    let mut tick = tokio::time::interval(limits.tick());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut wait = Wait::Header(tokio::time::Instant::now() + limits.header_timeout);
+    let (mut seen_started, mut seen_read) = (0, 0);
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            done = conn.as_mut() => {
+                if let Err(e) = done {
+                    tracing::debug!(error = %e, %peer, "connection ended with an error");
+                }
+                return;
+            }
+            now = tick.tick() => {
+                let started = activity.started.load(Ordering::Relaxed);
+                let read = activity.read.load(Ordering::Relaxed);
+                wait = if activity.in_flight.load(Ordering::Relaxed) > 0 {
+                    Wait::Busy
+                } else if started != seen_started || matches!(wait, Wait::Busy) {
+                    Wait::Idle(now + limits.idle_timeout)
+                } else if read != seen_read && matches!(wait, Wait::Idle(_)) {
+                    Wait::Header(now + limits.header_timeout)
+                } else {
+                    wait
+                };
+                (seen_started, seen_read) = (started, read);
+                match wait {
+                    Wait::Header(until) | Wait::Idle(until) if now >= until => return,
+                    _ => {}
+                }
+            }
+            changed = closed.changed(), if !closing => {
+                closing = true;
+                if changed.is_err() || activity.in_flight.load(Ordering::Relaxed) == 0 {
+                    // Idle or half-read: nothing to finish.
+                    return;
+                }
+                // Finish the request in flight, then close.
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+/// The TCP stream as hyper sees it: JSON bodies for hyper's own error
+/// answers, and a bounded drain before closing.
+struct Guarded {
+    tcp: TcpStream,
+    activity: Arc<Activity>,
+    /// A rewritten answer still to be written, and how much of it is.
+    replacement: Option<(Vec<u8>, usize)>,
+    drain: Option<Drain>,
+    shut: bool,
+}
+
+struct Drain {
+    left: usize,
+    until: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Guarded {
+    fn new(tcp: TcpStream, activity: Arc<Activity>) -> Self {
+        Self {
+            tcp,
+            activity,
+            replacement: None,
+            drain: None,
+            shut: false,
+        }
+    }
+
+    fn poll_replacement(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while let Some((bytes, done)) = &mut self.replacement {
+            if *done == bytes.len() {
+                self.replacement = None;
+                break;
+            }
+            let n = ready!(Pin::new(&mut self.tcp).poll_write(cx, &bytes[*done..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            *done += n;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Reads and discards what the client still sends, up to the bounds.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(drain) = &mut self.drain else {
+            return Poll::Ready(());
+        };
+        let mut scratch = [0u8; 8192];
+        loop {
+            let mut buf = ReadBuf::new(&mut scratch);
+            match Pin::new(&mut self.tcp).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) if !buf.filled().is_empty() => {
+                    drain.left = drain.left.saturating_sub(buf.filled().len());
+                    if drain.left == 0 {
+                        break;
+                    }
+                }
+                Poll::Ready(_) => break,
+                Poll::Pending => {
+                    if drain.until.as_mut().poll(cx).is_ready() {
+                        break;
+                    }
+                    return Poll::Pending;
+                }
+            }
+        }
+        self.drain = None;
+        Poll::Ready(())
+    }
+}
+
+/// hyper's answer to a request it could not parse: a 4xx head with
+/// `content-length: 0` and no content type, which no answer of the router
+/// has (every error of the router carries a JSON body). Returns the same
+/// answer with a JSON body, to be written instead.
+fn json_for_canned_error(buf: &[u8]) -> Option<Vec<u8>> {
+    let head = buf.strip_prefix(b"HTTP/1.1 4")?;
+    if !buf.ends_with(b"\r\n\r\n") || head.len() < 2 {
+        return None;
+    }
+    let text = std::str::from_utf8(buf).ok()?.to_ascii_lowercase();
+    if text.contains("\r\ncontent-type:") || !text.contains("\r\ncontent-length: 0\r\n") {
+        return None;
+    }
+    let status_line = text.lines().next()?;
+    let code: u16 = status_line.get(9..12)?.parse().ok()?;
+    let message = match code {
+        431 => "request headers are too large",
+        414 => "request URI is too long",
+        _ => "malformed HTTP request",
+    };
+    let reason = buf.get(13..buf.iter().position(|&b| b == b'\r')?)?;
+    let body = format!("{{\"error\":\"{message}\"}}");
+    let mut out = Vec::with_capacity(200);
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(code.to_string().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(reason);
+    out.extend_from_slice(
+        format!(
+            "\r\ncontent-type: application/json\r\nx-content-type-options: nosniff\r\n\
+             connection: close\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    Some(out)
+}
+
+impl AsyncRead for Guarded {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.tcp).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        if n > 0 {
+            self.activity.read.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Guarded {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        ready!(this.poll_replacement(cx))?;
+        if let Some(json) = json_for_canned_error(buf) {
+            this.replacement = Some((json, 0));
+            // Written in poll_flush/poll_shutdown if not all at once here.
+            if let Poll::Ready(Err(e)) = this.poll_replacement(cx) {
+                return Poll::Ready(Err(e));
+            }
+            return Poll::Ready(Ok(buf.len()));
+        }
+        Pin::new(&mut this.tcp).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        ready!(this.poll_replacement(cx))?;
+        Pin::new(&mut this.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        ready!(this.poll_replacement(cx))?;
+        if !this.shut {
+            ready!(Pin::new(&mut this.tcp).poll_shutdown(cx))?;
+            this.shut = true;
+            // Closing with unread bytes makes the kernel send a reset,
+            // which can destroy the answer before the client reads it.
+            this.drain = Some(Drain {
+                left: DRAIN_BYTES,
+                until: Box::pin(tokio::time::sleep(DRAIN_TIME)),
+            });
+        }
+        ready!(this.poll_drain(cx));
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hypers_own_errors_get_a_json_body() {
+        let canned = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\ndate: Tue, 01 Dec 2026 18:00:00 GMT\r\n\r\n";
+        let json = String::from_utf8(json_for_canned_error(canned).unwrap()).unwrap();
+        assert!(
+            json.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n"),
+            "{json}"
+        );
+        assert!(json.contains("content-type: application/json\r\n"));
+        assert!(json.ends_with("\r\n\r\n{\"error\":\"request headers are too large\"}"));
+        // The router's own answers are left alone.
+        for own in [
+            &b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: 0\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
+            b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n{}",
+        ] {
+            assert!(json_for_canned_error(own).is_none());
+        }
+    }
+}
