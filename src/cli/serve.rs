@@ -49,6 +49,38 @@ pub struct AbuseArgs {
     #[arg(long, env = "LITELINK_DENY_HOSTS")]
     pub deny_hosts: Option<PathBuf>,
 
+    /// Creates without a key per minute from one client address (IPv6:
+    /// per /64); 0: no limit. Beyond it: 429 with Retry-After.
+    #[arg(long, env = "LITELINK_CREATE_RATE",
+          default_value_t = d().http.rate_limits.anonymous_per_minute)]
+    pub create_rate: u32,
+
+    /// How many creates without a key one address may make at once.
+    #[arg(long, env = "LITELINK_CREATE_BURST",
+          default_value_t = d().http.rate_limits.anonymous_burst)]
+    pub create_burst: u32,
+
+    /// Creates per minute and API key; 0: no limit.
+    #[arg(long, env = "LITELINK_KEY_CREATE_RATE",
+          default_value_t = d().http.rate_limits.key_per_minute)]
+    pub key_create_rate: u32,
+
+    /// How many creates one key may make at once.
+    #[arg(long, env = "LITELINK_KEY_CREATE_BURST",
+          default_value_t = d().http.rate_limits.key_burst)]
+    pub key_create_burst: u32,
+
+    /// Limit clients on loopback too (by default they are not, so that
+    /// local tools and benchmarks run unlimited).
+    #[arg(long, env = "LITELINK_RATE_LIMIT_LOOPBACK")]
+    pub rate_limit_loopback: bool,
+
+    /// Take the client's address from X-Forwarded-For or Forwarded (the
+    /// address the nearest proxy added). Only behind a proxy that sets it:
+    /// otherwise clients choose their own bucket.
+    #[arg(long, env = "LITELINK_TRUST_PROXY")]
+    pub trust_proxy: bool,
+
     /// Serve `/stats` to anyone even once API keys exist (without it, it
     /// then needs an admin key).
     #[arg(long, env = "LITELINK_STATS_PUBLIC")]
@@ -307,6 +339,13 @@ impl ServeArgs {
         s.http.refuse_private_targets = abuse.refuse_private_targets;
         s.http.deny_hosts = abuse.deny_hosts.clone();
         s.http.stats_public = abuse.stats_public;
+        let limits = &mut s.http.rate_limits;
+        limits.anonymous_per_minute = abuse.create_rate;
+        limits.anonymous_burst = abuse.create_burst;
+        limits.key_per_minute = abuse.key_create_rate;
+        limits.key_burst = abuse.key_create_burst;
+        limits.loopback = abuse.rate_limit_loopback;
+        limits.trust_proxy = abuse.trust_proxy;
 
         s.codes.length = usize::from(storage.code_length);
         s.codes.locality = lab.code_locality.is_on();

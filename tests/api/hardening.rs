@@ -227,3 +227,105 @@ async fn stats_needs_an_admin_key_once_keys_exist() {
     public.new_key("user", false).await;
     assert_eq!(public.get("/stats").await.status(), 200);
 }
+
+/// Item 12: creates without a key are limited per client address, with
+/// a key per key when asked; loopback is free unless asked.
+#[tokio::test]
+async fn anonymous_creates_are_rate_limited_per_client() {
+    let app = spawn_app(&[
+        "--trust-proxy",
+        "--create-rate",
+        "6",
+        "--create-burst",
+        "3",
+        "--key-create-rate",
+        "2",
+        "--key-create-burst",
+        "2",
+    ])
+    .await;
+    let from = |ip: &'static str, key: Option<&str>| {
+        let mut r = app
+            .client
+            .post(app.url("/link"))
+            .header("x-forwarded-for", format!("203.0.113.99, {ip}"))
+            .json(&json!({ "url": "https://example.com/rate" }));
+        if let Some(key) = key {
+            r = r.bearer_auth(key);
+        }
+        r.send()
+    };
+    for _ in 0..3 {
+        assert_eq!(from("198.51.100.1", None).await.unwrap().status(), 201);
+    }
+    let r = from("198.51.100.1", None).await.unwrap();
+    assert_eq!(r.status(), 429);
+    let wait: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=10).contains(&wait), "Retry-After {wait}");
+    assert_error(r, 429, "too many links").await;
+    // Another client has its own bucket; so does another /64, not another
+    // address inside one.
+    assert_eq!(from("198.51.100.2", None).await.unwrap().status(), 201);
+    for _ in 0..3 {
+        assert_eq!(from("2001:db8:0:1::1", None).await.unwrap().status(), 201);
+    }
+    assert_eq!(from("2001:db8:0:1::2", None).await.unwrap().status(), 429);
+    assert_eq!(from("2001:db8:0:2::1", None).await.unwrap().status(), 201);
+    // The same route under its other name shares the bucket.
+    let r = app
+        .client
+        .post(app.url("/api/v1/links"))
+        .header("x-forwarded-for", "198.51.100.1")
+        .json(&json!({ "url": "https://example.com/rate" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+
+    // Keys: their own limit, per key.
+    let key = app.new_key("busy", false).await;
+    for _ in 0..2 {
+        assert_eq!(
+            from("198.51.100.1", Some(&key)).await.unwrap().status(),
+            201
+        );
+    }
+    assert_eq!(
+        from("198.51.100.1", Some(&key)).await.unwrap().status(),
+        429
+    );
+
+    // Loopback (no proxy header here, and without --trust-proxy any
+    // header is ignored) is not limited by default ...
+    let local = spawn_app(&["--create-rate", "1", "--create-burst", "1"]).await;
+    for _ in 0..5 {
+        let r = local
+            .client
+            .post(local.url("/link"))
+            .header("x-forwarded-for", "198.51.100.1")
+            .json(&json!({ "url": "https://example.com/local" }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+    }
+    // ... unless asked.
+    let strict = spawn_app(&[
+        "--create-rate",
+        "1",
+        "--create-burst",
+        "1",
+        "--rate-limit-loopback",
+    ])
+    .await;
+    assert_eq!(strict.create("https://example.com/a").await.status(), 201);
+    assert_eq!(strict.create("https://example.com/b").await.status(), 429);
+    // Reads are never limited.
+    for _ in 0..20 {
+        assert_eq!(strict.get("/heart-beat").await.status(), 200);
+    }
+}

@@ -33,6 +33,9 @@ pub enum ApiError {
     /// Temporary: the client should retry after the given seconds.
     #[error("{message}")]
     Unavailable { message: String, retry_after: u32 },
+    /// A rate limit: the client should retry after the given seconds.
+    #[error("{message}")]
+    TooManyRequests { message: String, retry_after: u32 },
     /// Anything the client cannot fix. The detail is logged, never sent.
     #[error("internal error: {0}")]
     Internal(String),
@@ -56,6 +59,7 @@ impl ApiError {
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -73,7 +77,7 @@ impl IntoResponse for ApiError {
         };
         let mut response = (status, Json(ErrorBody { error: &message })).into_response();
         match self {
-            Self::Unavailable { retry_after, .. } => {
+            Self::Unavailable { retry_after, .. } | Self::TooManyRequests { retry_after, .. } => {
                 response
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));

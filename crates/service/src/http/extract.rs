@@ -221,6 +221,22 @@ impl FromRequestParts<AppState> for Key {
     }
 }
 
+/// The address of the connection's peer (a proxy's, behind one).
+pub struct ClientAddr(pub Option<std::net::SocketAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self(
+            parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map(|c| c.0),
+        ))
+    }
+}
+
 /// A request for the operator's views (`/stats`): open while no API key
 /// exists, or with `--stats-public`; otherwise it needs an admin key
 /// (401 without a key, 403 with a key that is not an admin's).

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
-use super::extract::{Caller, Code, Key, NewLinkBody, Operator, PatchBody};
+use super::extract::{Caller, ClientAddr, Code, Key, NewLinkBody, Operator, PatchBody};
 use super::{AppState, CreateAuth};
 use crate::domain::{Link, ShortCode, TargetUrl, Timestamp};
 use crate::links::{LinkStats, Resolution, Use};
@@ -71,7 +71,13 @@ impl AppState {
 
     /// The rules both create routes follow: who may create, and who may
     /// choose a code.
-    async fn create(&self, caller: Caller, body: NewLinkBody) -> Result<Link, ApiError> {
+    async fn create(
+        &self,
+        client: ClientAddr,
+        headers: &HeaderMap,
+        caller: Caller,
+        body: NewLinkBody,
+    ) -> Result<Link, ApiError> {
         let Caller(caller) = caller;
         if caller.is_none() {
             if self.create_auth == CreateAuth::Key {
@@ -85,6 +91,7 @@ impl AppState {
                 ));
             }
         }
+        self.limiter.check(client.0, headers, caller.as_ref())?;
         self.targets.check(&body.url).map_err(bad_target)?;
         let new = NewLink {
             target: body.url,
@@ -100,11 +107,12 @@ impl AppState {
 /// `POST /link`, the seed API.
 pub async fn create_link(
     State(state): State<AppState>,
+    client: ClientAddr,
     headers: HeaderMap,
     caller: Caller,
     body: NewLinkBody,
 ) -> Result<(StatusCode, Json<Created>), ApiError> {
-    let link = state.create(caller, body).await?;
+    let link = state.create(client, &headers, caller, body).await?;
     let short_url = state.short_url(&headers, &link.code);
     Ok((
         StatusCode::CREATED,
@@ -119,11 +127,12 @@ pub async fn create_link(
 /// `POST /api/v1/links`: the same create, answered with the link object.
 pub async fn api_create(
     State(state): State<AppState>,
+    client: ClientAddr,
     headers: HeaderMap,
     caller: Caller,
     body: NewLinkBody,
 ) -> Result<(StatusCode, Json<LinkObject>), ApiError> {
-    let link = state.create(caller, body).await?;
+    let link = state.create(client, &headers, caller, body).await?;
     Ok((StatusCode::CREATED, Json(state.link_object(&headers, link))))
 }
 

@@ -5,6 +5,7 @@
 mod error;
 mod extract;
 mod handlers;
+pub mod limit;
 mod qr;
 pub mod server;
 pub mod shutdown;
@@ -91,6 +92,8 @@ pub struct HttpSettings {
     pub max_header_bytes: usize,
     /// On SIGTERM, how long requests in flight may take to finish.
     pub shutdown_timeout: Duration,
+    /// Token buckets on creates.
+    pub rate_limits: limit::RateLimitSettings,
 }
 
 /// What a redirect tells the target about where the click came from
@@ -125,6 +128,7 @@ impl Default for HttpSettings {
             max_connections: None,
             max_header_bytes: 16 * 1024,
             shutdown_timeout: Duration::from_secs(10),
+            rate_limits: limit::RateLimitSettings::default(),
         }
     }
 }
@@ -147,6 +151,7 @@ struct AppState {
     targets: Arc<TargetPolicy>,
     stats_public: bool,
     max_body_bytes: usize,
+    limiter: Arc<limit::CreateLimiter>,
 }
 
 /// Whether a Host header is `host[:port]` and nothing else: no path,
@@ -196,6 +201,7 @@ pub fn app(
         targets,
         stats_public: settings.stats_public,
         max_body_bytes: settings.max_body_bytes,
+        limiter: limit::CreateLimiter::new(&settings.rate_limits),
         links,
         redirect_status: settings.redirect_status.status(),
         create_auth: settings.create_auth,
