@@ -17,7 +17,7 @@ fn main() -> ExitCode {
     });
     let result = match command {
         Command::Serve(args) => serve(args.settings()),
-        Command::Doctor(args) => doctor::run(&args.settings()).map(|ok| {
+        Command::Doctor(args) => doctor::run(&args.store.settings(), args.full).map(|ok| {
             if ok {
                 ExitCode::SUCCESS
             } else {

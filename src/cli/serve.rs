@@ -397,7 +397,17 @@ pub struct StoreArgs {
     pub memstatus: MemstatusArgs,
 }
 
-pub type DoctorArgs = StoreArgs;
+/// `litelink doctor`: the store options and how thorough to be.
+#[derive(Debug, Clone, Args)]
+pub struct DoctorArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+
+    /// Run SQLite's full `integrity_check` (reads every page and index
+    /// entry) instead of the faster `quick_check`.
+    #[arg(long)]
+    pub full: bool,
+}
 
 impl StoreArgs {
     pub fn settings(&self) -> StoreSettings {

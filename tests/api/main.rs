@@ -6,6 +6,7 @@ mod helpers;
 mod api;
 mod cache;
 mod connections;
+mod disks;
 mod durability;
 mod hardening;
 mod manage;

@@ -77,7 +77,8 @@ async fn sigterm_finishes_cleanly_and_doctor_approves_the_database() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("DEFAULT_MEMSTATUS=0"), "{text}");
-    assert!(text.contains("integrity check:    ok"), "{text}");
+    assert!(text.contains("quick check:        ok"), "{text}");
+    assert!(text.contains("writable:           yes"), "{text}");
     assert!(text.contains("links:              1"), "{text}");
     // The sync probe ran next to the database and cleaned up after itself.
     assert!(

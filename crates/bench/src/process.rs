@@ -49,6 +49,9 @@ const OLD_LISTENING: &str = "listening addr=";
 pub struct ServerProcess {
     child: Child,
     pub addr: SocketAddr,
+    /// The first 200 lines of the server's log, and how many it wrote.
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    log_lines: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl ServerProcess {
@@ -99,6 +102,8 @@ impl ServerProcess {
         // both pipes are drained for the server's whole life.
         let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
         let tail = std::sync::Arc::clone(&log);
+        let log_lines = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = std::sync::Arc::clone(&log_lines);
         let (tx, rx) = std::sync::mpsc::channel();
         let old_build = tx.clone();
         std::thread::spawn(move || {
@@ -111,6 +116,7 @@ impl ServerProcess {
                 {
                     let _ = tx.send(line[i + OLD_LISTENING.len()..].trim().to_owned());
                 }
+                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
                 if t.len() < 200 {
                     t.push(line);
@@ -138,7 +144,19 @@ impl ServerProcess {
                 bail!("litelink {args:?} did not start listening:\n{log}")
             }
         };
-        Ok(Self { child, addr })
+        Ok(Self {
+            child,
+            addr,
+            log,
+            log_lines,
+        })
+    }
+
+    /// How many lines the server has logged, and the first 200 of them.
+    pub fn log(&self) -> (usize, Vec<String>) {
+        let lines = self.log_lines.load(std::sync::atomic::Ordering::Relaxed);
+        let first = self.log.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        (lines, first)
     }
 
     pub fn url(&self) -> String {

@@ -12,7 +12,7 @@ use crate::store::StoreSettings;
 use crate::store::sqlite::{build_info, memstatus, migrations};
 
 /// Prints a report and returns whether everything is in order.
-pub fn run(settings: &StoreSettings) -> anyhow::Result<bool> {
+pub fn run(settings: &StoreSettings, full: bool) -> anyhow::Result<bool> {
     memstatus::configure(settings.sqlite.memstatus)?;
     let db = settings.db.as_path();
     let mut ok = true;
@@ -67,17 +67,41 @@ pub fn run(settings: &StoreSettings) -> anyhow::Result<bool> {
         let links: i64 = conn.query_row("SELECT count(*) FROM links", [], |r| r.get(0))?;
         println!("links:              {links}");
     }
-    let mut stmt = conn.prepare("PRAGMA integrity_check")?;
+    let check = if full {
+        "integrity_check"
+    } else {
+        "quick_check"
+    };
+    let mut stmt = conn.prepare(&format!("PRAGMA {check}"))?;
     let problems: Vec<String> = stmt
         .query_map([], |r| r.get(0))?
         .collect::<Result<_, _>>()?;
+    let label = if full {
+        "integrity check:    "
+    } else {
+        "quick check:        "
+    };
     if problems == ["ok"] {
-        println!("integrity check:    ok");
+        println!(
+            "{label}ok{}",
+            if full {
+                ""
+            } else {
+                " (--full: integrity_check)"
+            }
+        );
     } else {
         ok = false;
-        println!("integrity check:    FAILED");
+        println!("{label}FAILED: the database is corrupt");
         for p in problems.iter().take(20) {
             println!("  {p}");
+        }
+    }
+    match writable(db) {
+        Ok(()) => println!("writable:           yes"),
+        Err(why) => {
+            ok = false;
+            println!("writable:           NO: {why}; `litelink serve` refuses to start on it");
         }
     }
     let dir = match db.parent() {
@@ -107,6 +131,33 @@ pub fn run(settings: &StoreSettings) -> anyhow::Result<bool> {
         if ok { "ok" } else { "PROBLEMS FOUND" }
     );
     Ok(ok)
+}
+
+/// Whether the server could write the database: the file opens for
+/// writing, and its directory takes the WAL and shared-memory files.
+fn writable(db: &Path) -> Result<(), String> {
+    let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_WRITE)
+        .map_err(|e| e.to_string())?;
+    if conn
+        .is_readonly(rusqlite::MAIN_DB)
+        .map_err(|e| e.to_string())?
+    {
+        return Err("the file or its file system is read-only".into());
+    }
+    let dir = match db.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let c =
+        std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: access(2) with a NUL-terminated path that outlives the call.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+        return Err(format!(
+            "its directory cannot be written: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
 }
 
 /// Bytes written before each sync: about what one small group commit adds

@@ -2,12 +2,24 @@
 //! with a status that names the problem; internal details go to the log
 //! only.
 
+use std::sync::LazyLock;
+use std::time::Duration;
+
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use crate::store::StoreError;
+use crate::store::{StorageFailure, StoreError};
+use crate::telemetry::Throttle;
+use crate::throttled;
+
+/// Errors that come in floods (a full disk fails every create) are logged
+/// once every 10 s with the number held back.
+static INTERNAL: LazyLock<Throttle> = LazyLock::new(|| Throttle::new(Duration::from_secs(10)));
+static UNAVAILABLE: LazyLock<Throttle> = LazyLock::new(|| Throttle::new(Duration::from_secs(10)));
+/// A damaged database is said once, in words an operator searches for.
+static CORRUPT: std::sync::Once = std::sync::Once::new();
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -70,8 +82,12 @@ impl IntoResponse for ApiError {
         let status = self.status();
         let message = match &self {
             Self::Internal(detail) => {
-                tracing::error!(%detail, "internal error");
+                throttled!(INTERNAL, error, %detail, "internal error");
                 "internal server error".to_owned()
+            }
+            Self::Unavailable { message, .. } => {
+                throttled!(UNAVAILABLE, warn, %message, "answered 503");
+                message.clone()
             }
             other => other.to_string(),
         };
@@ -142,11 +158,13 @@ impl From<StoreError> for ApiError {
             // Logged once by the writer when it happened; clients learn
             // only that links cannot be stored by this server for now.
             StoreError::WritesStopped(_) => Self::Unavailable {
-                message: "new links cannot be stored: this server's disk failed to sync; \
+                message: "new links cannot be stored: this server's database failed; \
                           existing links still resolve"
                     .into(),
                 retry_after: 60,
             },
+            StoreError::Sqlite(e) => storage_error(StorageFailure::of(&e), e.to_string()),
+            StoreError::Storage(kind, detail) => storage_error(kind, detail),
             other => Self::Internal(other.to_string()),
         }
     }
@@ -186,5 +204,36 @@ mod tests {
                 .is_some_and(|m| m.contains("no free short code")),
             "{body}"
         );
+    }
+}
+
+/// A database failure as the client sees it: a failing or full disk is a
+/// 503 to retry later, never a 500; a damaged file is a 500.
+fn storage_error(kind: StorageFailure, detail: String) -> ApiError {
+    let unavailable = |message: &str, retry_after| ApiError::Unavailable {
+        message: message.into(),
+        retry_after,
+    };
+    match kind {
+        StorageFailure::DiskFull => {
+            throttled!(INTERNAL, error, %detail, "the disk is full");
+            unavailable("the server's disk is full; retry later", 30)
+        }
+        StorageFailure::Io | StorageFailure::ReadOnly => {
+            throttled!(INTERNAL, error, %detail, "the database cannot be written");
+            unavailable("the server cannot write to its disk; retry later", 30)
+        }
+        StorageFailure::Busy => unavailable("the database is busy; retry shortly", 1),
+        StorageFailure::Corrupt => {
+            CORRUPT.call_once(|| {
+                tracing::error!(
+                    %detail,
+                    "database corrupt: run `litelink doctor --full`, and restore from a backup \
+                     or `litelink export` what can still be read"
+                );
+            });
+            ApiError::Internal(detail)
+        }
+        StorageFailure::Other => ApiError::Internal(detail),
     }
 }

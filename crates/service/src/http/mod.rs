@@ -244,7 +244,9 @@ pub fn app(
         .layer(axum::middleware::map_response(
             error::json_for_bodiless_errors,
         ))
-        .layer(TraceLayer::new_for_http())
+        // No log line per failed request (the default logs every 5xx):
+        // handlers log their errors, throttled.
+        .layer(TraceLayer::new_for_http().on_failure(()))
         .with_state(state)
 }
 

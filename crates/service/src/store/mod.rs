@@ -205,6 +205,37 @@ pub trait LinkStore: Send + Sync + 'static {
     async fn close(&self);
 }
 
+/// What kind of failure a database error is: it decides between "retry
+/// later" (503) and "internal error" (500).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageFailure {
+    /// SQLITE_FULL: the disk (or the file system) is full.
+    DiskFull,
+    /// SQLITE_IOERR and SQLITE_CANTOPEN: the disk or file system failed.
+    Io,
+    /// SQLITE_READONLY: the file can no longer be written.
+    ReadOnly,
+    /// SQLITE_BUSY and SQLITE_LOCKED: another process holds a lock.
+    Busy,
+    /// SQLITE_CORRUPT and SQLITE_NOTADB: the file is damaged.
+    Corrupt,
+    Other,
+}
+
+impl StorageFailure {
+    pub fn of(e: &rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode as C;
+        match e.sqlite_error_code() {
+            Some(C::DiskFull) => Self::DiskFull,
+            Some(C::SystemIoFailure | C::CannotOpen) => Self::Io,
+            Some(C::ReadOnly) => Self::ReadOnly,
+            Some(C::DatabaseBusy | C::DatabaseLocked) => Self::Busy,
+            Some(C::DatabaseCorrupt | C::NotADatabase) => Self::Corrupt,
+            _ => Self::Other,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The write queue is full: the client should retry shortly.
@@ -222,6 +253,11 @@ pub enum StoreError {
     NameTaken(String),
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// A write that failed on the way to disk, with what kind of failure
+    /// it was (the error itself is gone: one failed batch fails many
+    /// requests).
+    #[error("{1}")]
+    Storage(StorageFailure, String),
     #[error("background task failed: {0}")]
     Task(String),
     /// Creates are refused for the rest of this process's life because a

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use super::SqliteSettings;
 use super::connection::{self, Role};
+use super::fileguard::FileGuard;
 use super::readers::{Epoch, Readers};
 use super::writer::WriterStats;
 
@@ -53,6 +54,7 @@ impl Checkpointer {
     pub(super) fn start(
         path: PathBuf,
         settings: SqliteSettings,
+        guard: Arc<FileGuard>,
         writes: Arc<WriterStats>,
         stats: Arc<CheckpointStats>,
         readers: Arc<Readers>,
@@ -63,6 +65,7 @@ impl Checkpointer {
             .name("litelink-checkpoint".into())
             .spawn(move || {
                 let context = Context {
+                    guard,
                     writes,
                     stats,
                     readers,
@@ -88,6 +91,9 @@ impl Drop for Checkpointer {
 
 /// What the checkpointer works with besides its own connection.
 struct Context {
+    /// Checked every second, so that a deleted database file is noticed
+    /// even while nothing is written.
+    guard: Arc<FileGuard>,
     /// Read for its commit count: no new commits, no checkpoint.
     writes: Arc<WriterStats>,
     stats: Arc<CheckpointStats>,
@@ -108,11 +114,16 @@ fn run(stop: mpsc::Receiver<()>, path: PathBuf, settings: SqliteSettings, cx: Co
         }
     };
     let mut seen = 0;
+    let mut rounds = 0u64;
     loop {
         match stop.recv_timeout(INTERVAL) {
             Err(RecvTimeoutError::Timeout) => {}
             // Stopped: the last connection to close checkpoints for us.
             _ => return,
+        }
+        rounds += 1;
+        if rounds.is_multiple_of(5) {
+            cx.guard.check();
         }
         // Idle connections whose snapshot has aged out let go of it even
         // when nothing is being written.

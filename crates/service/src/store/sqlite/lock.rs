@@ -12,6 +12,11 @@ use std::path::{Path, PathBuf};
 pub enum LockError {
     #[error("{db} is in use by another litelink process{}", pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
     Held { db: PathBuf, pid: Option<u32> },
+    #[error(
+        "SQLite database {db} cannot be written (its directory is read-only or not \
+         writable: {source}); litelink needs to write the database, its WAL and its lock file"
+    )]
+    ReadOnly { db: PathBuf, source: std::io::Error },
     #[error("cannot lock {path}: {source}")]
     Io {
         path: PathBuf,
@@ -45,7 +50,18 @@ impl DbLock {
             .create(true)
             .truncate(false)
             .open(&path)
-            .map_err(io)?;
+            .map_err(|source| {
+                if source.raw_os_error() == Some(libc::EROFS)
+                    || source.kind() == std::io::ErrorKind::PermissionDenied
+                {
+                    LockError::ReadOnly {
+                        db: db.to_path_buf(),
+                        source,
+                    }
+                } else {
+                    io(source)
+                }
+            })?;
         // SAFETY: flock(2) on a descriptor this File owns and keeps open.
         let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         if rc != 0 {

@@ -11,6 +11,7 @@
 pub mod build_info;
 mod checkpointer;
 pub mod connection;
+mod fileguard;
 pub mod lock;
 pub mod memstatus;
 pub mod migrations;
@@ -23,7 +24,7 @@ mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde::Serialize;
@@ -36,10 +37,11 @@ use self::readers::{Epoch, Readers};
 use self::replies::Done;
 use self::writer::Writer;
 use super::{
-    ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, NewLink, Record, StoreError,
-    StoreStats,
+    ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, NewLink, Record, StorageFailure,
+    StoreError, StoreStats,
 };
 use crate::domain::{CodeGenerator, KeyId, Link, Resolved, ShortCode, Timestamp, VisitCounts};
+use rusqlite::Connection;
 
 /// How reader connections live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, EnumString, Display, VariantNames)]
@@ -160,6 +162,88 @@ pub enum OpenError {
     },
     #[error("cannot start the writer thread: {0}")]
     Thread(#[from] std::io::Error),
+    #[error(
+        "SQLite database {path} cannot be written (the file or its file system is read-only): \
+         litelink needs to write it; check its permissions and mount"
+    )]
+    ReadOnly { path: PathBuf },
+    #[error(
+        "SQLite database {path} is corrupt ({detail}): run `litelink doctor --full`; restore \
+         a backup, or `litelink export` what can still be read"
+    )]
+    Corrupt { path: PathBuf, detail: String },
+}
+
+/// Longest the start-up `quick_check` may run: it reads every page, so on
+/// a large database it stops here and leaves the rest to `doctor`.
+const QUICK_CHECK_BUDGET: Duration = Duration::from_secs(2);
+
+/// Refuses a database that cannot be written: otherwise the server would
+/// start and answer every create with an error.
+fn check_writable(conn: &Connection, path: &Path) -> Result<(), OpenError> {
+    let read_only = conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false);
+    let probe = || conn.execute_batch("BEGIN IMMEDIATE; COMMIT;");
+    match probe() {
+        _ if read_only => Err(OpenError::ReadOnly {
+            path: path.to_path_buf(),
+        }),
+        Err(e)
+            if matches!(
+                StorageFailure::of(&e),
+                StorageFailure::ReadOnly | StorageFailure::Io
+            ) =>
+        {
+            Err(OpenError::ReadOnly {
+                path: path.to_path_buf(),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `PRAGMA quick_check`, stopped after [`QUICK_CHECK_BUDGET`].
+fn quick_check(conn: &Connection, path: &Path) -> Result<(), OpenError> {
+    let started = Instant::now();
+    let interrupt = conn.get_interrupt_handle();
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if wait.recv_timeout(QUICK_CHECK_BUDGET) == Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        {
+            interrupt.interrupt();
+        }
+    });
+    let result = conn.prepare("PRAGMA quick_check").and_then(|mut s| {
+        s.query_map([], |r| r.get::<_, String>(0))?
+            .collect::<Result<Vec<_>, _>>()
+    });
+    drop(done);
+    let _ = watchdog.join();
+    let corrupt = |detail: String| OpenError::Corrupt {
+        path: path.to_path_buf(),
+        detail,
+    };
+    match result {
+        Ok(rows) if rows == ["ok"] => {
+            tracing::debug!(ms = started.elapsed().as_millis() as u64, "quick check: ok");
+            Ok(())
+        }
+        Ok(rows) => Err(corrupt(
+            rows.into_iter().take(3).collect::<Vec<_>>().join("; "),
+        )),
+        Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::OperationInterrupted) => {
+            tracing::info!(
+                budget_s = QUICK_CHECK_BUDGET.as_secs(),
+                "quick check stopped at its time budget (a large database); \
+                 `litelink doctor` checks all of it"
+            );
+            Ok(())
+        }
+        Err(e) if StorageFailure::of(&e) == StorageFailure::Corrupt => Err(corrupt(e.to_string())),
+        Err(e) => Err(OpenError::Open {
+            path: path.to_path_buf(),
+            source: e,
+        }),
+    }
 }
 
 /// `/stats` of the SQLite store. The JSON shape is documented in the README.
@@ -240,12 +324,14 @@ impl SqliteStore {
             source,
         };
         let mut conn = connection::open(&path, &settings, Role::Writer).map_err(open_err)?;
+        check_writable(&conn, &path)?;
         connection::enable_wal(&conn).map_err(open_err)?;
         migrations::migrate(&mut conn).map_err(|source| OpenError::Migrate {
             path: path.clone(),
             source,
         })?;
         connection::configure(&conn, &settings, Role::Writer).map_err(open_err)?;
+        quick_check(&conn, &path)?;
         let compile_options = build_info::compile_options(&conn).map_err(open_err)?;
         let memstatus = memstatus::active();
         let epoch = Arc::new(Epoch::default());
@@ -264,6 +350,7 @@ impl SqliteStore {
         let checkpointer = Checkpointer::start(
             path.clone(),
             settings.clone(),
+            writer.guard(),
             writer.stats(),
             Arc::clone(&checkpoints),
             Arc::clone(&readers),

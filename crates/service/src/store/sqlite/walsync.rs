@@ -66,6 +66,18 @@ impl SyncStats {
         self.writes_stopped.get()
     }
 
+    /// Refuses every later write for the rest of this process's life, and
+    /// logs why, once. Reads go on.
+    pub(super) fn stop(&self, why: String) {
+        if self.writes_stopped.set(why.clone()).is_ok() {
+            tracing::error!(
+                reason = %why,
+                "writes stopped: new links and changes are refused until litelink restarts; \
+                 existing links still resolve"
+            );
+        }
+    }
+
     pub(super) fn counts(&self) -> SyncCounts {
         SyncCounts {
             syncs: self.syncs.load(Ordering::Relaxed),
@@ -134,13 +146,10 @@ impl WalSync {
             Err(e) => {
                 self.file = None;
                 self.stats.failed_syncs.fetch_add(1, Ordering::Relaxed);
-                let why = format!("fdatasync of {} failed: {e}", self.wal.display());
-                let _ = self.stats.writes_stopped.set(why.clone());
-                tracing::error!(
-                    error = %e,
-                    wal = %self.wal.display(),
-                    "fsync of the WAL failed: new links are refused until litelink restarts"
-                );
+                // No path: this reason is shown in /stats.
+                let why = format!("fdatasync of the WAL failed: {e}");
+                tracing::error!(error = %e, wal = %self.wal.display(), "fsync of the WAL failed");
+                self.stats.stop(why.clone());
                 // Committed, but not known to be on disk: nobody may be
                 // told these links are stored.
                 replies.fail_all(held.into_iter().map(|(reply, _)| reply), || {

@@ -21,12 +21,16 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::SqliteSettings;
 use super::connection::{self, Applied};
+use super::fileguard::FileGuard;
 use super::ops::{self, Op};
 use super::readers::Epoch;
 use super::replies::{Done, Replies, Reply};
 use super::walsync::{self, SyncCounts, SyncStats, WalSync};
 use crate::domain::{CodeGenerator, Link, ShortCode, Timestamp};
+use crate::store::StorageFailure;
 use crate::store::{NewLink, StoreError};
+use crate::telemetry::Throttle;
+use crate::throttled;
 
 /// How often one request may draw a fresh code after a collision. With
 /// 62^10 codes a second draw is already astronomically rare; hitting the
@@ -79,11 +83,17 @@ impl WriterStats {
     }
 }
 
+/// A failing disk fails every batch: one log line every 10 s, with a count.
+static FAILED_WRITES: std::sync::LazyLock<Throttle> =
+    std::sync::LazyLock::new(|| Throttle::new(std::time::Duration::from_secs(10)));
+
 pub(super) struct Writer {
     tx: mpsc::Sender<Message>,
     thread: std::sync::Mutex<Option<JoinHandle<()>>>,
     stats: Arc<WriterStats>,
     sync_stats: Arc<SyncStats>,
+    /// Is the database file still the one at its path?
+    guard: Arc<FileGuard>,
     capacity: usize,
     /// What the writer's connection runs with, read back at start.
     applied: Applied,
@@ -133,6 +143,8 @@ impl Writer {
         let wal_sync = settings
             .grouped_sync()
             .then(|| WalSync::new(db, Arc::clone(&sync_stats)));
+        let guard = Arc::new(FileGuard::new(db, Arc::clone(&sync_stats))?);
+        let thread_guard = Arc::clone(&guard);
         let thread_stats = Arc::clone(&stats);
         let thread_sync_stats = Arc::clone(&sync_stats);
         let capacity = settings.write_queue;
@@ -150,6 +162,7 @@ impl Writer {
                     wal_sync,
                     epoch,
                     replies,
+                    guard: thread_guard,
                 };
                 w.run(rx);
             })?;
@@ -158,6 +171,7 @@ impl Writer {
             thread: std::sync::Mutex::new(Some(thread)),
             stats,
             sync_stats,
+            guard,
             capacity,
             applied,
         })
@@ -202,6 +216,10 @@ impl Writer {
 
     pub(super) fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    pub(super) fn guard(&self) -> Arc<FileGuard> {
+        Arc::clone(&self.guard)
     }
 
     pub(super) fn stats(&self) -> Arc<WriterStats> {
@@ -281,6 +299,7 @@ struct WriterThread {
     /// client that got a 201 never reads through an older snapshot.
     epoch: Arc<Epoch>,
     replies: Replies,
+    guard: Arc<FileGuard>,
 }
 
 impl WriterThread {
@@ -377,6 +396,20 @@ impl WriterThread {
                             .collect(),
                     );
                 }
+                if !self.guard.check() {
+                    // Committed to a file that is no longer the database:
+                    // gone at the next start, so nobody is told it is stored.
+                    let why = self
+                        .sync_stats
+                        .writes_stopped()
+                        .cloned()
+                        .unwrap_or_default();
+                    self.replies
+                        .fail_all(stored.into_iter().map(|(reply, _)| reply), || {
+                            StoreError::WritesStopped(why.clone())
+                        });
+                    return;
+                }
                 let n = stored.len() as u64;
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
                 self.stats.rows.fetch_add(n, Ordering::Relaxed);
@@ -392,11 +425,17 @@ impl WriterThread {
                 // batch was stored, so every request in it is told so, and
                 // the next batch starts clean.
                 self.stats.failed_batches.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(error = %e, rows = batch.len(), "write batch failed and was rolled back");
+                throttled!(FAILED_WRITES, error, error = %e, rows = batch.len(),
+                    "write batch failed and was rolled back");
+                let kind = match &e {
+                    StoreError::Sqlite(e) => StorageFailure::of(e),
+                    StoreError::Storage(kind, _) => *kind,
+                    _ => StorageFailure::Other,
+                };
                 let message = e.to_string();
                 self.replies
                     .fail_all(batch.drain(..).map(|(_, reply)| reply), || {
-                        StoreError::Task(message.clone())
+                        StoreError::Storage(kind, message.clone())
                     });
             }
         }
@@ -421,6 +460,14 @@ impl WriterThread {
         }
         let waits_for_sync = op.waits_for_sync();
         match ops::apply(&self.conn, op) {
+            Ok(_) if !self.guard.check() => {
+                let why = self
+                    .sync_stats
+                    .writes_stopped()
+                    .cloned()
+                    .unwrap_or_default();
+                let _ = reply.send(Err(StoreError::WritesStopped(why)));
+            }
             Ok(applied) => {
                 self.epoch.advance();
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
@@ -441,7 +488,7 @@ impl WriterThread {
             }
             Err(e) => {
                 if !matches!(e, StoreError::NameTaken(_)) {
-                    tracing::error!(error = %e, "write failed and was rolled back");
+                    throttled!(FAILED_WRITES, error, error = %e, "write failed and was rolled back");
                 }
                 let _ = reply.send(Err(e));
             }

@@ -1,0 +1,286 @@
+//! Hardening (issue 16), items 3, 4 and 6: a database file deleted or
+//! replaced under the server, a read-only or full file system, a corrupt
+//! file. Read-only and full file systems are real: a small tmpfs mounted
+//! by the test (root only; as another user these tests say so and skip).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::helpers::{client, spawn_process};
+
+fn litelink(args: &[&str], db: &Path) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_litelink"))
+        .args(args)
+        .arg("--db")
+        .arg(db)
+        .output()
+        .expect("litelink");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// `litelink serve` on `db` that is expected to refuse to start.
+fn serve_refused(db: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_litelink"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+        .arg(db)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("litelink serve");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "serve started: {text}");
+    assert!(!text.contains("listening on"), "{text}");
+    text
+}
+
+async fn create(base: &str, url: &str) -> reqwest::Response {
+    client()
+        .post(format!("{base}/link"))
+        .json(&json!({ "url": url }))
+        .send()
+        .await
+        .expect("POST /link")
+}
+
+async fn stats(base: &str) -> Value {
+    client()
+        .get(format!("{base}/stats"))
+        .send()
+        .await
+        .expect("stats")
+        .json()
+        .await
+        .expect("json")
+}
+
+/// A tmpfs of `size` mounted on a fresh directory; unmounted when dropped.
+struct Tmpfs {
+    dir: PathBuf,
+    _parent: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(size: &str) -> Option<Self> {
+        let parent = tempfile::tempdir().expect("tempdir");
+        let dir = parent.path().join("fs");
+        std::fs::create_dir(&dir).expect("mount point");
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("SKIPPED: cannot mount a tmpfs here (not root?)");
+            return None;
+        }
+        Some(Self {
+            dir,
+            _parent: parent,
+        })
+    }
+
+    fn remount(&self, options: &str) {
+        let ok = Command::new("mount")
+            .args(["-o", &format!("remount,{options}")])
+            .arg(&self.dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "remount {options}");
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+}
+
+/// Item 3: the database file deleted, then replaced, under a running
+/// server: no 201 after it, 503 instead, said once in the log and in
+/// `/stats`.
+#[tokio::test]
+async fn a_deleted_or_replaced_database_stops_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("gone.db");
+    let server = spawn_process(&db, &[]);
+    let base = server.url();
+    assert_eq!(
+        create(&base, "https://example.com/before").await.status(),
+        201
+    );
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = db.clone().into_os_string();
+        p.push(suffix);
+        std::fs::remove_file(&p).unwrap();
+    }
+    // At once: the writer checks before it acknowledges.
+    for i in 0..20 {
+        let r = create(&base, &format!("https://example.com/after/{i}")).await;
+        assert_eq!(r.status(), 503, "create {i} after the deletion");
+        assert!(r.headers().contains_key("retry-after"));
+    }
+    let s = stats(&base).await;
+    assert_eq!(
+        s["writer"]["writes_stopped"], "the database file was deleted",
+        "{s}"
+    );
+    let (_, log) = server.log();
+    let said = log.iter().filter(|l| l.contains("writes stopped")).count();
+    assert_eq!(said, 1, "{log:#?}");
+
+    // Replaced, with nothing written: the once-a-second check sees it.
+    let db = dir.path().join("replaced.db");
+    let server = spawn_process(&db, &[]);
+    let base = server.url();
+    assert_eq!(
+        create(&base, "https://example.com/before").await.status(),
+        201
+    );
+    std::fs::copy(&db, dir.path().join("copy.db")).unwrap();
+    std::fs::rename(dir.path().join("copy.db"), &db).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let s = stats(&base).await;
+        if s["writer"]["writes_stopped"] == "the database file was replaced by another file" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not noticed: {s}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(create(&base, "https://example.com/x").await.status(), 503);
+}
+
+/// Item 4: a database on a read-only file system is refused at start,
+/// and `doctor` says why.
+#[tokio::test]
+async fn a_read_only_database_is_refused_at_start() {
+    let Some(fs) = Tmpfs::mount("8m") else {
+        return;
+    };
+    let db = fs.dir.join("ro.db");
+    let mut server = spawn_process(&db, &["--wal-preallocate-mib", "0"]);
+    assert_eq!(
+        create(&server.url(), "https://example.com/ro")
+            .await
+            .status(),
+        201
+    );
+    assert!(server.terminate().unwrap().success());
+    let (ok, doctor) = litelink(&["doctor"], &db);
+    assert!(ok, "{doctor}");
+    assert!(doctor.contains("writable:           yes"), "{doctor}");
+
+    fs.remount("ro");
+    let refused = serve_refused(&db);
+    assert!(refused.contains("cannot be written"), "{refused}");
+    let (ok, doctor) = litelink(&["doctor"], &db);
+    assert!(!ok, "{doctor}");
+    assert!(doctor.contains("writable:           NO"), "{doctor}");
+    assert!(doctor.contains("PROBLEMS FOUND"), "{doctor}");
+}
+
+/// Item 4: a full disk answers 503 with Retry-After, never 500, logs a
+/// few lines rather than one per create, and creates work again once
+/// there is room.
+#[tokio::test]
+async fn a_full_disk_answers_503_and_logs_little() {
+    let Some(fs) = Tmpfs::mount("3m") else {
+        return;
+    };
+    let db = fs.dir.join("full.db");
+    let server = spawn_process(&db, &["--wal-preallocate-mib", "0", "--cache", "none"]);
+    let base = server.url();
+    assert_eq!(
+        create(&base, "https://example.com/first").await.status(),
+        201
+    );
+    // Fill what is left.
+    let filler = fs.dir.join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let block = vec![0u8; 64 * 1024];
+        while f.write_all(&block).is_ok() {}
+        let _ = f.sync_all();
+    }
+    let long = "a".repeat(3000);
+    let (lines_before, _) = server.log();
+    let mut unavailable = 0;
+    for i in 0..400 {
+        let r = create(&base, &format!("https://example.com/{long}/{i}")).await;
+        match r.status().as_u16() {
+            201 => {}
+            503 => {
+                unavailable += 1;
+                assert!(r.headers().contains_key("retry-after"));
+                let body: Value = r.json().await.unwrap();
+                assert!(body["error"].as_str().unwrap().contains("disk"), "{body}");
+            }
+            other => panic!("create {i}: {other} {}", r.text().await.unwrap_or_default()),
+        }
+    }
+    assert!(unavailable > 300, "only {unavailable} of 400 refused");
+    let (lines_after, log) = server.log();
+    assert!(
+        lines_after - lines_before < 20,
+        "{} log lines for {unavailable} failed creates: {log:#?}",
+        lines_after - lines_before
+    );
+    std::fs::remove_file(&filler).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while create(&base, "https://example.com/room-again")
+        .await
+        .status()
+        != 201
+    {
+        assert!(Instant::now() < deadline, "creates never recovered");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(server);
+}
+
+/// Item 6: a corrupt database is refused at start with "corrupt" in the
+/// message; `doctor` and `doctor --full` find it.
+#[tokio::test]
+async fn a_corrupt_database_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("bad.db");
+    let mut server = spawn_process(&db, &["--wal-preallocate-mib", "0"]);
+    for i in 0..400 {
+        assert_eq!(
+            create(&server.url(), &format!("https://example.com/c/{i}"))
+                .await
+                .status(),
+            201
+        );
+    }
+    assert!(server.terminate().unwrap().success());
+    let len = std::fs::metadata(&db).unwrap().len();
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&db).unwrap();
+        f.write_all_at(&[0xA5; 4096], len - 4096).unwrap();
+    }
+    let refused = serve_refused(&db);
+    assert!(refused.contains("corrupt"), "{refused}");
+    assert!(refused.contains("doctor --full"), "{refused}");
+    for args in [&["doctor"][..], &["doctor", "--full"]] {
+        let (ok, text) = litelink(args, &db);
+        assert!(!ok, "{text}");
+        assert!(
+            text.contains("corrupt") || text.contains("malformed"),
+            "{text}"
+        );
+    }
+}
