@@ -36,7 +36,10 @@ pub fn configure(on: bool) -> Result<(), MemstatusError> {
         // sqlite3_initialize, from one thread; OnceLock gives us both. After
         // initialisation it returns SQLITE_MISUSE, which we report.
         let rc = unsafe { ffi::sqlite3_config(ffi::SQLITE_CONFIG_MEMSTATUS, i32::from(on)) };
-        if rc != ffi::SQLITE_OK {
+        // Too late to change, but nothing to change: off was asked for and
+        // the build's default is off (a process that opened a connection
+        // before, such as a test harness).
+        if rc != ffi::SQLITE_OK && (on || !built_off()) {
             result = Err(MemstatusError::TooLate(rc));
         }
         on
@@ -46,6 +49,12 @@ pub fn configure(on: bool) -> Result<(), MemstatusError> {
         return Err(MemstatusError::AlreadySet(set));
     }
     Ok(())
+}
+
+/// Whether this SQLite was compiled with `SQLITE_DEFAULT_MEMSTATUS=0`.
+fn built_off() -> bool {
+    // SAFETY: a NUL-terminated static string; the function only reads it.
+    unsafe { ffi::sqlite3_compileoption_used(c"DEFAULT_MEMSTATUS=0".as_ptr()) == 1 }
 }
 
 /// Reads the state back from SQLite itself rather than trusting the request:
