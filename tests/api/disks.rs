@@ -284,3 +284,31 @@ async fn a_corrupt_database_is_refused_at_start() {
         );
     }
 }
+
+/// Item 5: one server per database. A second `serve` exits at once naming
+/// the first one's PID; `doctor`, `export` and `keys` work beside it.
+#[tokio::test]
+async fn a_second_server_on_one_database_exits_naming_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("one.db");
+    let server = spawn_process(&db, &[]);
+    assert_eq!(
+        create(&server.url(), "https://example.com/one")
+            .await
+            .status(),
+        201
+    );
+    let t = Instant::now();
+    let refused = serve_refused(&db);
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert!(
+        refused.contains(&format!("pid {}", server.pid())),
+        "{refused}"
+    );
+    for args in [&["doctor"][..], &["export"], &["keys", "list"]] {
+        let (ok, text) = litelink(args, &db);
+        assert!(ok, "{args:?}: {text}");
+    }
+    let (_, exported) = litelink(&["export"], &db);
+    assert!(exported.contains("https://example.com/one"), "{exported}");
+}
