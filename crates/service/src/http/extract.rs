@@ -26,7 +26,19 @@ impl FromRequest<AppState> for NewLinkBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let mut fields = json_object(req, state).await?;
+        Self::from_fields(json_object(req, state).await?)
+    }
+}
+
+impl NewLinkBody {
+    /// Parses a create's body as read from the wire (the fuzz target's
+    /// way in; requests go through [`FromRequest`], which checks the
+    /// content type and size first).
+    pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
+        Self::from_fields(parse_object(body)?)
+    }
+
+    fn from_fields(mut fields: Map<String, Value>) -> Result<Self, ApiError> {
         let url = url_field(fields.remove("url"))?;
         let code = match fields.remove("code") {
             None | Some(Value::Null) => None,

@@ -23,6 +23,7 @@ use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 pub use error::ApiError;
+pub use extract::NewLinkBody;
 
 /// Status of `GET /{code}`.
 #[derive(
