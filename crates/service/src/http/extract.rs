@@ -233,7 +233,9 @@ impl FromRequestParts<AppState> for Key {
     }
 }
 
-/// The address of the connection's peer (a proxy's, behind one).
+/// The address of the connection's peer (a proxy's, behind one). Set on
+/// `POST` requests only (see `server::connection`): the rate limits on
+/// creates are its one reader.
 pub struct ClientAddr(pub Option<std::net::SocketAddr>);
 
 impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {

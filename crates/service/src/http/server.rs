@@ -288,7 +288,11 @@ async fn connection(
     let service = {
         let activity = Arc::clone(&activity);
         hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
-            req.extensions_mut().insert(ConnectInfo(peer));
+            // Only creates read the client's address (rate limits); an
+            // extension costs an allocation, which redirects need not pay.
+            if req.method() == hyper::Method::POST {
+                req.extensions_mut().insert(ConnectInfo(peer));
+            }
             let busy = Busy::new(&activity);
             let answer = router.clone().call(req);
             async move {
