@@ -11,10 +11,11 @@ use litelink_service::{Application, Settings, doctor, http, telemetry};
 
 fn main() -> ExitCode {
     let command = Cli::parse().into_command();
-    telemetry::init(match command {
-        Command::Serve(_) => telemetry::SERVER_FILTER,
-        _ => telemetry::TOOL_FILTER,
-    });
+    let (filter, format) = match &command {
+        Command::Serve(args) => (telemetry::SERVER_FILTER, args.server.log_format),
+        _ => (telemetry::TOOL_FILTER, telemetry::LogFormat::Text),
+    };
+    telemetry::init(filter, format);
     let result = match command {
         Command::Serve(args) => serve(args.settings()),
         Command::Doctor(args) => doctor::run(&args.store.settings(), args.full).map(|ok| {

@@ -12,6 +12,7 @@ use litelink_service::domain::code::{MAX_GENERATED_LEN, MIN_GENERATED_LEN};
 use litelink_service::http::{CreateAuth, RedirectStatus, ReferrerPolicy};
 use litelink_service::store::StoreSettings;
 use litelink_service::store::sqlite::{ConnectionMode, Durability, ReadOn};
+use litelink_service::telemetry::LogFormat;
 
 use super::{OnOff, keyword, on_off};
 
@@ -118,6 +119,18 @@ pub struct ServerArgs {
     #[arg(long, env = "LITELINK_REQUEST_TIMEOUT",
           default_value_t = d().http.request_timeout.as_secs())]
     pub request_timeout: u64,
+
+    /// Serve `/metrics` on this address only (without a key; keep it off
+    /// the public network). Without it, `/metrics` is on the main port
+    /// under the `/stats` rule.
+    #[arg(long, env = "LITELINK_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// Log lines on stderr: `text`, or `json` (one object per line, for
+    /// log shippers).
+    #[arg(long, env = "LITELINK_LOG_FORMAT", value_parser = keyword::<LogFormat>(),
+          default_value_t = LogFormat::default())]
+    pub log_format: LogFormat,
 
     /// Seconds a client may take to send a request's headers; the
     /// connection is closed after it.
@@ -273,6 +286,12 @@ pub struct LabArgs {
     #[command(flatten)]
     pub memstatus: MemstatusArgs,
 
+    /// Record Prometheus metrics (`off`: `/metrics` answers 404; for
+    /// measuring what recording costs).
+    #[arg(long, env = "LITELINK_METRICS", value_enum,
+          default_value = on_off(d().http.metrics))]
+    pub metrics: OnOff,
+
     /// `pooled` reuses connections and their prepared statements;
     /// `per-request` opens a connection for every read (the first
     /// article's set-up).
@@ -336,6 +355,8 @@ impl ServeArgs {
         s.http.max_connections = server.max_connections.map(|n| n as usize);
         s.http.max_header_bytes = server.max_header_bytes as usize;
         s.http.shutdown_timeout = Duration::from_secs(server.shutdown_timeout);
+        s.http.metrics_listen = server.metrics_listen;
+        s.http.metrics = lab.metrics.is_on();
         s.http.refuse_private_targets = abuse.refuse_private_targets;
         s.http.deny_hosts = abuse.deny_hosts.clone();
         s.http.stats_public = abuse.stats_public;

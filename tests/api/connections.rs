@@ -277,3 +277,56 @@ async fn protocol_errors_have_json_bodies() {
         );
     }
 }
+
+/// Item 1: out of file descriptors, the accept loop neither spins nor
+/// floods the log, and serves again once connections close.
+#[tokio::test]
+async fn running_out_of_descriptors_neither_spins_nor_floods_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = spawn_process(
+        &dir.path().join("f.db"),
+        &["--max-connections", "1000", "--header-read-timeout", "2"],
+    );
+    // Lower the server's own limit below its connection cap.
+    let lowered = std::process::Command::new("prlimit")
+        .arg(format!("--pid={}", server.pid()))
+        .arg("--nofile=64:64")
+        .status()
+        .is_ok_and(|s| s.success());
+    if !lowered {
+        eprintln!("SKIPPED: prlimit cannot lower the server's file limit here");
+        return;
+    }
+    let (lines_before, _) = server.log();
+    let cpu_before = server.cpu_time().unwrap();
+    let mut held = Vec::new();
+    for _ in 0..150 {
+        if let Ok(Ok(s)) =
+            tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(server.addr)).await
+        {
+            held.push(s);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let cpu = server.cpu_time().unwrap() - cpu_before;
+    let (lines_after, log) = server.log();
+    assert!(
+        log.iter().any(|l| l.contains("cannot accept a connection")),
+        "{log:#?}"
+    );
+    assert!(
+        lines_after - lines_before <= 3,
+        "{} log lines: {log:#?}",
+        lines_after - lines_before
+    );
+    assert!(cpu < Duration::from_millis(700), "{cpu:?} of CPU in 1.5 s");
+    drop(held);
+    // The silent connections are closed by the header timeout; then the
+    // backlog is served.
+    let answer = exchange(
+        server.addr,
+        b"GET /heart-beat HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}

@@ -329,3 +329,60 @@ async fn anonymous_creates_are_rate_limited_per_client() {
         assert_eq!(strict.get("/heart-beat").await.status(), 200);
     }
 }
+
+/// Item 7, as a property over the running server: for any string a client
+/// sends, an accepted link's `Location` is exactly the URL the API
+/// answered, and that URL parses back to itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn for_any_input_location_is_the_stored_url() {
+    use proptest::prop_oneof;
+    use proptest::test_runner::{Config, TestCaseError, TestRunner};
+    let app = spawn_app(&[]).await;
+    let handle = tokio::runtime::Handle::current();
+    let mut runner = TestRunner::new(Config {
+        cases: 200,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    // Half wild (most of these are refused), half shaped like URLs with
+    // odd paths, so that enough are accepted in every run to say anything.
+    let strategy = prop_oneof![
+        "(https?|HTTP|ftp)?:?[/\\\\]{0,3}([a-zA-Z0-9%@:.\\[\\]-]{0,12})([/?#][ -~é]{0,12}){0,3}",
+        "(https?|HTTPS?)://[a-zA-Z0-9%-]{1,10}\\.[a-z]{2,4}(:[0-9]{1,5})?([/?#\\\\][ -~é]{0,12}){0,3}",
+    ];
+    let accepted = std::sync::atomic::AtomicUsize::new(0);
+    tokio::task::block_in_place(|| {
+        runner
+            .run(&strategy, |raw| {
+                handle.block_on(async {
+                    let r = app.create(&raw).await;
+                    if r.status() != 201 {
+                        assert_eq!(r.status(), 400, "{raw:?}");
+                        return Ok(());
+                    }
+                    accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let body: Value = r.json().await.unwrap();
+                    let stored = body["link"].as_str().unwrap().to_owned();
+                    let code = body["short_link"].as_str().unwrap();
+                    let again = litelink_service::domain::TargetUrl::parse(&stored)
+                        .map_err(|e| TestCaseError::fail(format!("{stored}: {e}")))?;
+                    if again.as_str() != stored {
+                        return Err(TestCaseError::fail(format!("{stored} -> {again}")));
+                    }
+                    let location = app.get(&format!("/{code}")).await.headers()["location"]
+                        .to_str()
+                        .unwrap()
+                        .to_owned();
+                    if location != stored {
+                        return Err(TestCaseError::fail(format!("{location} != {stored}")));
+                    }
+                    Ok(())
+                })
+            })
+            .unwrap();
+    });
+    assert!(
+        accepted.load(std::sync::atomic::Ordering::Relaxed) > 20,
+        "too few generated URLs were valid to say anything"
+    );
+}

@@ -11,6 +11,7 @@ mod durability;
 mod hardening;
 mod manage;
 mod modes;
+mod operations;
 mod process;
 mod promises;
 mod snapshots;

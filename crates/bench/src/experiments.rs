@@ -193,6 +193,8 @@ pub fn all(quick: bool) -> Vec<Experiment> {
     );
     read_while_creating.background_creates = Some(BACKGROUND_CREATES);
     read_while_creating.baseline_workload = Some("read".into());
+    let mut plain_redirect = workload("redirect", Scenario::Read, 50);
+    plain_redirect.read_path = ReadPath::Redirect;
     let mut counted_redirect = workload("redirect from a browser", Scenario::Read, 50);
     counted_redirect.read_path = ReadPath::Redirect;
     counted_redirect.headers = browser_headers();
@@ -337,6 +339,21 @@ pub fn all(quick: bool) -> Vec<Experiment> {
                 ),
             ],
             workloads: vec![counted_redirect],
+            links: None,
+        },
+        Experiment {
+            id: "metrics",
+            title: "Recording Prometheus metrics",
+            question: "What does recording metrics cost? GET /{code} (a redirect) and \
+                       GET /link/{code}, 50 connections, default settings (memory cache), \
+                       with --metrics on against --metrics off on the same core in the same \
+                       round: the throughput ratio and the ratio of the server's CPU time per \
+                       request (from /proc).",
+            configs: vec![
+                config("metrics on", &["--metrics", "on"], Some("metrics off")),
+                config("metrics off", &["--metrics", "off"], None),
+            ],
+            workloads: vec![plain_redirect, read50.clone()],
             links: None,
         },
         Experiment {

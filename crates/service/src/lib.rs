@@ -7,15 +7,16 @@
 //! ```text
 //! settings    the Settings tree (http, codes, store, cache); defaults beside each type
 //! startup     Application::build -> addr(), run_until(shutdown)
-//! domain/     ShortCode, TargetUrl (parsed once), CodeGenerator
-//! http/       fn app() -> Router, extractors, handlers, ApiError, shutdown signal
+//! domain/     ShortCode, TargetUrl (parsed once, canonical), TargetPolicy, CodeGenerator
+//! http/       fn app() -> Router, extractors, handlers, ApiError, shutdown signal;
+//!             server (the accept loop: timeouts, connection cap, drain), limit (rate limits)
 //! links       the application service: cache, then store; who may manage what
 //! keys        API keys: making them, and recognising them (reloaded every second)
 //! cache/      the LinkCache trait; none, memory, valkey, tiered
-//! store/      the LinkStore trait; sqlite/ (readers, writer, walsync, checkpointer, ...)
+//! store/      the LinkStore trait; sqlite/ (readers, writer, walsync, checkpointer, fileguard, ...)
 //! visits      counting redirects in memory, flushed to the store; max_visits
 //! transfer    export and import records (JSON lines, CSV)
-//! doctor      `litelink doctor`; telemetry: logging set-up
+//! doctor      `litelink doctor`; telemetry: logging set-up, Throttle for repeated errors
 //! ```
 //!
 //! A read: `http::handlers::redirect` -> `Links::resolve` -> `LinkCache::get`
@@ -35,6 +36,7 @@ pub mod domain;
 pub mod http;
 pub mod keys;
 pub mod links;
+pub mod observe;
 pub mod settings;
 pub mod startup;
 pub mod store;

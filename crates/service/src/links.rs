@@ -22,6 +22,17 @@ pub struct LinkStats {
     pub visits: VisitStats,
 }
 
+/// What the readiness check reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    Ready,
+    /// Serving, but an outside cache is down: reads and writes still work
+    /// (from SQLite), so a load balancer should keep sending traffic.
+    Degraded(String),
+    /// Writes fail (stopped, the database file gone, the disk full).
+    Unavailable(String),
+}
+
 /// What a redirect finds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resolution {
@@ -76,6 +87,17 @@ impl Links {
                 keys,
                 visits,
             }),
+        }
+    }
+
+    /// Whether this instance can take traffic: see [`Readiness`].
+    pub async fn readiness(&self) -> Readiness {
+        if let Some(reason) = self.inner.store.unwritable() {
+            return Readiness::Unavailable(reason);
+        }
+        match self.inner.cache.check().await {
+            Ok(()) => Readiness::Ready,
+            Err(reason) => Readiness::Degraded(reason),
         }
     }
 

@@ -27,6 +27,8 @@ pub struct Application {
     links: Links,
     router: Router,
     http: http::HttpSettings,
+    /// `--metrics-listen`: `/metrics` alone, on its own address.
+    metrics: Option<(TcpListener, Router)>,
     refresher: tokio::task::JoinHandle<()>,
     /// Reads `--deny-hosts` again on SIGHUP.
     reloader: Option<tokio::task::JoinHandle<()>>,
@@ -63,6 +65,19 @@ impl Application {
             .has_deny_list()
             .then(|| spawn_deny_list_reloader(Arc::clone(&targets)))
             .transpose()?;
+        let metrics = match settings
+            .http
+            .metrics_listen
+            .filter(|_| settings.http.metrics)
+        {
+            Some(addr) => Some((
+                TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen on {addr} for metrics"))?,
+                http::metrics_app(links.clone()),
+            )),
+            None => None,
+        };
         let router = http::app(
             links.clone(),
             targets,
@@ -74,11 +89,17 @@ impl Application {
             links,
             router,
             http: settings.http.clone(),
+            metrics,
             refresher,
             reloader,
             flusher,
             _lock: lock,
         })
+    }
+
+    /// The metrics listener's address, with `--metrics-listen`.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|(l, _)| l.local_addr().ok())
     }
 
     /// The address actually bound (the port is real when 0 was asked for).
@@ -94,7 +115,23 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         tracing::info!(addr = %self.listener.local_addr()?, "serving");
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let metrics = self.metrics.map(|(listener, router)| {
+            let http = self.http.clone();
+            let mut stopped = stopped.clone();
+            tracing::info!(addr = ?listener.local_addr().ok(), "serving metrics");
+            tokio::spawn(async move {
+                let until = async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                };
+                http::server::serve(listener, router, &http, until).await
+            })
+        });
         let served = http::server::serve(self.listener, self.router, &self.http, shutdown).await;
+        let _ = stop.send(true);
+        if let Some(m) = metrics {
+            let _ = m.await;
+        }
         self.refresher.abort();
         if let Some(r) = self.reloader {
             r.abort();

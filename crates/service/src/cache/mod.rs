@@ -104,4 +104,9 @@ pub trait LinkCache: Send + Sync + 'static {
     async fn invalidate(&self, code: &ShortCode);
     /// Counters for `/stats`.
     fn stats(&self) -> CacheStats;
+    /// Whether an outside tier answers now (the readiness check); an
+    /// in-process cache always does.
+    async fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
 }

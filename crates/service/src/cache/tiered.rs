@@ -48,6 +48,10 @@ impl LinkCache for TieredCache {
         self.valkey.invalidate(code).await;
     }
 
+    async fn check(&self) -> Result<(), String> {
+        self.valkey.check().await
+    }
+
     fn stats(&self) -> CacheStats {
         CacheStats {
             mode: CacheMode::Tiered,

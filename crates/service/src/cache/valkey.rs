@@ -409,6 +409,27 @@ fn redact(url: &str) -> String {
 
 #[async_trait]
 impl LinkCache for ValkeyCache {
+    /// A PING within the configured timeout, not subject to the backoff
+    /// (a readiness probe must see a Valkey that has come back).
+    async fn check(&self) -> Result<(), String> {
+        let mut conn = self.conn.clone();
+        let cmd = redis::cmd("PING");
+        let ping = cmd.query_async::<String>(&mut conn);
+        let bound = self.config.timeout.max(Duration::from_millis(200));
+        // The probe is unauthenticated: the reason names no address; the
+        // error itself goes to the log, at a limited rate.
+        static FAILED: std::sync::LazyLock<crate::telemetry::Throttle> =
+            std::sync::LazyLock::new(|| crate::telemetry::Throttle::new(Duration::from_secs(10)));
+        match tokio::time::timeout(bound, ping).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => {
+                crate::throttled!(FAILED, warn, error = %e, "readiness: Valkey does not answer");
+                Err("valkey: not reachable; reads and writes go to the store".into())
+            }
+            Err(_) => Err("valkey: no answer in time; reads and writes go to the store".into()),
+        }
+    }
+
     async fn get(&self, code: &ShortCode) -> Lookup {
         if !self.consistent().await {
             return Lookup::Unknown;

@@ -10,6 +10,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use super::request_id;
 use crate::store::{StorageFailure, StoreError};
 use crate::telemetry::Throttle;
 use crate::throttled;
@@ -82,11 +83,11 @@ impl IntoResponse for ApiError {
         let status = self.status();
         let message = match &self {
             Self::Internal(detail) => {
-                throttled!(INTERNAL, error, %detail, "internal error");
+                throttled!(INTERNAL, error, %detail, request_id = %request_id::display(), "internal error");
                 "internal server error".to_owned()
             }
             Self::Unavailable { message, .. } => {
-                throttled!(UNAVAILABLE, warn, %message, "answered 503");
+                throttled!(UNAVAILABLE, warn, %message, request_id = %request_id::display(), "answered 503");
                 message.clone()
             }
             other => other.to_string(),
@@ -170,6 +171,39 @@ impl From<StoreError> for ApiError {
     }
 }
 
+/// A database failure as the client sees it: a failing or full disk is a
+/// 503 to retry later, never a 500; a damaged file is a 500.
+fn storage_error(kind: StorageFailure, detail: String) -> ApiError {
+    let unavailable = |message: &str, retry_after| ApiError::Unavailable {
+        message: message.into(),
+        retry_after,
+    };
+    match kind {
+        StorageFailure::DiskFull => {
+            throttled!(INTERNAL, error, %detail, request_id = %request_id::display(), "the disk is full");
+            unavailable("the server's disk is full; retry later", 30)
+        }
+        StorageFailure::Io | StorageFailure::ReadOnly => {
+            throttled!(INTERNAL, error, %detail, request_id = %request_id::display(),
+                "the database cannot be written");
+            unavailable("the server cannot write to its disk; retry later", 30)
+        }
+        StorageFailure::Busy => unavailable("the database is busy; retry shortly", 1),
+        StorageFailure::Corrupt => {
+            CORRUPT.call_once(|| {
+                tracing::error!(
+                    %detail,
+                    request_id = %request_id::display(),
+                    "database corrupt: run `litelink doctor --full`, and restore from a backup \
+                     or `litelink export` what can still be read"
+                );
+            });
+            ApiError::Internal(detail)
+        }
+        StorageFailure::Other => ApiError::Internal(detail),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,36 +238,5 @@ mod tests {
                 .is_some_and(|m| m.contains("no free short code")),
             "{body}"
         );
-    }
-}
-
-/// A database failure as the client sees it: a failing or full disk is a
-/// 503 to retry later, never a 500; a damaged file is a 500.
-fn storage_error(kind: StorageFailure, detail: String) -> ApiError {
-    let unavailable = |message: &str, retry_after| ApiError::Unavailable {
-        message: message.into(),
-        retry_after,
-    };
-    match kind {
-        StorageFailure::DiskFull => {
-            throttled!(INTERNAL, error, %detail, "the disk is full");
-            unavailable("the server's disk is full; retry later", 30)
-        }
-        StorageFailure::Io | StorageFailure::ReadOnly => {
-            throttled!(INTERNAL, error, %detail, "the database cannot be written");
-            unavailable("the server cannot write to its disk; retry later", 30)
-        }
-        StorageFailure::Busy => unavailable("the database is busy; retry shortly", 1),
-        StorageFailure::Corrupt => {
-            CORRUPT.call_once(|| {
-                tracing::error!(
-                    %detail,
-                    "database corrupt: run `litelink doctor --full`, and restore from a backup \
-                     or `litelink export` what can still be read"
-                );
-            });
-            ApiError::Internal(detail)
-        }
-        StorageFailure::Other => ApiError::Internal(detail),
     }
 }

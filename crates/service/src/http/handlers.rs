@@ -3,7 +3,7 @@
 
 use axum::Json;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
@@ -11,7 +11,7 @@ use super::error::ApiError;
 use super::extract::{Caller, ClientAddr, Code, Key, NewLinkBody, Operator, PatchBody};
 use super::{AppState, CreateAuth};
 use crate::domain::{Link, ShortCode, TargetUrl, Timestamp};
-use crate::links::{LinkStats, Resolution, Use};
+use crate::links::{LinkStats, Readiness, Resolution, Use};
 use crate::store::{LinkPatch, NewLink};
 use crate::visits::{Interval, Visit, VisitReport, Window};
 
@@ -377,6 +377,66 @@ pub async fn stats(State(state): State<AppState>, _: Operator) -> Json<Stats> {
         version: env!("CARGO_PKG_VERSION"),
         redirect_status: state.redirect_status.as_u16(),
     })
+}
+
+/// `GET /metrics` on the main port: the `/stats` rule (open until keys
+/// exist, then an admin key), and 404 when `--metrics-listen` serves it
+/// elsewhere or metrics are off.
+pub async fn metrics(State(state): State<AppState>, _: Operator) -> Result<Response, ApiError> {
+    match state.metrics {
+        Some(handle) => Ok(prometheus(handle, &state.links)),
+        None => Err(ApiError::NotFound(
+            "no metrics here (off, or served on --metrics-listen)".into(),
+        )),
+    }
+}
+
+/// The Prometheus text exposition of `links`'s metrics.
+pub fn prometheus(
+    handle: &metrics_exporter_prometheus::PrometheusHandle,
+    links: &crate::links::Links,
+) -> Response {
+    let body = crate::observe::render(handle, &links.stats());
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+/// `GET /health/live`: the process serves.
+pub async fn live() -> Json<Health> {
+    Json(Health {
+        status: "ok",
+        reason: None,
+    })
+}
+
+/// `GET /health/ready`: 200 `ok` or `degraded`, 503 `unavailable` with
+/// the reason when writes cannot succeed.
+pub async fn ready(State(state): State<AppState>) -> (StatusCode, Json<Health>) {
+    let (status, health, reason) = match state.links.readiness().await {
+        Readiness::Ready => (StatusCode::OK, "ok", None),
+        Readiness::Degraded(why) => (StatusCode::OK, "degraded", Some(why)),
+        Readiness::Unavailable(why) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", Some(why)),
+    };
+    (
+        status,
+        Json(Health {
+            status: health,
+            reason,
+        }),
+    )
+}
+
+#[derive(Serialize)]
+pub struct Health {
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
 }
 
 pub async fn not_found_route(method: Method, uri: Uri) -> ApiError {

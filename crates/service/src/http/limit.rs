@@ -98,6 +98,7 @@ impl CreateLimiter {
             }
         };
         outcome.map_err(|not_until| {
+            metrics::counter!("litelink_rate_limited_total").increment(1);
             let wait = not_until.wait_time_from(DefaultClock::default().now());
             ApiError::TooManyRequests {
                 message: match caller {

@@ -7,6 +7,7 @@ mod extract;
 mod handlers;
 pub mod limit;
 mod qr;
+pub mod request_id;
 pub mod server;
 pub mod shutdown;
 mod web;
@@ -95,6 +96,10 @@ pub struct HttpSettings {
     pub shutdown_timeout: Duration,
     /// Token buckets on creates.
     pub rate_limits: limit::RateLimitSettings,
+    /// Record Prometheus metrics (a benchmark switch: on in production).
+    pub metrics: bool,
+    /// Serve `/metrics` here, without a key, and not on the main port.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// What a redirect tells the target about where the click came from
@@ -130,6 +135,8 @@ impl Default for HttpSettings {
             max_header_bytes: 16 * 1024,
             shutdown_timeout: Duration::from_secs(10),
             rate_limits: limit::RateLimitSettings::default(),
+            metrics: true,
+            metrics_listen: None,
         }
     }
 }
@@ -153,6 +160,8 @@ struct AppState {
     stats_public: bool,
     max_body_bytes: usize,
     limiter: Arc<limit::CreateLimiter>,
+    /// The recorder, when metrics are on and served on this router.
+    metrics: Option<&'static metrics_exporter_prometheus::PrometheusHandle>,
 }
 
 /// Whether a Host header is `host[:port]` and nothing else: no path,
@@ -190,6 +199,32 @@ impl AppState {
     }
 }
 
+/// The recorder, installed on first use, when metrics are on.
+fn metrics_handle(
+    settings: &HttpSettings,
+) -> Option<&'static metrics_exporter_prometheus::PrometheusHandle> {
+    settings.metrics.then(crate::observe::install).flatten()
+}
+
+/// `/metrics` alone, without a key, for `--metrics-listen`.
+pub fn metrics_app(links: Links) -> Router {
+    let handle = crate::observe::install();
+    Router::new()
+        .route(
+            "/metrics",
+            get(move || async move {
+                match handle {
+                    Some(h) => Ok(handlers::prometheus(h, &links)),
+                    None => Err(ApiError::NotFound("metrics are off".into())),
+                }
+            }),
+        )
+        .fallback(handlers::not_found_route)
+        .layer(axum::middleware::map_response(
+            error::json_for_bodiless_errors,
+        ))
+}
+
 /// The router with every route and the layers every request passes;
 /// `listen` is the bound address (see [`AppState::short_url`]).
 pub fn app(
@@ -203,6 +238,7 @@ pub fn app(
         stats_public: settings.stats_public,
         max_body_bytes: settings.max_body_bytes,
         limiter: limit::CreateLimiter::new(&settings.rate_limits),
+        metrics: metrics_handle(settings).filter(|_| settings.metrics_listen.is_none()),
         links,
         redirect_status: settings.redirect_status.status(),
         create_auth: settings.create_auth,
@@ -212,11 +248,15 @@ pub fn app(
             .referrer_policy
             .and_then(|p| HeaderValue::from_str(&p.to_string()).ok()),
     };
-    Router::new()
+    let recording = metrics_handle(settings).is_some();
+    let router = Router::new()
         .route("/", get(web::index))
         .route("/manage", get(web::manage))
         .route("/assets/{file}", get(web::asset))
         .route("/heart-beat", get(handlers::heart_beat))
+        .route("/health/live", get(handlers::live))
+        .route("/health/ready", get(handlers::ready))
+        .route("/metrics", get(handlers::metrics))
         .route("/stats", get(handlers::stats))
         .route("/link", post(handlers::create_link))
         .route("/link/{code}", get(handlers::get_link))
@@ -235,7 +275,14 @@ pub fn app(
         .route("/{code}/qr.svg", get(qr::svg))
         .route("/{code}/qr.png", get(qr::png))
         .fallback(handlers::not_found_route)
-        .method_not_allowed_fallback(handlers::method_not_allowed)
+        .method_not_allowed_fallback(handlers::method_not_allowed);
+    // Inside the routing (a Router layer), where the matched route is known.
+    let router = if recording {
+        router.layer(crate::observe::MetricsLayer::new())
+    } else {
+        router
+    };
+    router
         .layer(DefaultBodyLimit::max(settings.max_body_bytes))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -248,6 +295,9 @@ pub fn app(
         // No log line per failed request (the default logs every 5xx):
         // handlers log their errors, throttled.
         .layer(TraceLayer::new_for_http().on_failure(()))
+        // Outermost: every answer carries the id, and every log line
+        // written while handling it can name it.
+        .layer(request_id::RequestIdLayer)
         .with_state(state)
 }
 

@@ -103,6 +103,7 @@ pub async fn serve(
     let limits = Arc::new(ConnLimits::from(settings));
     let (closing, closed) = watch::channel(false);
     let accept_errors = Throttle::new(Duration::from_secs(10));
+    let open = metrics::gauge!("litelink_open_connections");
     let mut connections = JoinSet::new();
     let ended = Arc::new(AtomicU64::new(0));
     let trimmer = tokio::spawn(trim_after_floods(Arc::clone(&ended)));
@@ -132,8 +133,11 @@ pub async fn serve(
                     closed.clone(),
                 );
                 let ended = Arc::clone(&ended);
+                let open = open.clone();
+                open.increment(1.0);
                 connections.spawn(async move {
                     conn.await;
+                    open.decrement(1.0);
                     drop(slot);
                     ended.fetch_add(1, Ordering::Relaxed);
                 });

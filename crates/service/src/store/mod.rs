@@ -200,6 +200,10 @@ pub trait LinkStore: Send + Sync + 'static {
     /// Facts and counters for `/stats`. Cheap: no query runs for it.
     fn stats(&self) -> StoreStats;
 
+    /// Why writes cannot succeed now (writes stopped, the database file
+    /// gone, the disk full), or `None`: the readiness check.
+    fn unwritable(&self) -> Option<String>;
+
     /// Finishes queued writes and closes the database. Later calls fail with
     /// [`StoreError::Closed`].
     async fn close(&self);

@@ -577,6 +577,10 @@ impl LinkStore for SqliteStore {
         StoreStats::Sqlite(self.sqlite_stats())
     }
 
+    fn unwritable(&self) -> Option<String> {
+        self.inner.writer.unwritable()
+    }
+
     async fn close(&self) {
         self.inner.writer.close().await;
         let checkpointer = self

@@ -133,9 +133,11 @@ impl WalSync {
         let started = Instant::now();
         let synced = self.sync();
         self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+        let took = started.elapsed();
+        metrics::histogram!("litelink_wal_sync_seconds").record(took.as_secs_f64());
         self.stats
             .sync_micros
-            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
         let held = std::mem::take(&mut self.held);
         match synced {
             Ok(()) => replies.send(

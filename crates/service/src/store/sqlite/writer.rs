@@ -57,6 +57,9 @@ pub(super) struct WriterStats {
     code_collisions: AtomicU64,
     largest_batch: AtomicU64,
     rejected_full: AtomicU64,
+    /// Set while the last write failed because the disk is full; cleared
+    /// by the next write that succeeds. For the readiness check.
+    disk_full: std::sync::atomic::AtomicBool,
     /// Rows in the table: counted once at start, then one per insert, so
     /// that `/stats` never scans the table.
     links: AtomicU64,
@@ -80,6 +83,10 @@ pub struct WriterCounts {
 impl WriterStats {
     pub(super) fn commits(&self) -> u64 {
         self.commits.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn disk_full(&self) -> bool {
+        self.disk_full.load(Ordering::Relaxed)
     }
 }
 
@@ -216,6 +223,19 @@ impl Writer {
 
     pub(super) fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Why writes would fail now, if they would: for the readiness check.
+    pub(super) fn unwritable(&self) -> Option<String> {
+        if let Some(why) = self.sync_stats.writes_stopped() {
+            return Some(why.clone());
+        }
+        if !self.guard.check() {
+            return self.sync_stats.writes_stopped().cloned();
+        }
+        self.stats
+            .disk_full()
+            .then(|| "the disk is full: the last write failed for want of space".to_owned())
     }
 
     pub(super) fn guard(&self) -> Arc<FileGuard> {
@@ -411,6 +431,8 @@ impl WriterThread {
                     return;
                 }
                 let n = stored.len() as u64;
+                metrics::histogram!("litelink_write_batch_size").record(n as f64);
+                self.stats.disk_full.store(false, Ordering::Relaxed);
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
                 self.stats.rows.fetch_add(n, Ordering::Relaxed);
                 self.stats.links.fetch_add(n, Ordering::Relaxed);
@@ -432,6 +454,9 @@ impl WriterThread {
                     StoreError::Storage(kind, _) => *kind,
                     _ => StorageFailure::Other,
                 };
+                self.stats
+                    .disk_full
+                    .store(kind == StorageFailure::DiskFull, Ordering::Relaxed);
                 let message = e.to_string();
                 self.replies
                     .fail_all(batch.drain(..).map(|(_, reply)| reply), || {
