@@ -22,29 +22,6 @@ use tower::{Layer, Service};
 use crate::links::LinkStats;
 use crate::store::StoreStats;
 
-/// Every route of the router, as it is matched (`MatchedPath`); requests
-/// that match none are `unmatched`.
-pub const ROUTES: &[&str] = &[
-    "/",
-    "/manage",
-    "/assets/{file}",
-    "/heart-beat",
-    "/health/live",
-    "/health/ready",
-    "/metrics",
-    "/openapi.json",
-    "/stats",
-    "/link",
-    "/link/{code}",
-    "/api/v1/links",
-    "/api/v1/links/{code}",
-    "/api/v1/links/{code}/visits",
-    "/{code}",
-    "/{code}/qr.svg",
-    "/{code}/qr.png",
-    "unmatched",
-];
-
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
 /// Latency buckets, in seconds: 50 µs to 10 s.
@@ -143,6 +120,9 @@ struct RouteHandles {
 }
 
 struct Handles {
+    /// The router's paths, as matched (`MatchedPath`); a request that
+    /// matches none is counted as `unmatched`, the last entry.
+    paths: Vec<&'static str>,
     routes: Vec<RouteHandles>,
     redirects: Counter,
     creates: Counter,
@@ -151,9 +131,10 @@ struct Handles {
 }
 
 impl Handles {
-    fn new() -> Self {
+    fn new(mut paths: Vec<&'static str>) -> Self {
+        paths.push("unmatched");
         Self {
-            routes: ROUTES
+            routes: paths
                 .iter()
                 .map(|&route| RouteHandles {
                     by_class: CLASSES.map(|class| {
@@ -168,13 +149,14 @@ impl Handles {
             creates: metrics::counter!("litelink_creates_total"),
             client_errors: metrics::counter!("litelink_http_client_errors_total"),
             server_errors: metrics::counter!("litelink_http_server_errors_total"),
+            paths,
         }
     }
 
     fn route(&self, matched: Option<&str>) -> usize {
-        let last = ROUTES.len() - 1;
+        let last = self.paths.len() - 1;
         matched
-            .and_then(|m| ROUTES[..last].iter().position(|r| *r == m))
+            .and_then(|m| self.paths[..last].iter().position(|r| *r == m))
             .unwrap_or(last)
     }
 }
@@ -188,16 +170,11 @@ pub struct MetricsLayer {
 }
 
 impl MetricsLayer {
-    pub fn new() -> Self {
+    /// `paths`: the router's routes, as they are matched.
+    pub fn new(paths: Vec<&'static str>) -> Self {
         Self {
-            handles: std::sync::Arc::new(Handles::new()),
+            handles: std::sync::Arc::new(Handles::new(paths)),
         }
-    }
-}
-
-impl Default for MetricsLayer {
-    fn default() -> Self {
-        Self::new()
     }
 }
 
@@ -274,7 +251,7 @@ where
         r.by_class[class].increment(1);
         r.latency.record(this.started.elapsed().as_secs_f64());
         match status {
-            300..=399 if ROUTES[*this.route] == "/{code}" => h.redirects.increment(1),
+            300..=399 if h.paths[*this.route] == "/{code}" => h.redirects.increment(1),
             201 if *this.post => h.creates.increment(1),
             400..=499 => h.client_errors.increment(1),
             500..=599 => h.server_errors.increment(1),

@@ -544,20 +544,22 @@ impl Window {
 /// Referrer hosts a report names; the rest are summed as `(other)`.
 pub const REPORT_REFERRERS: usize = 10;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct SeriesPoint {
+    /// Start of the hour or day (UTC).
+    #[schema(value_type = String, format = DateTime)]
     pub start: Timestamp,
     pub humans: u64,
     pub bots: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct HostCount {
     pub host: String,
     pub count: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ClassCount {
     pub class: AgentClass,
     pub count: u64,
@@ -565,7 +567,7 @@ pub struct ClassCount {
 
 /// `GET /api/v1/links/{code}/visits`: every figure covers the window.
 /// The series lists buckets with visits only, oldest first.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct VisitReport {
     pub total: u64,
     pub humans: u64,

@@ -33,6 +33,7 @@ pub const DIRECT_HOST: &str = "(direct)";
     Display,
     EnumString,
     IntoStaticStr,
+    utoipa::ToSchema,
 )]
 #[serde(rename_all = "lowercase")]
 #[strum(serialize_all = "lowercase")]

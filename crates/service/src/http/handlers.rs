@@ -15,23 +15,27 @@ use crate::links::{LinkStats, Readiness, Resolution, Use};
 use crate::store::{LinkPatch, NewLink};
 use crate::visits::{Interval, Visit, VisitReport, Window};
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct HeartBeat {
     #[serde(rename = "OK")]
     ok: bool,
 }
 
+#[utoipa::path(get, path = "/heart-beat", tag = "seed",
+    responses((status = 200, description = "The server answers", body = HeartBeat)))]
 pub async fn heart_beat() -> Json<HeartBeat> {
     Json(HeartBeat { ok: true })
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = LinkTarget)]
 struct LinkBody<'a> {
+    /// The target URL.
     link: &'a str,
 }
 
 /// The seed route's answer to a create.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Created {
     short_link: String,
     /// The full short URL (see `AppState::short_url`).
@@ -40,12 +44,15 @@ pub struct Created {
 }
 
 /// The management API's view of a link.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = Link)]
 pub struct LinkObject {
     code: String,
     url: String,
     short_url: String,
+    #[schema(value_type = String, format = DateTime)]
     created_at: Timestamp,
+    #[schema(value_type = Option<String>, format = DateTime)]
     expires_at: Option<Timestamp>,
     expired: bool,
     owner: Option<String>,
@@ -105,6 +112,19 @@ impl AppState {
 }
 
 /// `POST /link`, the seed API.
+#[utoipa::path(post, path = "/link", tag = "seed",
+    request_body(content = crate::http::openapi::NewLinkRequest, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Stored durably", body = Created),
+        (status = 400, description = "Malformed body, bad URL, bad code, past expiry, bad max_visits or an unknown field", body = crate::http::openapi::ErrorMessage),
+        (status = 401, description = "An invalid key was sent, or this action needs a key", body = crate::http::openapi::ErrorMessage),
+        (status = 409, description = "The chosen code is taken (or was used by a deleted link)", body = crate::http::openapi::ErrorMessage),
+        (status = 413, description = "Body over the size limit", body = crate::http::openapi::ErrorMessage),
+        (status = 415, description = "Content-Type is not JSON", body = crate::http::openapi::ErrorMessage),
+        (status = 429, description = "Rate limited", body = crate::http::openapi::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+        (status = 503, description = "Cannot store now (disk full, writes stopped, queue full)", body = crate::http::openapi::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+    ),
+    security((), ("bearer" = []), ("api_key" = [])))]
 pub async fn create_link(
     State(state): State<AppState>,
     client: ClientAddr,
@@ -125,6 +145,19 @@ pub async fn create_link(
 }
 
 /// `POST /api/v1/links`: the same create, answered with the link object.
+#[utoipa::path(post, path = "/api/v1/links", tag = "links",
+    request_body(content = crate::http::openapi::NewLinkRequest, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Stored durably", body = LinkObject),
+        (status = 400, description = "Malformed body, bad URL, bad code, past expiry, bad max_visits or an unknown field", body = crate::http::openapi::ErrorMessage),
+        (status = 401, description = "An invalid key was sent, or this action needs a key", body = crate::http::openapi::ErrorMessage),
+        (status = 409, description = "The chosen code is taken (or was used by a deleted link)", body = crate::http::openapi::ErrorMessage),
+        (status = 413, description = "Body over the size limit", body = crate::http::openapi::ErrorMessage),
+        (status = 415, description = "Content-Type is not JSON", body = crate::http::openapi::ErrorMessage),
+        (status = 429, description = "Rate limited", body = crate::http::openapi::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+        (status = 503, description = "Cannot store now (disk full, writes stopped, queue full)", body = crate::http::openapi::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+    ),
+    security((), ("bearer" = []), ("api_key" = [])))]
 pub async fn api_create(
     State(state): State<AppState>,
     client: ClientAddr,
@@ -156,6 +189,13 @@ async fn resolve(state: &AppState, code: &ShortCode, how: Use<'_>) -> Result<Tar
 }
 
 /// `GET /link/{code}`: where a link leads, as JSON; not a visit.
+#[utoipa::path(get, path = "/link/{code}", tag = "seed", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$")),
+    responses(
+        (status = 200, description = "Where the link leads (not a visit)", body = LinkBody),
+        (status = 400, description = "Malformed code", body = crate::http::openapi::ErrorMessage),
+        (status = 404, description = "No such link, or deleted", body = crate::http::openapi::ErrorMessage),
+        (status = 410, description = "Expired, or out of visits", body = crate::http::openapi::ErrorMessage),
+    ))]
 pub async fn get_link(
     State(state): State<AppState>,
     Code(code): Code,
@@ -171,6 +211,16 @@ pub async fn get_link(
 /// and drops the body). A GET that redirects is a visit, with its
 /// User-Agent and Referer; a HEAD is not. The request is taken whole so
 /// that those headers are read in place, not copied.
+#[utoipa::path(method(get, head), path = "/{code}", tag = "redirect", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$")),
+    responses(
+        (status = 301, description = "Redirect (when the server is set to 301)", headers(("location" = String, description = "The target URL"), ("cache-control" = String, description = "private, max-age=0"))),
+        (status = 302, description = "Redirect (the default status); a GET counts one visit", headers(("location" = String, description = "The target URL"), ("cache-control" = String, description = "private, max-age=0"))),
+        (status = 307, description = "Redirect (when the server is set to 307)", headers(("location" = String, description = "The target URL"), ("cache-control" = String, description = "private, max-age=0"))),
+        (status = 308, description = "Redirect (when the server is set to 308)", headers(("location" = String, description = "The target URL"), ("cache-control" = String, description = "private, max-age=0"))),
+        (status = 400, description = "Malformed code", body = crate::http::openapi::ErrorMessage),
+        (status = 404, description = "No such link, or deleted", body = crate::http::openapi::ErrorMessage),
+        (status = 410, description = "Expired, or out of visits", body = crate::http::openapi::ErrorMessage),
+    ))]
 pub async fn redirect(
     State(state): State<AppState>,
     Code(code): Code,
@@ -211,6 +261,14 @@ pub async fn redirect(
     Ok(response)
 }
 
+#[utoipa::path(get, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$")),
+    responses(
+        (status = 200, description = "The link", body = LinkObject),
+        (status = 400, description = "Malformed code", body = crate::http::openapi::ErrorMessage),
+        (status = 401, description = "No valid key", body = crate::http::openapi::ErrorMessage),
+        (status = 404, description = "No such link, or not one this key may manage", body = crate::http::openapi::ErrorMessage),
+    ),
+    security(("bearer" = []), ("api_key" = [])))]
 pub async fn api_get(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -225,6 +283,18 @@ pub async fn api_get(
     Ok(Json(state.link_object(&headers, link)))
 }
 
+#[utoipa::path(patch, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$")),
+    request_body(content = crate::http::openapi::PatchRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The link as changed", body = LinkObject),
+        (status = 400, description = "Malformed code or body, bad URL, past expiry, unknown field", body = crate::http::openapi::ErrorMessage),
+        (status = 401, description = "No valid key", body = crate::http::openapi::ErrorMessage),
+        (status = 404, description = "No such link, or not one this key may manage", body = crate::http::openapi::ErrorMessage),
+        (status = 413, description = "Body over the size limit", body = crate::http::openapi::ErrorMessage),
+        (status = 415, description = "Content-Type is not JSON", body = crate::http::openapi::ErrorMessage),
+        (status = 503, description = "Cannot store now", body = crate::http::openapi::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+    ),
+    security(("bearer" = []), ("api_key" = [])))]
 pub async fn api_update(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -248,6 +318,15 @@ pub async fn api_update(
     Ok(Json(state.link_object(&headers, link)))
 }
 
+#[utoipa::path(delete, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$")),
+    responses(
+        (status = 204, description = "Deleted; its code is never issued again"),
+        (status = 400, description = "Malformed code", body = crate::http::openapi::ErrorMessage),
+        (status = 401, description = "No valid key", body = crate::http::openapi::ErrorMessage),
+        (status = 404, description = "No such link, or not one this key may manage", body = crate::http::openapi::ErrorMessage),
+        (status = 503, description = "Cannot store now", body = crate::http::openapi::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+    ),
+    security(("bearer" = []), ("api_key" = [])))]
 pub async fn api_delete(
     State(state): State<AppState>,
     Key(caller): Key,
@@ -260,6 +339,17 @@ pub async fn api_delete(
     }
 }
 
+/// `interval` of a visit report, as the document describes it.
+#[derive(utoipa::ToSchema)]
+#[schema(as = Interval)]
+#[allow(dead_code)]
+pub enum IntervalParam {
+    #[schema(rename = "hour")]
+    Hour,
+    #[schema(rename = "day")]
+    Day,
+}
+
 /// Query of `GET /api/v1/links/{code}/visits`, as sent.
 #[derive(Deserialize)]
 pub struct VisitParams {
@@ -269,6 +359,20 @@ pub struct VisitParams {
 }
 
 /// `GET /api/v1/links/{code}/visits`: the link's visits in a window.
+#[utoipa::path(get, path = "/api/v1/links/{code}/visits", tag = "links",
+    params(
+        ("code" = String, Path, description = "A short code", pattern = "^[A-Za-z0-9_-]{1,64}$"),
+        ("from" = Option<String>, Query, format = DateTime, description = "Start of the window (RFC 3339), inclusive"),
+        ("to" = Option<String>, Query, format = DateTime, description = "End of the window (RFC 3339), exclusive; after from"),
+        ("interval" = Option<IntervalParam>, Query, description = "Buckets of the series (default hour)"),
+    ),
+    responses(
+        (status = 200, description = "The link's visits in the window", body = crate::visits::VisitReport),
+        (status = 400, description = "Malformed code, from, to or interval, or from not before to", body = crate::http::openapi::ErrorMessage),
+        (status = 401, description = "No valid key", body = crate::http::openapi::ErrorMessage),
+        (status = 404, description = "No such link, or not one this key may manage", body = crate::http::openapi::ErrorMessage),
+    ),
+    security(("bearer" = []), ("api_key" = [])))]
 pub async fn api_visits(
     State(state): State<AppState>,
     Key(caller): Key,
@@ -278,8 +382,7 @@ pub async fn api_visits(
     let Query(params) =
         params.map_err(|e| ApiError::BadRequest(format!("malformed query: {e}")))?;
     let time = |name: &str, raw: Option<String>| {
-        raw.filter(|s| !s.is_empty())
-            .map(|s| Timestamp::parse(&s).map_err(|e| ApiError::BadRequest(format!("{name}: {e}"))))
+        raw.map(|s| Timestamp::parse(&s).map_err(|e| ApiError::BadRequest(format!("{name}: {e}"))))
             .transpose()
     };
     let from = time("from", params.from)?;
@@ -290,7 +393,7 @@ pub async fn api_visits(
         return Err(ApiError::BadRequest("'from' must be before 'to'".into()));
     }
     let interval = match params.interval.as_deref() {
-        None | Some("") => Interval::Hour,
+        None => Interval::Hour,
         Some(raw) => raw.parse().map_err(|_| {
             ApiError::BadRequest(format!("interval must be 'hour' or 'day', not '{raw}'"))
         })?,
@@ -317,12 +420,24 @@ pub struct ListParams {
 pub const DEFAULT_LIMIT: usize = 50;
 pub const MAX_LIMIT: usize = 1000;
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct LinkList {
     links: Vec<LinkObject>,
     next_cursor: Option<String>,
 }
 
+#[utoipa::path(get, path = "/api/v1/links", tag = "links",
+    params(
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Links per page (default 50)"),
+        ("cursor" = Option<String>, Query, pattern = "^[1-9][0-9]{0,17}$", description = "next_cursor of the previous page"),
+        ("q" = Option<String>, Query, description = "Only links whose code or URL contains this text"),
+    ),
+    responses(
+        (status = 200, description = "The key's links (all, for an admin key), newest first", body = LinkList),
+        (status = 400, description = "Bad limit or cursor", body = crate::http::openapi::ErrorMessage),
+        (status = 401, description = "No valid key", body = crate::http::openapi::ErrorMessage),
+    ),
+    security(("bearer" = []), ("api_key" = [])))]
 pub async fn api_list(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -342,7 +457,7 @@ pub async fn api_list(
             })?,
     };
     let before = match params.cursor.as_deref() {
-        None | Some("") => None,
+        None => None,
         Some(raw) => Some(
             raw.parse::<i64>()
                 .ok()
@@ -371,6 +486,13 @@ pub struct Stats {
     redirect_status: u16,
 }
 
+#[utoipa::path(get, path = "/stats", tag = "operations",
+    responses(
+        (status = 200, description = "Counters and facts (see the README); open until API keys exist or with --stats-public", body = Object),
+        (status = 401, description = "Keys exist and no valid key was sent", body = crate::http::openapi::ErrorMessage),
+        (status = 403, description = "The key is not an admin key", body = crate::http::openapi::ErrorMessage),
+    ),
+    security((), ("bearer" = []), ("api_key" = [])))]
 pub async fn stats(State(state): State<AppState>, _: Operator) -> Json<Stats> {
     Json(Stats {
         links: state.links.stats(),
@@ -382,6 +504,14 @@ pub async fn stats(State(state): State<AppState>, _: Operator) -> Json<Stats> {
 /// `GET /metrics` on the main port: the `/stats` rule (open until keys
 /// exist, then an admin key), and 404 when `--metrics-listen` serves it
 /// elsewhere or metrics are off.
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses(
+        (status = 200, description = "Prometheus text format; the /stats rule applies", content_type = "text/plain; version=0.0.4; charset=utf-8", body = String),
+        (status = 401, description = "Keys exist and no valid key was sent", body = crate::http::openapi::ErrorMessage),
+        (status = 403, description = "The key is not an admin key", body = crate::http::openapi::ErrorMessage),
+        (status = 404, description = "Metrics are off, or served on --metrics-listen", body = crate::http::openapi::ErrorMessage),
+    ),
+    security((), ("bearer" = []), ("api_key" = [])))]
 pub async fn metrics(State(state): State<AppState>, _: Operator) -> Result<Response, ApiError> {
     match state.metrics {
         Some(handle) => Ok(prometheus(handle, &state.links)),
@@ -408,6 +538,8 @@ pub fn prometheus(
 }
 
 /// `GET /health/live`: the process serves.
+#[utoipa::path(get, path = "/health/live", tag = "operations",
+    responses((status = 200, description = "The process serves", body = Health)))]
 pub async fn live() -> Json<Health> {
     Json(Health {
         status: "ok",
@@ -417,6 +549,11 @@ pub async fn live() -> Json<Health> {
 
 /// `GET /health/ready`: 200 `ok` or `degraded`, 503 `unavailable` with
 /// the reason when writes cannot succeed.
+#[utoipa::path(get, path = "/health/ready", tag = "operations",
+    responses(
+        (status = 200, description = "ok, or degraded (Valkey down: reads and writes still work)", body = Health),
+        (status = 503, description = "Writes cannot succeed: stopped, the disk full, the database file gone", body = Health),
+    ))]
 pub async fn ready(State(state): State<AppState>) -> (StatusCode, Json<Health>) {
     let (status, health, reason) = match state.links.readiness().await {
         Readiness::Ready => (StatusCode::OK, "ok", None),
@@ -432,8 +569,10 @@ pub async fn ready(State(state): State<AppState>) -> (StatusCode, Json<Health>) 
     )
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Health {
+    /// `ok`, `degraded` or `unavailable`.
+    #[schema(value_type = String, pattern = "^(ok|degraded|unavailable)$")]
     status: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<String>,

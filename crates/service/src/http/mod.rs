@@ -6,6 +6,7 @@ mod error;
 mod extract;
 mod handlers;
 pub mod limit;
+mod openapi;
 mod qr;
 pub mod request_id;
 pub mod server;
@@ -18,13 +19,14 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::routing::{get, post};
+use axum::routing::get;
 use strum::{Display, EnumString, VariantNames};
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 pub use error::ApiError;
 pub use extract::NewLinkBody;
+pub use openapi::ApiDoc;
 
 /// Status of `GET /{code}`.
 #[derive(
@@ -225,6 +227,32 @@ pub fn metrics_app(links: Links) -> Router {
         ))
 }
 
+/// Every route: a handler and one line here. Each is in the OpenAPI
+/// document too (`openapi::Routes::undocumented` checks it).
+fn routes() -> openapi::Routes {
+    openapi::Routes::new()
+        .get("/", web::index)
+        .get("/manage", web::manage)
+        .get("/assets/{file}", web::asset)
+        .get("/heart-beat", handlers::heart_beat)
+        .get("/health/live", handlers::live)
+        .get("/health/ready", handlers::ready)
+        .get("/metrics", handlers::metrics)
+        .get("/openapi.json", openapi::openapi_json)
+        .get("/stats", handlers::stats)
+        .post("/link", handlers::create_link)
+        .get("/link/{code}", handlers::get_link)
+        .post("/api/v1/links", handlers::api_create)
+        .get("/api/v1/links", handlers::api_list)
+        .get("/api/v1/links/{code}", handlers::api_get)
+        .patch("/api/v1/links/{code}", handlers::api_update)
+        .delete("/api/v1/links/{code}", handlers::api_delete)
+        .get("/api/v1/links/{code}/visits", handlers::api_visits)
+        .get("/{code}", handlers::redirect)
+        .get("/{code}/qr.svg", qr::svg)
+        .get("/{code}/qr.png", qr::png)
+}
+
 /// The router with every route and the layers every request passes;
 /// `listen` is the bound address (see [`AppState::short_url`]).
 pub fn app(
@@ -249,38 +277,21 @@ pub fn app(
             .and_then(|p| HeaderValue::from_str(&p.to_string()).ok()),
     };
     let recording = metrics_handle(settings).is_some();
-    let router = Router::new()
-        .route("/", get(web::index))
-        .route("/manage", get(web::manage))
-        .route("/assets/{file}", get(web::asset))
-        .route("/heart-beat", get(handlers::heart_beat))
-        .route("/health/live", get(handlers::live))
-        .route("/health/ready", get(handlers::ready))
-        .route("/metrics", get(handlers::metrics))
-        .route("/stats", get(handlers::stats))
-        .route("/link", post(handlers::create_link))
-        .route("/link/{code}", get(handlers::get_link))
-        .route(
-            "/api/v1/links",
-            post(handlers::api_create).get(handlers::api_list),
-        )
-        .route(
-            "/api/v1/links/{code}",
-            get(handlers::api_get)
-                .patch(handlers::api_update)
-                .delete(handlers::api_delete),
-        )
-        .route("/api/v1/links/{code}/visits", get(handlers::api_visits))
-        .route("/{code}", get(handlers::redirect))
-        .route("/{code}/qr.svg", get(qr::svg))
-        .route("/{code}/qr.png", get(qr::png))
+    let routes = routes();
+    debug_assert!(
+        routes.undocumented().is_empty(),
+        "the router and the OpenAPI document differ: {:?}",
+        routes.undocumented()
+    );
+    // Inside the routing (a Router layer), where the matched route is known.
+    let metrics_layer = recording.then(|| crate::observe::MetricsLayer::new(routes.paths()));
+    let router = routes
+        .into_router()
         .fallback(handlers::not_found_route)
         .method_not_allowed_fallback(handlers::method_not_allowed);
-    // Inside the routing (a Router layer), where the matched route is known.
-    let router = if recording {
-        router.layer(crate::observe::MetricsLayer::new())
-    } else {
-        router
+    let router = match metrics_layer {
+        Some(layer) => router.layer(layer),
+        None => router,
     };
     router
         .layer(DefaultBodyLimit::max(settings.max_body_bytes))

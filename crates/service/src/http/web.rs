@@ -68,16 +68,28 @@ fn page(body: &'static str) -> Response {
 }
 
 /// `GET /`: shorten a link.
+#[utoipa::path(get, path = "/", tag = "web",
+    responses((status = 200, description = "The page to shorten a link", content_type = "text/html; charset=utf-8", body = String)))]
 pub async fn index() -> Response {
     page(include_str!("web/index.html"))
 }
 
 /// `GET /manage`: a key holder's links.
+#[utoipa::path(get, path = "/manage", tag = "web",
+    responses((status = 200, description = "The page for key holders", content_type = "text/html; charset=utf-8", body = String)))]
 pub async fn manage() -> Response {
     page(include_str!("web/manage.html"))
 }
 
 /// `GET /assets/{file}`.
+#[utoipa::path(get, path = "/assets/{file}", tag = "web",
+    params(("file" = String, Path, description = "One of the page's files",
+        example = "app.css", pattern = "^(app\\.css|shorten\\.js|manage\\.js|icon\\.svg)$")),
+    responses(
+        (status = 200, description = "The page's stylesheet, script or icon",
+         content(("text/css; charset=utf-8"), ("text/javascript; charset=utf-8"), ("image/svg+xml"))),
+        (status = 404, description = "No such asset", body = crate::http::openapi::ErrorMessage),
+    ))]
 pub async fn asset(Path(name): Path<String>) -> Result<Response, ApiError> {
     let asset = ASSETS
         .iter()
