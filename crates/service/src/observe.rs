@@ -2,20 +2,21 @@
 //! exporter), the per-request layer, and the gauges read from the typed
 //! stats at each scrape.
 //!
-//! Per request the layer adds two clock reads, a route lookup among a
-//! dozen strings, two counter increments and one histogram sample, all on
-//! handles registered once; everything else (`/stats`'s counters: cache
-//! hits, visits, links, queue depth) costs nothing until a scrape reads it.
+//! Per request the layer adds a route match, two clock reads and three
+//! relaxed increments on its thread's shard ([`Requests`]); the exporter
+//! hears of them at each scrape, as it does of everything else (`/stats`'s
+//! counters: cache hits, visits, links, queue depth), which costs nothing
+//! until a scrape reads it.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::OnceLock;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::{Mutex, OnceLock};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use axum::extract::MatchedPath;
 use axum::http::{Method, Request, Response};
-use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tower::{Layer, Service};
 
@@ -32,6 +33,14 @@ const LATENCY_BUCKETS: &[f64] = &[
 const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+/// The per-request cells, process-wide like the recorder (every router of
+/// a process has the same routes).
+static REQUESTS: OnceLock<Requests> = OnceLock::new();
+
+/// The per-request cells for a router with these paths (made once).
+pub fn requests(paths: impl FnOnce() -> Vec<&'static str>) -> &'static Requests {
+    REQUESTS.get_or_init(|| Requests::new(paths()))
+}
 
 /// Installs the process-wide recorder (once; later calls reuse it) and
 /// starts its upkeep. `None` if another recorder was installed first.
@@ -75,6 +84,9 @@ pub fn install() -> Option<&'static PrometheusHandle> {
 /// The Prometheus text for a scrape: what was recorded, plus the gauges
 /// and totals read from `stats` now.
 pub fn render(handle: &PrometheusHandle, stats: &LinkStats) -> String {
+    if let Some(r) = REQUESTS.get() {
+        r.export();
+    }
     let StoreStats::Sqlite(s) = &stats.store;
     metrics::gauge!("litelink_links").set(s.links as f64);
     metrics::gauge!("litelink_write_queue_depth").set(s.writer.queue_len as f64);
@@ -113,68 +125,174 @@ fn tier(name: &'static str, hits: u64, negative_hits: u64, misses: u64, errors: 
     metrics::counter!("litelink_cache_errors_total", "tier" => name).absolute(errors);
 }
 
-/// The handles one request touches, registered once.
-struct RouteHandles {
-    by_class: [Counter; 5],
-    latency: Histogram,
+/// Latency buckets in nanoseconds, the same bounds as [`LATENCY_BUCKETS`].
+const BUCKET_NS: [u64; 16] = [
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    10_000_000_000,
+];
+/// The bounds' buckets and one for slower requests.
+const BUCKETS: usize = BUCKET_NS.len() + 1;
+/// Shards of the per-request cells; a thread keeps to one, so that
+/// requests on different cores never share a cache line.
+const SHARDS: usize = 16;
+
+/// One route's cells in one shard: plain relaxed counters.
+#[derive(Default)]
+struct RouteCells {
+    by_class: [AtomicU64; 5],
+    created: AtomicU64,
+    count: [AtomicU64; BUCKETS],
+    sum_ns: [AtomicU64; BUCKETS],
 }
 
-struct Handles {
-    /// The router's paths, as matched (`MatchedPath`); a request that
-    /// matches none is counted as `unmatched`, the last entry.
+#[repr(align(128))]
+struct Shard {
+    routes: Box<[RouteCells]>,
+}
+
+/// What the exporter has been given so far, per route and bucket.
+struct Exported {
+    count: Vec<[u64; BUCKETS]>,
+    sum_ns: Vec<[u64; BUCKETS]>,
+}
+
+/// Per-request recording: a request costs a route match, two clock reads
+/// and three relaxed increments on its thread's shard. The exporter's
+/// handles are brought up to date at each scrape ([`Requests::export`]):
+/// counters as totals, and each bucket's new samples as one
+/// `record_many` of their mean, which lands in the same bucket, so that
+/// bucket counts and the sum are exact.
+pub struct Requests {
+    matcher: matchit::Router<usize>,
+    /// The router's paths, as matched; `unmatched` last.
     paths: Vec<&'static str>,
-    routes: Vec<RouteHandles>,
-    redirects: Counter,
-    creates: Counter,
-    client_errors: Counter,
-    server_errors: Counter,
+    redirect_route: Option<usize>,
+    shards: Box<[Shard]>,
+    exported: Mutex<Exported>,
 }
 
-impl Handles {
-    fn new(mut paths: Vec<&'static str>) -> Self {
+impl Requests {
+    /// `paths`: the router's routes.
+    pub fn new(mut paths: Vec<&'static str>) -> Self {
+        let mut matcher = matchit::Router::new();
+        for (i, p) in paths.iter().enumerate() {
+            // The router accepted the same paths; a refusal here would
+            // only lose that route's label (counted as `unmatched`).
+            let _ = matcher.insert(*p, i);
+        }
         paths.push("unmatched");
+        let n = paths.len();
+        let shards = (0..SHARDS)
+            .map(|_| Shard {
+                routes: (0..n).map(|_| RouteCells::default()).collect(),
+            })
+            .collect();
         Self {
-            routes: paths
-                .iter()
-                .map(|&route| RouteHandles {
-                    by_class: CLASSES.map(|class| {
-                        metrics::counter!("litelink_http_requests_total",
-                            "route" => route, "status" => class)
-                    }),
-                    latency: metrics::histogram!(
-                        "litelink_http_request_duration_seconds", "route" => route),
-                })
-                .collect(),
-            redirects: metrics::counter!("litelink_redirects_total"),
-            creates: metrics::counter!("litelink_creates_total"),
-            client_errors: metrics::counter!("litelink_http_client_errors_total"),
-            server_errors: metrics::counter!("litelink_http_server_errors_total"),
+            matcher,
+            redirect_route: paths.iter().position(|p| *p == "/{code}"),
+            exported: Mutex::new(Exported {
+                count: vec![[0; BUCKETS]; n],
+                sum_ns: vec![[0; BUCKETS]; n],
+            }),
             paths,
+            shards,
         }
     }
 
-    fn route(&self, matched: Option<&str>) -> usize {
-        let last = self.paths.len() - 1;
-        matched
-            .and_then(|m| self.paths[..last].iter().position(|r| *r == m))
-            .unwrap_or(last)
+    fn route(&self, path: &str) -> usize {
+        self.matcher
+            .at(path)
+            .map(|m| *m.value)
+            .unwrap_or(self.paths.len() - 1)
+    }
+
+    fn record(&self, route: usize, status: u16, post: bool, took: Duration) {
+        thread_local! {
+            static SHARD: usize = {
+                static NEXT: AtomicUsize = AtomicUsize::new(0);
+                NEXT.fetch_add(1, Relaxed) % SHARDS
+            };
+        }
+        let shard = SHARD.with(|s| *s);
+        let cells = &self.shards[shard].routes[route];
+        let class = usize::from(status / 100).clamp(1, 5) - 1;
+        cells.by_class[class].fetch_add(1, Relaxed);
+        if status == 201 && post {
+            cells.created.fetch_add(1, Relaxed);
+        }
+        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        let bucket = BUCKET_NS.partition_point(|&b| b < ns);
+        cells.count[bucket].fetch_add(1, Relaxed);
+        cells.sum_ns[bucket].fetch_add(ns, Relaxed);
+    }
+
+    /// Brings the exporter's handles up to date (at a scrape).
+    fn export(&self) {
+        let mut exported = self.exported.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut client, mut server, mut created, mut redirects) = (0, 0, 0, 0);
+        for (r, route) in self.paths.iter().enumerate() {
+            let total = |f: &dyn Fn(&RouteCells) -> u64| -> u64 {
+                self.shards.iter().map(|s| f(&s.routes[r])).sum()
+            };
+            for (c, class) in CLASSES.iter().enumerate() {
+                let n = total(&|cells| cells.by_class[c].load(Relaxed));
+                metrics::counter!("litelink_http_requests_total",
+                    "route" => *route, "status" => *class)
+                .absolute(n);
+                match c {
+                    2 if Some(r) == self.redirect_route => redirects += n,
+                    3 => client += n,
+                    4 => server += n,
+                    _ => {}
+                }
+            }
+            created += total(&|cells| cells.created.load(Relaxed));
+            let histogram =
+                metrics::histogram!("litelink_http_request_duration_seconds", "route" => *route);
+            for b in 0..BUCKETS {
+                let count = total(&|cells| cells.count[b].load(Relaxed));
+                let sum = total(&|cells| cells.sum_ns[b].load(Relaxed));
+                let new = count - exported.count[r][b];
+                let new_sum = sum - exported.sum_ns[r][b];
+                if new > 0 {
+                    let mean_s = new_sum as f64 / new as f64 / 1e9;
+                    histogram.record_many(mean_s, new as usize);
+                }
+                exported.count[r][b] = count;
+                exported.sum_ns[r][b] = sum;
+            }
+        }
+        metrics::counter!("litelink_redirects_total").absolute(redirects);
+        metrics::counter!("litelink_creates_total").absolute(created);
+        metrics::counter!("litelink_http_client_errors_total").absolute(client);
+        metrics::counter!("litelink_http_server_errors_total").absolute(server);
     }
 }
 
-/// Records every request: count by route and status class, latency by
-/// route, and the totals the dashboards want (redirects, creates, 4xx,
-/// 5xx).
-#[derive(Clone)]
+/// Records every request (see [`Requests`]); outside the router, which
+/// it does not enter: the route is found with the same matcher axum uses.
+#[derive(Clone, Copy)]
 pub struct MetricsLayer {
-    handles: std::sync::Arc<Handles>,
+    requests: &'static Requests,
 }
 
 impl MetricsLayer {
-    /// `paths`: the router's routes, as they are matched.
-    pub fn new(paths: Vec<&'static str>) -> Self {
-        Self {
-            handles: std::sync::Arc::new(Handles::new(paths)),
-        }
+    pub fn new(requests: &'static Requests) -> Self {
+        Self { requests }
     }
 }
 
@@ -184,7 +302,7 @@ impl<S> Layer<S> for MetricsLayer {
     fn layer(&self, inner: S) -> Self::Service {
         MetricsService {
             inner,
-            handles: std::sync::Arc::clone(&self.handles),
+            requests: self.requests,
         }
     }
 }
@@ -192,7 +310,7 @@ impl<S> Layer<S> for MetricsLayer {
 #[derive(Clone)]
 pub struct MetricsService<S> {
     inner: S,
-    handles: std::sync::Arc<Handles>,
+    requests: &'static Requests,
 }
 
 impl<S, B, R> Service<Request<B>> for MetricsService<S>
@@ -208,18 +326,14 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let route = self.handles.route(
-            req.extensions()
-                .get::<MatchedPath>()
-                .map(MatchedPath::as_str),
-        );
+        let route = self.requests.route(req.uri().path());
         let post = req.method() == Method::POST;
         MetricsFuture {
             inner: self.inner.call(req),
-            handles: std::sync::Arc::clone(&self.handles),
+            requests: self.requests,
             route,
             post,
-            started: Instant::now(),
+            started: quanta::Instant::now(),
         }
     }
 }
@@ -228,10 +342,10 @@ pin_project_lite::pin_project! {
     pub struct MetricsFuture<F> {
         #[pin]
         inner: F,
-        handles: std::sync::Arc<Handles>,
+        requests: &'static Requests,
         route: usize,
         post: bool,
-        started: Instant,
+        started: quanta::Instant,
     }
 }
 
@@ -244,19 +358,70 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let res = std::task::ready!(this.inner.poll(cx))?;
-        let h = &this.handles;
-        let r = &h.routes[*this.route];
-        let status = res.status().as_u16();
-        let class = usize::from(status / 100).clamp(1, 5) - 1;
-        r.by_class[class].increment(1);
-        r.latency.record(this.started.elapsed().as_secs_f64());
-        match status {
-            300..=399 if h.paths[*this.route] == "/{code}" => h.redirects.increment(1),
-            201 if *this.post => h.creates.increment(1),
-            400..=499 => h.client_errors.increment(1),
-            500..=599 => h.server_errors.increment(1),
-            _ => {}
-        }
+        this.requests.record(
+            *this.route,
+            res.status().as_u16(),
+            *this.post,
+            this.started.elapsed(),
+        );
         Poll::Ready(Ok(res))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_match_the_exporters_bounds() {
+        for (ns, s) in BUCKET_NS.iter().zip(LATENCY_BUCKETS) {
+            assert_eq!(*ns as f64 / 1e9, *s);
+        }
+        assert_eq!(BUCKET_NS.len(), LATENCY_BUCKETS.len());
+    }
+
+    #[test]
+    fn requests_are_counted_by_route_class_and_bucket() {
+        let r = Requests::new(vec!["/heart-beat", "/{code}", "/link"]);
+        assert_eq!(r.route("/abc"), 1);
+        assert_eq!(r.route("/heart-beat"), 0);
+        assert_eq!(r.route("/a/b/c"), 3);
+        r.record(1, 302, false, Duration::from_micros(40));
+        r.record(1, 302, false, Duration::from_micros(60));
+        r.record(2, 201, true, Duration::from_millis(3));
+        r.record(3, 404, false, Duration::from_secs(20));
+        let cells = |route: usize| -> (u64, u64) {
+            let c = r
+                .shards
+                .iter()
+                .map(|s| {
+                    s.routes[route]
+                        .count
+                        .iter()
+                        .map(|a| a.load(Relaxed))
+                        .sum::<u64>()
+                })
+                .sum();
+            let k = r
+                .shards
+                .iter()
+                .map(|s| s.routes[route].created.load(Relaxed))
+                .sum();
+            (c, k)
+        };
+        assert_eq!(cells(1), (2, 0));
+        assert_eq!(cells(2), (1, 1));
+        let slow: u64 = r
+            .shards
+            .iter()
+            .map(|s| s.routes[3].count[BUCKETS - 1].load(Relaxed))
+            .sum();
+        assert_eq!(slow, 1);
+        let first: u64 = r
+            .shards
+            .iter()
+            .map(|s| s.routes[1].count[0].load(Relaxed))
+            .sum();
+        assert_eq!(first, 1, "40 µs is in the 50 µs bucket, 60 µs in the next");
     }
 }

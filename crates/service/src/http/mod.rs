@@ -283,33 +283,36 @@ pub fn app(
         "the router and the OpenAPI document differ: {:?}",
         routes.undocumented()
     );
-    // Inside the routing (a Router layer), where the matched route is known.
-    let metrics_layer = recording.then(|| crate::observe::MetricsLayer::new(routes.paths()));
+    let metrics_layer = recording
+        .then(|| crate::observe::MetricsLayer::new(crate::observe::requests(|| routes.paths())));
     let router = routes
         .into_router()
         .fallback(handlers::not_found_route)
         .method_not_allowed_fallback(handlers::method_not_allowed);
-    let router = match metrics_layer {
-        Some(layer) => router.layer(layer),
-        None => router,
-    };
-    router
-        .layer(DefaultBodyLimit::max(settings.max_body_bytes))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
-            settings.request_timeout,
-        ))
+    let router = router.with_state(state);
+    // The layers every request passes wrap the router once, as one
+    // service: `Router::layer` would wrap every route in a box of its own,
+    // each cloned on every request.
+    let service = tower::ServiceBuilder::new()
+        // Outermost: every answer carries the id, and every log line
+        // written while handling it can name it.
+        .layer(request_id::RequestIdLayer)
+        // Every request by route, status class and latency, as answered.
+        .option_layer(metrics_layer)
+        // No log line per failed request (the default logs every 5xx):
+        // handlers log their errors, throttled.
+        .layer(TraceLayer::new_for_http().on_failure(()))
         // Outside the timeout, so that its 503 gets a JSON body too.
         .layer(axum::middleware::map_response(
             error::json_for_bodiless_errors,
         ))
-        // No log line per failed request (the default logs every 5xx):
-        // handlers log their errors, throttled.
-        .layer(TraceLayer::new_for_http().on_failure(()))
-        // Outermost: every answer carries the id, and every log line
-        // written while handling it can name it.
-        .layer(request_id::RequestIdLayer)
-        .with_state(state)
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            settings.request_timeout,
+        ))
+        .layer(DefaultBodyLimit::max(settings.max_body_bytes))
+        .service(router);
+    Router::new().fallback_service(service)
 }
 
 #[cfg(test)]
