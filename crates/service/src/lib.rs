@@ -8,7 +8,8 @@
 //! settings    the Settings tree (http, codes, store, cache); defaults beside each type
 //! startup     Application::build -> addr(), run_until(shutdown)
 //! domain/     ShortCode, TargetUrl (parsed once, canonical), TargetPolicy, CodeGenerator
-//! http/       fn app() -> Router, extractors, handlers, ApiError, shutdown signal;
+//! http/       fn app() -> Router (routes(): the one route table), extractors, handlers,
+//!             ApiError, openapi (the document, checked against the table), request_id,
 //!             server (the accept loop: timeouts, connection cap, drain), limit (rate limits)
 //! links       the application service: cache, then store; who may manage what
 //! keys        API keys: making them, and recognising them (reloaded every second)
@@ -16,7 +17,9 @@
 //! store/      the LinkStore trait; sqlite/ (readers, writer, walsync, checkpointer, fileguard, ...)
 //! visits      counting redirects in memory, flushed to the store; max_visits
 //! transfer    export and import records (JSON lines, CSV)
-//! doctor      `litelink doctor`; telemetry: logging set-up, Throttle for repeated errors
+//! observe     Prometheus metrics: the recorder, per-request cells, gauges read at a scrape
+//! doctor      `litelink doctor`; telemetry: logging set-up (text or JSON), Throttle for
+//!             repeated errors
 //! ```
 //!
 //! A read: `http::handlers::redirect` -> `Links::resolve` -> `LinkCache::get`

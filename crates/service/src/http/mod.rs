@@ -1,6 +1,6 @@
 //! The HTTP face of the service: routes, handlers, extractors, errors, and
 //! serving with graceful shutdown. A new route is a handler in
-//! `handlers.rs` and one line in [`app`].
+//! `handlers.rs`, its `#[utoipa::path]`, and one line in [`routes`].
 
 mod error;
 mod extract;
@@ -283,8 +283,9 @@ pub fn app(
         "the router and the OpenAPI document differ: {:?}",
         routes.undocumented()
     );
-    let metrics_layer = recording
-        .then(|| crate::observe::MetricsLayer::new(crate::observe::requests(|| routes.paths())));
+    let metrics_layer = crate::observe::MetricsLayer::new(
+        recording.then(|| crate::observe::requests(|| routes.paths())),
+    );
     let router = routes
         .into_router()
         .fallback(handlers::not_found_route)
@@ -298,7 +299,7 @@ pub fn app(
         // written while handling it can name it.
         .layer(request_id::RequestIdLayer)
         // Every request by route, status class and latency, as answered.
-        .option_layer(metrics_layer)
+        .layer(metrics_layer)
         // No log line per failed request (the default logs every 5xx):
         // handlers log their errors, throttled.
         .layer(TraceLayer::new_for_http().on_failure(()))
