@@ -111,18 +111,41 @@ impl AppState {
     }
 }
 
+/// The errors both create routes answer, for the OpenAPI document.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+enum CreateErrors {
+    #[response(
+        status = 400,
+        description = "Malformed body, bad URL, bad code, past expiry, bad max_visits or an unknown field"
+    )]
+    BadRequest(crate::http::openapi::ErrorMessage),
+    /// An invalid key was sent, or this action needs a key
+    #[response(status = 401)]
+    Unauthorized(crate::http::openapi::ErrorMessage),
+    /// The chosen code is taken (or was used by a deleted link)
+    #[response(status = 409)]
+    Conflict(crate::http::openapi::ErrorMessage),
+    /// Body over the size limit
+    #[response(status = 413)]
+    PayloadTooLarge(crate::http::openapi::ErrorMessage),
+    /// Content-Type is not JSON
+    #[response(status = 415)]
+    UnsupportedMediaType(crate::http::openapi::ErrorMessage),
+    /// Rate limited
+    #[response(status = 429, headers(("retry-after" = u32, description = "Seconds to wait before retrying")))]
+    TooManyRequests(crate::http::openapi::ErrorMessage),
+    /// Cannot store now (disk full, writes stopped, queue full)
+    #[response(status = 503, headers(("retry-after" = u32, description = "Seconds to wait before retrying")))]
+    Unavailable(crate::http::openapi::ErrorMessage),
+}
+
 /// `POST /link`, the seed API.
 #[utoipa::path(post, path = "/link", tag = "seed",
     request_body(content = crate::http::openapi::NewLinkRequest, content_type = "application/json"),
     responses(
         (status = 201, description = "Stored durably", body = Created),
-        (status = 400, description = "Malformed body, bad URL, bad code, past expiry, bad max_visits or an unknown field", body = crate::http::openapi::ErrorMessage),
-        (status = 401, description = "An invalid key was sent, or this action needs a key", body = crate::http::openapi::ErrorMessage),
-        (status = 409, description = "The chosen code is taken (or was used by a deleted link)", body = crate::http::openapi::ErrorMessage),
-        (status = 413, description = "Body over the size limit", body = crate::http::openapi::ErrorMessage),
-        (status = 415, description = "Content-Type is not JSON", body = crate::http::openapi::ErrorMessage),
-        (status = 429, description = "Rate limited", body = crate::http::openapi::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
-        (status = 503, description = "Cannot store now (disk full, writes stopped, queue full)", body = crate::http::openapi::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+        CreateErrors,
     ),
     security((), ("bearer" = []), ("api_key" = [])))]
 pub async fn create_link(
@@ -149,13 +172,7 @@ pub async fn create_link(
     request_body(content = crate::http::openapi::NewLinkRequest, content_type = "application/json"),
     responses(
         (status = 201, description = "Stored durably", body = LinkObject),
-        (status = 400, description = "Malformed body, bad URL, bad code, past expiry, bad max_visits or an unknown field", body = crate::http::openapi::ErrorMessage),
-        (status = 401, description = "An invalid key was sent, or this action needs a key", body = crate::http::openapi::ErrorMessage),
-        (status = 409, description = "The chosen code is taken (or was used by a deleted link)", body = crate::http::openapi::ErrorMessage),
-        (status = 413, description = "Body over the size limit", body = crate::http::openapi::ErrorMessage),
-        (status = 415, description = "Content-Type is not JSON", body = crate::http::openapi::ErrorMessage),
-        (status = 429, description = "Rate limited", body = crate::http::openapi::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
-        (status = 503, description = "Cannot store now (disk full, writes stopped, queue full)", body = crate::http::openapi::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+        CreateErrors,
     ),
     security((), ("bearer" = []), ("api_key" = [])))]
 pub async fn api_create(
