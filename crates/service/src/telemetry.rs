@@ -11,6 +11,22 @@ pub const SERVER_FILTER: &str = "info,tower_http=warn";
 /// Default filter of the other commands, whose output is their own.
 pub const TOOL_FILTER: &str = "warn";
 
+tokio::task_local! {
+    /// The id of the request this task is handling (`x-request-id`), set
+    /// by the HTTP layer for the request's lifetime.
+    pub static REQUEST_ID: axum::http::HeaderValue;
+}
+
+/// The id of the request being handled on this task, as log lines name
+/// it: `-` outside a request (a background thread, a flush).
+pub fn request_id() -> String {
+    REQUEST_ID
+        .try_with(|v| v.to_str().map(str::to_owned).ok())
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| "-".to_owned())
+}
+
 /// How log lines are written.
 #[derive(
     Debug,

@@ -312,6 +312,7 @@ impl ValkeyCache {
                 op = what,
                 error = message,
                 suppressed = log.suppressed,
+                request_id = %crate::telemetry::request_id(),
                 "Valkey cache unavailable; serving from the store (skipping Valkey for {BACKOFF:?})"
             );
             log.last = Some(Instant::now());
@@ -423,7 +424,8 @@ impl LinkCache for ValkeyCache {
         match tokio::time::timeout(bound, ping).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => {
-                crate::throttled!(FAILED, warn, error = %e, "readiness: Valkey does not answer");
+                crate::throttled!(FAILED, warn, error = %e,
+                    request_id = %crate::telemetry::request_id(), "readiness: Valkey does not answer");
                 Err("valkey: not reachable; reads and writes go to the store".into())
             }
             Err(_) => Err("valkey: no answer in time; reads and writes go to the store".into()),

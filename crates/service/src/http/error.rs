@@ -10,7 +10,6 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use super::request_id;
 use crate::store::{StorageFailure, StoreError};
 use crate::telemetry::Throttle;
 use crate::throttled;
@@ -83,11 +82,11 @@ impl IntoResponse for ApiError {
         let status = self.status();
         let message = match &self {
             Self::Internal(detail) => {
-                throttled!(INTERNAL, error, %detail, request_id = %request_id::display(), "internal error");
+                throttled!(INTERNAL, error, %detail, request_id = %crate::telemetry::request_id(), "internal error");
                 "internal server error".to_owned()
             }
             Self::Unavailable { message, .. } => {
-                throttled!(UNAVAILABLE, warn, %message, request_id = %request_id::display(), "answered 503");
+                throttled!(UNAVAILABLE, warn, %message, request_id = %crate::telemetry::request_id(), "answered 503");
                 message.clone()
             }
             other => other.to_string(),
@@ -180,11 +179,11 @@ fn storage_error(kind: StorageFailure, detail: String) -> ApiError {
     };
     match kind {
         StorageFailure::DiskFull => {
-            throttled!(INTERNAL, error, %detail, request_id = %request_id::display(), "the disk is full");
+            throttled!(INTERNAL, error, %detail, request_id = %crate::telemetry::request_id(), "the disk is full");
             unavailable("the server's disk is full; retry later", 30)
         }
         StorageFailure::Io | StorageFailure::ReadOnly => {
-            throttled!(INTERNAL, error, %detail, request_id = %request_id::display(),
+            throttled!(INTERNAL, error, %detail, request_id = %crate::telemetry::request_id(),
                 "the database cannot be written");
             unavailable("the server cannot write to its disk; retry later", 30)
         }
@@ -193,7 +192,7 @@ fn storage_error(kind: StorageFailure, detail: String) -> ApiError {
             CORRUPT.call_once(|| {
                 tracing::error!(
                     %detail,
-                    request_id = %request_id::display(),
+                    request_id = %crate::telemetry::request_id(),
                     "database corrupt: run `litelink doctor --full`, and restore from a backup \
                      or `litelink export` what can still be read"
                 );

@@ -1,7 +1,7 @@
 //! Request ids: `x-request-id` taken from the request when it is a sane
 //! token (a proxy in front may have set it), else made here; returned on
 //! the response, and known to every log line written while the request is
-//! handled ([`current`]).
+//! handled (`telemetry::request_id`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,21 +16,7 @@ pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// Longest id taken from a client; a longer one is replaced.
 const MAX_ID_LEN: usize = 64;
 
-tokio::task_local! {
-    static REQUEST_ID: HeaderValue;
-}
-
-/// The id of the request being handled on this task, for log lines.
-pub fn current() -> Option<HeaderValue> {
-    REQUEST_ID.try_with(HeaderValue::clone).ok()
-}
-
-/// The id as it appears in logs: `-` outside a request.
-pub fn display() -> String {
-    current()
-        .and_then(|v| v.to_str().ok().map(str::to_owned))
-        .unwrap_or_else(|| "-".to_owned())
-}
+use crate::telemetry::REQUEST_ID;
 
 /// Ids made here: a random per-process prefix and a counter, unique
 /// without a random draw per request.
