@@ -30,6 +30,9 @@ fn main() -> ExitCode {
         Command::Import(args) => litelink::manage::import(args),
         Command::Stress(args) => stress(args),
         Command::Bench(args) => bench(args),
+        Command::ReferenceServer(args) => litelink_bench::reference::serve(args.listen)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Into::into),
     };
     result.unwrap_or_else(|e| {
         tracing::error!("{e:#}");

@@ -52,6 +52,16 @@ pub enum Command {
     Stress(StressArgs),
     /// Reproduce both articles' experiments and write a report with charts.
     Bench(BenchArgs),
+    /// The bench's ceiling: a bare hyper server answering `{"OK":true}` to
+    /// everything (see `litelink_bench::reference`).
+    #[command(hide = true)]
+    ReferenceServer(ReferenceArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReferenceArgs {
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: std::net::SocketAddr,
 }
 
 impl Cli {

@@ -292,6 +292,13 @@ pub struct LabArgs {
           default_value = on_off(d().http.metrics))]
     pub metrics: OnOff,
 
+    /// Answer `GET /{code}`, `GET /link/{code}` and `/heart-beat` in
+    /// front of the router (`off`: the router answers every request; for
+    /// measuring what the hot path saves).
+    #[arg(long, env = "LITELINK_HOT_PATH", value_enum,
+          default_value = on_off(d().http.hot_path))]
+    pub hot_path: OnOff,
+
     /// `pooled` reuses connections and their prepared statements;
     /// `per-request` opens a connection for every read (the first
     /// article's set-up).
@@ -357,6 +364,7 @@ impl ServeArgs {
         s.http.shutdown_timeout = Duration::from_secs(server.shutdown_timeout);
         s.http.metrics_listen = server.metrics_listen;
         s.http.metrics = lab.metrics.is_on();
+        s.http.hot_path = lab.hot_path.is_on();
         s.http.refuse_private_targets = abuse.refuse_private_targets;
         s.http.deny_hosts = abuse.deny_hosts.clone();
         s.http.stats_public = abuse.stats_public;

@@ -9,6 +9,7 @@ mod connections;
 mod disks;
 mod durability;
 mod hardening;
+mod hot;
 mod manage;
 mod modes;
 mod operations;

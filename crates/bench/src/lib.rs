@@ -9,6 +9,7 @@
 mod charts;
 mod experiments;
 pub mod process;
+pub mod reference;
 mod report;
 
 use std::path::{Path, PathBuf};

@@ -44,6 +44,10 @@ pub enum Resolution {
     Missing,
 }
 
+/// What is left of a lookup that [`Links::resolve_now`] could not finish:
+/// what the cache said, if it was asked.
+pub struct Later(Option<Lookup>);
+
 /// How a lookup uses the link.
 #[derive(Debug, Clone, Copy)]
 pub enum Use<'a> {
@@ -112,7 +116,46 @@ impl Links {
     /// Where `code` leads; a served redirect ([`Use::Visit`]) is counted,
     /// and a link that has served its `max_visits` is [`Resolution::Exhausted`].
     pub async fn resolve(&self, code: &ShortCode, how: Use<'_>) -> Result<Resolution, StoreError> {
-        let Some(link) = self.lookup(code).await? else {
+        match self.resolve_now(code, how) {
+            Ok(resolution) => Ok(resolution),
+            Err(later) => self.resolve_later(code, how, later).await,
+        }
+    }
+
+    /// [`Links::resolve`] as far as it goes without waiting: on a hit of an
+    /// in-process cache of a link without a visit limit, the answer;
+    /// otherwise what is left for [`Links::resolve_later`].
+    pub fn resolve_now(&self, code: &ShortCode, how: Use<'_>) -> Result<Resolution, Later> {
+        let Some(known) = self.inner.cache.get_now(code) else {
+            return Err(Later(None));
+        };
+        match known {
+            Lookup::Found(link) if link.is_expired() => Ok(Resolution::Expired),
+            Lookup::Found(link) if link.max_visits.is_none() => {
+                if let Use::Visit(visit) = how {
+                    self.inner.visits.record(code, visit);
+                }
+                Ok(Resolution::Found(link.target))
+            }
+            Lookup::Missing => Ok(Resolution::Missing),
+            // A limit's counter may have to be read from the store; a code
+            // the cache does not know, from the store itself.
+            other => Err(Later(Some(other))),
+        }
+    }
+
+    /// The rest of a [`Links::resolve_now`] that could not finish.
+    pub async fn resolve_later(
+        &self,
+        code: &ShortCode,
+        how: Use<'_>,
+        later: Later,
+    ) -> Result<Resolution, StoreError> {
+        let known = match later.0 {
+            Some(known) => known,
+            None => self.inner.cache.get_rest(code).await,
+        };
+        let Some(link) = self.fill(code, known).await? else {
             return Ok(Resolution::Missing);
         };
         if link.is_expired() {
@@ -134,8 +177,10 @@ impl Links {
         })
     }
 
-    async fn lookup(&self, code: &ShortCode) -> Result<Option<Resolved>, StoreError> {
-        Ok(match self.inner.cache.get(code).await {
+    /// The link, from what the cache said or else from the store (which
+    /// then fills the cache).
+    async fn fill(&self, code: &ShortCode, known: Lookup) -> Result<Option<Resolved>, StoreError> {
+        Ok(match known {
             Lookup::Found(link) => Some(link),
             Lookup::Missing => None,
             Lookup::Unknown => {

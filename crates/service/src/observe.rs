@@ -246,7 +246,13 @@ impl Requests {
             .unwrap_or(self.paths.len() - 1)
     }
 
-    fn record(&self, route: usize, status: u16, post: bool, took: Duration) {
+    /// The index of one of the router's paths, as [`Requests::record`]
+    /// takes it.
+    pub(crate) fn index_of(&self, path: &str) -> Option<usize> {
+        self.paths.iter().position(|p| *p == path)
+    }
+
+    pub(crate) fn record(&self, route: usize, status: u16, post: bool, took: Duration) {
         thread_local! {
             static SHARD: usize = {
                 static NEXT: AtomicUsize = AtomicUsize::new(0);

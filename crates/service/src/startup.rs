@@ -6,7 +6,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use axum::Router;
 use tokio::net::TcpListener;
 
 use crate::cache;
@@ -25,10 +24,10 @@ use crate::visits::{Flusher, Visits};
 pub struct Application {
     listener: TcpListener,
     links: Links,
-    router: Router,
+    service: http::Service,
     http: http::HttpSettings,
     /// `--metrics-listen`: `/metrics` alone, on its own address.
-    metrics: Option<(TcpListener, Router)>,
+    metrics: Option<(TcpListener, http::Service)>,
     refresher: tokio::task::JoinHandle<()>,
     /// Reads `--deny-hosts` again on SIGHUP.
     reloader: Option<tokio::task::JoinHandle<()>>,
@@ -74,11 +73,11 @@ impl Application {
                 TcpListener::bind(addr)
                     .await
                     .with_context(|| format!("cannot listen on {addr} for metrics"))?,
-                http::metrics_app(links.clone()),
+                http::metrics_app(links.clone()).into(),
             )),
             None => None,
         };
-        let router = http::app(
+        let service = http::app(
             links.clone(),
             targets,
             &settings.http,
@@ -87,7 +86,7 @@ impl Application {
         Ok(Self {
             listener,
             links,
-            router,
+            service,
             http: settings.http.clone(),
             metrics,
             refresher,
@@ -116,7 +115,7 @@ impl Application {
     ) -> anyhow::Result<()> {
         tracing::info!(addr = %self.listener.local_addr()?, "serving");
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let metrics = self.metrics.map(|(listener, router)| {
+        let metrics = self.metrics.map(|(listener, service)| {
             let http = self.http.clone();
             let mut stopped = stopped.clone();
             tracing::info!(addr = ?listener.local_addr().ok(), "serving metrics");
@@ -124,10 +123,10 @@ impl Application {
                 let until = async move {
                     let _ = stopped.wait_for(|s| *s).await;
                 };
-                http::server::serve(listener, router, &http, until).await
+                http::server::serve(listener, service, &http, until).await
             })
         });
-        let served = http::server::serve(self.listener, self.router, &self.http, shutdown).await;
+        let served = http::server::serve(self.listener, self.service, &self.http, shutdown).await;
         let _ = stop.send(true);
         if let Some(m) = metrics {
             let _ = m.await;

@@ -107,6 +107,9 @@ impl LinkCache for MemoryCache {
     async fn get(&self, code: &ShortCode) -> Lookup {
         self.lookup(code)
     }
+    fn get_now(&self, code: &ShortCode) -> Option<Lookup> {
+        Some(self.lookup(code))
+    }
     async fn put(&self, code: &ShortCode, link: &Resolved) {
         self.insert(code, link);
     }

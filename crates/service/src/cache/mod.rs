@@ -97,6 +97,17 @@ pub enum Lookup {
 #[async_trait]
 pub trait LinkCache: Send + Sync + 'static {
     async fn get(&self, code: &ShortCode) -> Lookup;
+    /// What the cache can say at once, without waiting on anything (an
+    /// in-process tier); `None`: only [`LinkCache::get_rest`] can tell.
+    /// A cache hit then costs no future and no allocation.
+    fn get_now(&self, _code: &ShortCode) -> Option<Lookup> {
+        None
+    }
+    /// The rest of a lookup that [`LinkCache::get_now`] could not answer
+    /// (the tiers it did not ask).
+    async fn get_rest(&self, code: &ShortCode) -> Lookup {
+        self.get(code).await
+    }
     async fn put(&self, code: &ShortCode, link: &Resolved);
     /// Remembers, briefly, that the store has no such code.
     async fn put_missing(&self, code: &ShortCode);

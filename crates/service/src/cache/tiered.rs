@@ -20,10 +20,20 @@ impl TieredCache {
 #[async_trait]
 impl LinkCache for TieredCache {
     async fn get(&self, code: &ShortCode) -> Lookup {
-        match self.memory.lookup(code) {
-            Lookup::Unknown => {}
-            known => return known,
+        match self.get_now(code) {
+            Some(known) => known,
+            None => self.get_rest(code).await,
         }
+    }
+
+    fn get_now(&self, code: &ShortCode) -> Option<Lookup> {
+        match self.memory.lookup(code) {
+            Lookup::Unknown => None,
+            known => Some(known),
+        }
+    }
+
+    async fn get_rest(&self, code: &ShortCode) -> Lookup {
         let found = self.valkey.get(code).await;
         match &found {
             Lookup::Found(t) => self.memory.insert(code, t),

@@ -109,6 +109,18 @@ impl IntoResponse for ApiError {
     }
 }
 
+const TIMED_OUT: &str = "the request took too long; retry later";
+
+/// The answer to a request that ran past the request timeout: what the
+/// router's timeout layer and [`json_for_bodiless_errors`] make of it.
+pub fn timed_out() -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Json(ErrorBody { error: TIMED_OUT }),
+    )
+        .into_response()
+}
+
 /// Errors made by layers rather than handlers (the request timeout, for
 /// one) come without a body; give them the same JSON shape as every other
 /// error. Responses that already have a content type are left alone.
@@ -125,7 +137,7 @@ pub async fn json_for_bodiless_errors(mut response: Response) -> Response {
         return response;
     }
     let message = match status {
-        StatusCode::SERVICE_UNAVAILABLE => "the request took too long; retry later",
+        StatusCode::SERVICE_UNAVAILABLE => TIMED_OUT,
         other => other.canonical_reason().unwrap_or("error"),
     };
     let (mut parts, _) = response.into_parts();

@@ -194,8 +194,17 @@ fn not_found(code: &ShortCode) -> ApiError {
     ApiError::NotFound(format!("no link with code '{code}'"))
 }
 
-async fn resolve(state: &AppState, code: &ShortCode, how: Use<'_>) -> Result<TargetUrl, ApiError> {
-    match state.links.resolve(code, how).await? {
+pub(super) async fn resolve(
+    state: &AppState,
+    code: &ShortCode,
+    how: Use<'_>,
+) -> Result<TargetUrl, ApiError> {
+    target_of(code, state.links.resolve(code, how).await?)
+}
+
+/// The target a resolution serves, or the error it is answered with.
+pub(super) fn target_of(code: &ShortCode, resolution: Resolution) -> Result<TargetUrl, ApiError> {
+    match resolution {
         Resolution::Found(target) => Ok(target),
         Resolution::Expired => Err(ApiError::Gone(format!("link '{code}' has expired"))),
         Resolution::Exhausted => Err(ApiError::Gone(format!(
@@ -218,10 +227,23 @@ pub async fn get_link(
     Code(code): Code,
 ) -> Result<Response, ApiError> {
     let target = resolve(&state, &code, Use::Look).await?;
-    Ok(Json(LinkBody {
+    Ok(link_answer(&target))
+}
+
+/// The answer of `GET /link/{code}`, in whatever body type the path
+/// that serves it uses (the router's, or the hot path's).
+pub(super) fn link_answer<B: From<bytes::Bytes>>(target: &TargetUrl) -> axum::http::Response<B> {
+    // Serialising a struct of one `&str` cannot fail.
+    let body = serde_json::to_vec(&LinkBody {
         link: target.as_str(),
     })
-    .into_response())
+    .unwrap_or_default();
+    let mut response = axum::http::Response::new(B::from(bytes::Bytes::from(body)));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 /// `GET /{code}` and `HEAD /{code}` (axum answers HEAD from the GET route
@@ -253,28 +275,34 @@ pub async fn redirect(
         Use::Look
     };
     let target = resolve(&state, &code, how).await?;
+    redirect_answer(&state, &target)
+}
+
+/// The answer of a redirect to `target` (no body), in whatever body type
+/// the path that serves it uses.
+pub(super) fn redirect_answer<B: Default>(
+    state: &AppState,
+    target: &TargetUrl,
+) -> Result<axum::http::Response<B>, ApiError> {
     // TargetUrl is ASCII without controls by construction, so this only
     // fails if that invariant is broken: a 500, not a panic.
     let location = header::HeaderValue::from_str(target.as_str())
         .map_err(|e| ApiError::Internal(format!("stored URL is not a valid header: {e}")))?;
+    let mut response = axum::http::Response::new(B::default());
+    *response.status_mut() = state.redirect_status;
+    let headers = response.headers_mut();
+    headers.insert(header::LOCATION, location);
     // Revalidated on every use: a cached redirect (301 and 308 are cached
     // by default) must not outlive an edit or a delete.
-    let mut response = (
-        state.redirect_status,
-        [
-            (header::LOCATION, location),
-            (
-                header::CACHE_CONTROL,
-                header::HeaderValue::from_static("private, max-age=0"),
-            ),
-        ],
-    )
-        .into_response();
+    headers.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("private, max-age=0"),
+    );
     if let Some(policy) = &state.referrer_policy {
-        response
-            .headers_mut()
-            .insert(header::REFERRER_POLICY, policy.clone());
+        headers.insert(header::REFERRER_POLICY, policy.clone());
     }
+    // Said even to a HEAD, which gets no body to measure.
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
     Ok(response)
 }
 

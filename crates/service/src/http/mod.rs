@@ -5,6 +5,7 @@
 mod error;
 mod extract;
 mod handlers;
+pub mod hot;
 pub mod limit;
 mod openapi;
 mod qr;
@@ -102,6 +103,9 @@ pub struct HttpSettings {
     pub metrics: bool,
     /// Serve `/metrics` here, without a key, and not on the main port.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Answer the hot routes in front of the router ([`hot`]); off, the
+    /// router answers everything (a benchmark switch: on in production).
+    pub hot_path: bool,
 }
 
 /// What a redirect tells the target about where the click came from
@@ -139,6 +143,7 @@ impl Default for HttpSettings {
             rate_limits: limit::RateLimitSettings::default(),
             metrics: true,
             metrics_listen: None,
+            hot_path: true,
         }
     }
 }
@@ -208,6 +213,19 @@ fn metrics_handle(
     settings.metrics.then(crate::observe::install).flatten()
 }
 
+/// What the server serves: the router, and the hot path in front of it.
+#[derive(Clone)]
+pub struct Service {
+    pub router: Router,
+    pub hot: Option<Arc<hot::Hot>>,
+}
+
+impl From<Router> for Service {
+    fn from(router: Router) -> Self {
+        Self { router, hot: None }
+    }
+}
+
 /// `/metrics` alone, without a key, for `--metrics-listen`.
 pub fn metrics_app(links: Links) -> Router {
     let handle = crate::observe::install();
@@ -253,14 +271,15 @@ fn routes() -> openapi::Routes {
         .get("/{code}/qr.png", qr::png)
 }
 
-/// The router with every route and the layers every request passes;
-/// `listen` is the bound address (see [`AppState::short_url`]).
+/// The router with every route and the layers every request passes, and
+/// the hot path in front of it (when on); `listen` is the bound address
+/// (see [`AppState::short_url`]).
 pub fn app(
     links: Links,
     targets: Arc<TargetPolicy>,
     settings: &HttpSettings,
     listen: std::net::SocketAddr,
-) -> Router {
+) -> Service {
     let state = AppState {
         targets,
         stats_public: settings.stats_public,
@@ -283,9 +302,16 @@ pub fn app(
         "the router and the OpenAPI document differ: {:?}",
         routes.undocumented()
     );
-    let metrics_layer = crate::observe::MetricsLayer::new(
-        recording.then(|| crate::observe::requests(|| routes.paths())),
-    );
+    let requests = recording.then(|| crate::observe::requests(|| routes.paths()));
+    let metrics_layer = crate::observe::MetricsLayer::new(requests);
+    let hot = settings.hot_path.then(|| {
+        Arc::new(hot::Hot::new(
+            state.clone(),
+            &routes.paths(),
+            settings.request_timeout,
+            requests,
+        ))
+    });
     let router = routes
         .into_router()
         .fallback(handlers::not_found_route)
@@ -313,7 +339,10 @@ pub fn app(
         ))
         .layer(DefaultBodyLimit::max(settings.max_body_bytes))
         .service(router);
-    Router::new().fallback_service(service)
+    Service {
+        router: Router::new().fallback_service(service),
+        hot,
+    }
 }
 
 #[cfg(test)]

@@ -24,8 +24,31 @@ fn make() -> HeaderValue {
     static PREFIX: std::sync::LazyLock<u32> = std::sync::LazyLock::new(rand::random);
     static NEXT: AtomicU64 = AtomicU64::new(1);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let id = format!("{:08x}-{n:x}", *PREFIX);
-    HeaderValue::from_str(&id).unwrap_or_else(|_| HeaderValue::from_static("-"))
+    // Written in place: `format!` would allocate once more than the
+    // header value's own copy.
+    let mut id = [0u8; 8 + 1 + 16];
+    hex(u64::from(*PREFIX), &mut id[..8]);
+    id[8] = b'-';
+    let digits = (64 - n.leading_zeros()).div_ceil(4).max(1) as usize;
+    hex(n, &mut id[9..9 + digits]);
+    HeaderValue::from_bytes(&id[..9 + digits]).unwrap_or_else(|_| HeaderValue::from_static("-"))
+}
+
+/// `n`'s lowest `out.len()` hex digits, zero-padded, into `out`.
+fn hex(mut n: u64, out: &mut [u8]) {
+    for b in out.iter_mut().rev() {
+        *b = b"0123456789abcdef"[(n & 0xf) as usize];
+        n >>= 4;
+    }
+}
+
+/// The id of a request with these headers: the client's when sane, else
+/// a new one.
+pub fn of(headers: &axum::http::HeaderMap) -> HeaderValue {
+    match headers.get(&X_REQUEST_ID) {
+        Some(v) if accept(v) => v.clone(),
+        _ => make(),
+    }
 }
 
 fn accept(v: &HeaderValue) -> bool {
@@ -114,6 +137,16 @@ mod tests {
         let b = make();
         assert_ne!(a, b);
         assert!(accept(&a));
+        // Prefix, dash, the counter in hex without leading zeros.
+        let (prefix, n) = a.to_str().unwrap().split_once('-').unwrap();
+        assert_eq!(prefix.len(), 8);
+        assert!(
+            u64::from_str_radix(n, 16).is_ok() && !n.starts_with('0'),
+            "{a:?}"
+        );
+        let mut buf = [0u8; 4];
+        hex(0xab, &mut buf);
+        assert_eq!(&buf, b"00ab");
         assert!(accept(&HeaderValue::from_static("req-123_abc.def")));
         assert!(!accept(&HeaderValue::from_static("has space")));
         assert!(!accept(&HeaderValue::from_static("")));

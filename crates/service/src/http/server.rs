@@ -27,8 +27,11 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use axum::Router;
+use std::convert::Infallible;
+
 use axum::extract::ConnectInfo;
+use axum::routing::future::RouteFuture;
+use http_body_util::Either;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -38,6 +41,7 @@ use tokio::task::JoinSet;
 use tower::Service;
 
 use super::HttpSettings;
+use super::hot::{self, Hot};
 use crate::telemetry::Throttle;
 use crate::throttled;
 
@@ -93,7 +97,7 @@ pub fn connection_limit(settings: &HttpSettings) -> usize {
 /// documentation for the limits.
 pub async fn serve(
     listener: TcpListener,
-    router: Router,
+    service: super::Service,
     settings: &HttpSettings,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
@@ -128,7 +132,7 @@ pub async fn serve(
                 let conn = connection(
                     tcp,
                     peer,
-                    router.clone(),
+                    service.clone(),
                     Arc::clone(&limits),
                     closed.clone(),
                 );
@@ -281,28 +285,47 @@ impl Drop for Busy {
     }
 }
 
+/// What a request on a connection is answered by.
+enum Job<B> {
+    Hot(Arc<Hot>, hot::Route, hyper::Request<B>),
+    Routed(RouteFuture<Infallible>),
+}
+
 async fn connection(
     tcp: TcpStream,
     peer: SocketAddr,
-    router: Router,
+    service: super::Service,
     limits: Arc<ConnLimits>,
     mut closed: watch::Receiver<bool>,
 ) {
     let activity = Arc::new(Activity::default());
+    let super::Service { router, hot } = service;
     let service = {
         let activity = Arc::clone(&activity);
         hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
-            // Only creates read the client's address (rate limits); an
-            // extension costs an allocation, which redirects need not pay.
-            if req.method() == hyper::Method::POST {
-                req.extensions_mut().insert(ConnectInfo(peer));
-            }
             let busy = Busy::new(&activity);
-            let answer = router.clone().call(req);
+            let job = match hot.as_ref().and_then(|h| Some((h, h.route(&req)?))) {
+                Some((h, route)) => Job::Hot(Arc::clone(h), route, req),
+                None => {
+                    // Only creates read the client's address (rate limits);
+                    // an extension costs an allocation, which reads need
+                    // not pay.
+                    if req.method() == hyper::Method::POST {
+                        req.extensions_mut().insert(ConnectInfo(peer));
+                    }
+                    Job::Routed(router.clone().call(req))
+                }
+            };
             async move {
-                let answer = answer.await;
+                let answer = match job {
+                    Job::Hot(h, route, req) => h.answer(route, req).await,
+                    Job::Routed(routed) => match routed.await {
+                        Ok(response) => response.map(Either::Right),
+                        Err(never) => match never {},
+                    },
+                };
                 drop(busy);
-                answer
+                Ok::<_, Infallible>(answer)
             }
         })
     };
