@@ -43,6 +43,12 @@ fn quick_bench_reports_every_experiment_and_configuration() {
             }
             for w in e["workloads"].as_array().unwrap() {
                 let wname = w["name"].as_str().unwrap();
+                let runs = c["workloads"]
+                    .as_array()
+                    .is_none_or(|only| only.iter().any(|n| n == wname));
+                if !runs {
+                    continue;
+                }
                 let s = e["summary"]
                     .as_array()
                     .unwrap()
@@ -53,6 +59,24 @@ fn quick_bench_reports_every_experiment_and_configuration() {
                 assert_eq!(s["failed"], 0, "{} / {name} / {wname}", e["id"]);
             }
         }
+    }
+    // The ceiling: every figure against the bare server of the same
+    // round, in throughput and in CPU time per request, with the load
+    // generator's own CPU use beside it.
+    let ceiling = experiments
+        .iter()
+        .find(|e| e["id"] == "ceiling")
+        .expect("ceiling");
+    let rows = ceiling["summary"].as_array().unwrap();
+    assert_eq!(rows.len(), 8, "{rows:?}");
+    for row in rows {
+        assert_eq!(row["ratio_to"], "bare hyper, fixed answer", "{row}");
+        assert!(row["ratio"]["median"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(row["cpu_ratio"]["median"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(
+            row["load_cpu_share"]["median"].as_f64().unwrap() > 0.0,
+            "{row}"
+        );
     }
     // Ratios exist where a baseline is defined: heart-beat for caches,
     // memstatus on for memstatus off, `off` for the write configurations.

@@ -22,6 +22,11 @@ pub struct Config {
     /// Another build to run this configuration with (`--compare-exe`);
     /// `None`: the build under test.
     pub exe: Option<PathBuf>,
+    /// The bare hyper server (`litelink reference-server`), not litelink:
+    /// no database, no links, and never run with `--compare-exe`.
+    pub reference: bool,
+    /// Run only these of the experiment's workloads; `None`: all.
+    pub workloads: Option<Vec<String>>,
 }
 
 /// One kind of load.
@@ -58,6 +63,18 @@ pub struct Experiment {
     pub workloads: Vec<Workload>,
     /// Links each server gets before the reads; `None`: [`LINKS`].
     pub links: Option<u64>,
+    /// Every ratio of the experiment is taken against this one (config,
+    /// workload), in the same round, instead of a baseline of its own.
+    pub reference: Option<(String, String)>,
+}
+
+impl Config {
+    /// Whether this configuration runs workload `w`.
+    pub fn runs(&self, w: &Workload) -> bool {
+        self.workloads
+            .as_ref()
+            .is_none_or(|only| only.contains(&w.name))
+    }
 }
 
 fn config(name: &str, args: &[&str], baseline: Option<&str>) -> Config {
@@ -68,7 +85,16 @@ fn config(name: &str, args: &[&str], baseline: Option<&str>) -> Config {
         baseline: baseline.map(str::to_owned),
         pinned: true,
         exe: None,
+        reference: false,
+        workloads: None,
     }
+}
+
+/// `config` that runs only `workloads`.
+fn config_running(name: &str, args: &[&str], workloads: &[&Workload]) -> Config {
+    let mut c = config(name, args, None);
+    c.workloads = Some(workloads.iter().map(|w| w.name.clone()).collect());
+    c
 }
 
 fn workload(name: &str, scenario: Scenario, connections: usize) -> Workload {
@@ -158,6 +184,12 @@ pub const BEFORE: &str = " [compared build]";
 pub fn with_compared_build(configs: Vec<Config>, exe: &std::path::Path) -> Vec<Config> {
     let mut out = Vec::with_capacity(configs.len() * 2);
     for c in configs {
+        // The reference server and switches older builds lack are not
+        // compared.
+        if c.reference || c.args.iter().any(|a| a == "--hot-path") {
+            out.push(c);
+            continue;
+        }
         let mut other = c.clone();
         other.name.push_str(BEFORE);
         other.baseline = c.baseline.as_ref().map(|b| format!("{b}{BEFORE}"));
@@ -166,6 +198,41 @@ pub fn with_compared_build(configs: Vec<Config>, exe: &std::path::Path) -> Vec<C
         out.push(other);
     }
     out
+}
+
+/// What the bare server answers, and each litelink read it is measured
+/// against, with everything on (the memory cache, visit counting,
+/// metrics); the router alone shows what the hot path saves.
+fn ceiling() -> Experiment {
+    let fixed = workload("fixed answer", Scenario::HeartBeat, 50);
+    let heart = workload("heart-beat", Scenario::HeartBeat, 50);
+    let mut redirect = workload("redirect, cached", Scenario::Read, 50);
+    redirect.read_path = ReadPath::Redirect;
+    let link = workload("link, cached", Scenario::Read, 50);
+    let uncached = workload("link, uncached", Scenario::Read, 50);
+    let mut bare = config_running("bare hyper", &[], &[&fixed]);
+    bare.reference = true;
+    let hot = [&heart, &redirect, &link];
+    Experiment {
+        id: "ceiling",
+        title: "litelink against a bare hyper server",
+        question: "How close do litelink's hot routes come to a bare hyper 1.x HTTP/1.1 server \
+                   on a current-thread runtime answering a fixed `{\"OK\":true}` (`litelink \
+                   reference-server`), on the same core? litelink runs as deployed: memory \
+                   cache, visit counting and metrics on. The uncached read is a pooled SQLite \
+                   lookup (`--cache none`). `--hot-path off` is the router alone. Every ratio, \
+                   in throughput and in the server's CPU time per request, is to the bare \
+                   server in the same round.",
+        configs: vec![
+            bare,
+            config_running("litelink", &[], &hot),
+            config_running("litelink, no cache", &["--cache", "none"], &[&uncached]),
+            config_running("litelink, router only", &["--hot-path", "off"], &hot),
+        ],
+        workloads: vec![fixed.clone(), heart.clone(), redirect, link, uncached],
+        links: None,
+        reference: Some(("bare hyper".into(), fixed.name.clone())),
+    }
 }
 
 pub fn all(quick: bool) -> Vec<Experiment> {
@@ -237,6 +304,7 @@ pub fn all(quick: bool) -> Vec<Experiment> {
             ],
             workloads: vec![heart.clone(), read_vs_heart, redirect_vs_heart],
             links: None,
+            reference: None,
         },
         Experiment {
             id: "memstatus",
@@ -250,6 +318,7 @@ pub fn all(quick: bool) -> Vec<Experiment> {
             configs: memstatus_configs(),
             workloads: vec![read50.clone()],
             links: None,
+            reference: None,
         },
         Experiment {
             id: "caches",
@@ -270,6 +339,7 @@ pub fn all(quick: bool) -> Vec<Experiment> {
             ],
             workloads: vec![heart, zipf, seed],
             links: None,
+            reference: None,
         },
         Experiment {
             id: "writes",
@@ -297,6 +367,7 @@ pub fn all(quick: bool) -> Vec<Experiment> {
             ],
             workloads: vec![workload("create", Scenario::Create, 64)],
             links: None,
+            reference: None,
         },
         Experiment {
             id: "reads-while-creating",
@@ -314,6 +385,7 @@ pub fn all(quick: bool) -> Vec<Experiment> {
             ],
             workloads: vec![read50.clone(), read_while_creating],
             links: None,
+            reference: None,
         },
         Experiment {
             id: "visits",
@@ -340,6 +412,7 @@ pub fn all(quick: bool) -> Vec<Experiment> {
             ],
             workloads: vec![counted_redirect],
             links: None,
+            reference: None,
         },
         Experiment {
             id: "metrics",
@@ -355,6 +428,7 @@ pub fn all(quick: bool) -> Vec<Experiment> {
             ],
             workloads: vec![plain_redirect, read50.clone()],
             links: None,
+            reference: None,
         },
         Experiment {
             id: "visits-flush",
@@ -381,6 +455,7 @@ pub fn all(quick: bool) -> Vec<Experiment> {
                 w
             }],
             links: Some(FLUSH_LINKS),
+            reference: None,
         },
         Experiment {
             id: "concurrency",
@@ -396,6 +471,8 @@ pub fn all(quick: bool) -> Vec<Experiment> {
                 })
                 .collect(),
             links: None,
+            reference: None,
         },
+        ceiling(),
     ]
 }

@@ -88,6 +88,9 @@ pub struct Sample {
     pub server_cpu_us: Option<f64>,
     /// `server_cpu_us` against the baseline's in the same round.
     pub cpu_ratio: Option<f64>,
+    /// The load generator's CPU time over the measured window, as a share
+    /// of one CPU: near 1, it and not the server may be the limit.
+    pub load_cpu_share: Option<f64>,
     /// p99 of the creates sent beside a read workload, from their
     /// scheduled send time.
     pub background_creates_p99_ms: Option<f64>,
@@ -139,6 +142,7 @@ pub struct Summary {
     pub failed: u64,
     pub server_cpu_us: Option<Spread>,
     pub cpu_ratio: Option<Spread>,
+    pub load_cpu_share: Option<Spread>,
     pub background_creates_p99_ms: Option<Spread>,
 }
 
@@ -251,7 +255,14 @@ pub fn run(opts: &BenchOptions) -> anyhow::Result<PathBuf> {
         .collect();
     let total: usize = experiments
         .iter()
-        .map(|e| e.configs.len() * e.workloads.len() * opts.rounds)
+        .map(|e| {
+            let runs: usize = e
+                .configs
+                .iter()
+                .map(|c| e.workloads.iter().filter(|w| c.runs(w)).count())
+                .sum();
+            runs * opts.rounds
+        })
         .sum();
     let progress = Progress::new(total as u64);
     let started_unix = std::time::SystemTime::now()
@@ -346,7 +357,8 @@ fn run_experiment(
                         config: config.name.clone(),
                         reason: "no Valkey server available".into(),
                     });
-                    progress.skip((exp.workloads.len() * opts.rounds) as u64);
+                    let runs = exp.workloads.iter().filter(|w| config.runs(w)).count();
+                    progress.skip((runs * opts.rounds) as u64);
                     continue;
                 }
             }
@@ -354,8 +366,13 @@ fn run_experiment(
         let db = work.join(format!("{}-{i}.db", exp.id));
         let cpu = if config.pinned { server_cpu } else { None };
         let exe = config.exe.as_deref().unwrap_or(&opts.server_exe);
-        let server = ServerProcess::start(exe, &db, &args, cpu)?;
+        let server = if config.reference {
+            ServerProcess::start_reference(exe, cpu)?
+        } else {
+            ServerProcess::start(exe, &db, &args, cpu)?
+        };
         if sqlite_facts.is_none()
+            && !config.reference
             && let Ok(s) = server.stats()
         {
             let options = s["compile_options"]
@@ -371,7 +388,11 @@ fn run_experiment(
                 options,
             ));
         }
-        let needs_links = exp.workloads.iter().any(|w| w.scenario == Scenario::Read);
+        let needs_links = !config.reference
+            && exp
+                .workloads
+                .iter()
+                .any(|w| w.scenario == Scenario::Read && config.runs(w));
         let codes = if needs_links {
             let n = if opts.quick {
                 links(opts)
@@ -389,7 +410,7 @@ fn run_experiment(
     let mut samples = Vec::new();
     for round in 0..opts.rounds {
         for (config, server, codes) in &servers {
-            for w in &exp.workloads {
+            for w in exp.workloads.iter().filter(|w| config.runs(w)) {
                 let seed = w.scenario == Scenario::Seed;
                 let sc = StressConfig {
                     url: server.url(),
@@ -421,13 +442,26 @@ fn run_experiment(
                 // the warm-up is over, and again when the load stops.
                 let warmup = sc.warmup;
                 let pid = server.pid();
+                // ... and the load generator's own (this process), to tell
+                // whether it, not the server, was the limit.
                 let cpu_from = std::thread::spawn(move || {
                     std::thread::sleep(warmup);
-                    process::cpu_time_of(pid)
+                    let me = process::cpu_time_of(std::process::id());
+                    (process::cpu_time_of(pid), me, std::time::Instant::now())
                 });
                 let r = runtime.block_on(stress::run(sc, Arc::clone(&stop)))?;
                 let cpu_to = server.cpu_time();
-                let cpu_from = cpu_from.join().ok().flatten();
+                let load_to = process::cpu_time_of(std::process::id());
+                let (cpu_from, load_from, measured_from) = match cpu_from.join() {
+                    Ok((server, load, at)) => (server, load, Some(at)),
+                    Err(_) => (None, None, None),
+                };
+                let load_cpu_share = match (load_from, load_to, measured_from) {
+                    (Some(a), Some(b), Some(at)) if at.elapsed() > Duration::ZERO => {
+                        Some(b.saturating_sub(a).as_secs_f64() / at.elapsed().as_secs_f64())
+                    }
+                    _ => None,
+                };
                 // With creates beside them, the workload is its reads.
                 let (rps, latency, total) = match &r.background_creates {
                     Some(_) => (
@@ -462,6 +496,7 @@ fn run_experiment(
                         _ => None,
                     },
                     cpu_ratio: None,
+                    load_cpu_share,
                     background_creates_p99_ms: r
                         .background_creates
                         .as_ref()
@@ -519,12 +554,14 @@ fn add_ratios(exp: &Experiment, samples: &mut [Sample]) {
         let w = exp.workloads.iter().find(|w| w.name == s.workload);
         let c = exp.configs.iter().find(|c| c.name == s.config);
         let base = match (
+            &exp.reference,
             w.and_then(|w| w.baseline_workload.as_deref()),
             c.and_then(|c| c.baseline.as_deref()),
         ) {
-            (Some(bw), _) => find(&s.config, bw, s.round),
-            (None, Some(bc)) => find(bc, &s.workload, s.round),
-            (None, None) => None,
+            (Some((rc, rw)), _, _) => find(rc, rw, s.round),
+            (None, Some(bw), _) => find(&s.config, bw, s.round),
+            (None, None, Some(bc)) => find(bc, &s.workload, s.round),
+            (None, None, None) => None,
         };
         s.ratio = base
             .map(|b| b.requests_per_second)
@@ -543,7 +580,7 @@ fn summarise(exp: &Experiment, samples: &[Sample], skipped: &[Skipped]) -> Vec<S
         if skipped.iter().any(|s| s.config == c.name) {
             continue;
         }
-        for w in &exp.workloads {
+        for w in exp.workloads.iter().filter(|w| c.runs(w)) {
             let mine: Vec<&Sample> = samples
                 .iter()
                 .filter(|s| s.config == c.name && s.workload == w.name)
@@ -579,9 +616,11 @@ fn summarise(exp: &Experiment, samples: &[Sample], skipped: &[Skipped]) -> Vec<S
                 tasks_per_second: Spread::of(&tps),
                 background_creates_per_second: Spread::of(&creates),
                 ratio: Spread::of(&ratios),
-                ratio_to: w
-                    .baseline_workload
-                    .clone()
+                ratio_to: exp
+                    .reference
+                    .as_ref()
+                    .map(|(rc, rw)| format!("{rc}, {rw}"))
+                    .or_else(|| w.baseline_workload.clone())
                     .or_else(|| c.baseline.clone())
                     .filter(|_| !ratios.is_empty()),
                 failed: mine.iter().map(|s| s.failed).sum(),
@@ -592,6 +631,12 @@ fn summarise(exp: &Experiment, samples: &[Sample], skipped: &[Skipped]) -> Vec<S
                         .collect::<Vec<_>>(),
                 ),
                 cpu_ratio: Spread::of(&mine.iter().filter_map(|s| s.cpu_ratio).collect::<Vec<_>>()),
+                load_cpu_share: Spread::of(
+                    &mine
+                        .iter()
+                        .filter_map(|s| s.load_cpu_share)
+                        .collect::<Vec<_>>(),
+                ),
                 background_creates_p99_ms: Spread::of(
                     &mine
                         .iter()

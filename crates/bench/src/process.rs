@@ -87,15 +87,25 @@ impl ServerProcess {
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--db"])
             .arg(db)
             .args(args)
-            .envs(env.iter().copied())
-            .env("RUST_LOG", "info")
+            .envs(env.iter().copied());
+        Self::launch(cmd, cpu, &format!("litelink {args:?}"))
+    }
+
+    /// Starts `exe reference-server` (the bare hyper server of the
+    /// `ceiling` experiment), which prints the same line once it listens.
+    pub fn start_reference(exe: &Path, cpu: Option<usize>) -> anyhow::Result<Self> {
+        let mut cmd = Command::new(exe);
+        cmd.args(["reference-server", "--listen", "127.0.0.1:0"]);
+        Self::launch(cmd, cpu, "the reference server")
+    }
+
+    fn launch(mut cmd: Command, cpu: Option<usize>, what: &str) -> anyhow::Result<Self> {
+        cmd.env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         pin_child(&mut cmd, cpu);
-        let mut child = cmd
-            .spawn()
-            .with_context(|| format!("starting {}", exe.display()))?;
+        let mut child = cmd.spawn().with_context(|| format!("starting {what}"))?;
         let stdout = child.stdout.take().context("no stdout")?;
         let stderr = child.stderr.take().context("no stderr")?;
         // The log is kept for the error message should the server not start;
@@ -141,7 +151,7 @@ impl ServerProcess {
                 // Give the log reader a moment to take the last lines.
                 std::thread::sleep(Duration::from_millis(100));
                 let log = log.lock().unwrap_or_else(|e| e.into_inner()).join("\n");
-                bail!("litelink {args:?} did not start listening:\n{log}")
+                bail!("{what} did not start listening:\n{log}")
             }
         };
         Ok(Self {

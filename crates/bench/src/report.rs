@@ -37,7 +37,7 @@ fn spread(s: &Spread, digits: usize) -> String {
 /// figure, decimals.
 type OptionalColumn = (&'static str, fn(&Summary) -> Option<&Spread>, usize);
 
-fn optional_columns() -> [OptionalColumn; 5] {
+fn optional_columns() -> [OptionalColumn; 6] {
     [
         ("tasks/s", |r| r.tasks_per_second.as_ref(), 2),
         (
@@ -52,6 +52,7 @@ fn optional_columns() -> [OptionalColumn; 5] {
         ),
         ("server CPU µs/req", |r| r.server_cpu_us.as_ref(), 2),
         ("CPU ratio", |r| r.cpu_ratio.as_ref(), 3),
+        ("load generator CPU", |r| r.load_cpu_share.as_ref(), 2),
     ]
 }
 
@@ -160,7 +161,12 @@ pub fn markdown(r: &Results, charts: &[Chart]) -> String {
         let _ = writeln!(s, "## {}\n", e.experiment.title);
         let _ = writeln!(s, "{}\n", e.experiment.question);
         for c in &e.experiment.configs {
-            let _ = writeln!(s, "- `{}`: `litelink serve {}`", c.name, c.args.join(" "));
+            let command = if c.reference {
+                "litelink reference-server".to_owned()
+            } else {
+                format!("litelink serve {}", c.args.join(" "))
+            };
+            let _ = writeln!(s, "- `{}`: `{}`", c.name, command.trim_end());
         }
         let _ = writeln!(s);
         for sk in &e.skipped {
