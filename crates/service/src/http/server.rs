@@ -23,8 +23,9 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::task::{Context, Poll, ready};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
 use std::convert::Infallible;
@@ -36,7 +37,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tower::Service;
 
@@ -105,7 +106,8 @@ pub async fn serve(
     tracing::info!(max_connections = limit, "accepting connections");
     let slots = Arc::new(Semaphore::new(limit));
     let limits = Arc::new(ConnLimits::from(settings));
-    let (closing, closed) = watch::channel(false);
+    let watchdog = Arc::new(Watchdog::default());
+    let watching = tokio::spawn(Arc::clone(&watchdog).run(Arc::clone(&limits)));
     let accept_errors = Throttle::new(Duration::from_secs(10));
     let open = metrics::gauge!("litelink_open_connections");
     let mut connections = JoinSet::new();
@@ -129,13 +131,8 @@ pub async fn serve(
                 // Small JSON answers on keep-alive connections: without
                 // NODELAY Nagle's algorithm can hold each one back.
                 let _ = tcp.set_nodelay(true);
-                let conn = connection(
-                    tcp,
-                    peer,
-                    service.clone(),
-                    Arc::clone(&limits),
-                    closed.clone(),
-                );
+                let activity = watchdog.watch(&limits);
+                let conn = connection(tcp, peer, service.clone(), &limits, activity);
                 let ended = Arc::clone(&ended);
                 let open = open.clone();
                 open.increment(1.0);
@@ -159,7 +156,8 @@ pub async fn serve(
     }
     drop(listener);
     trimmer.abort();
-    let _ = closing.send(true);
+    watchdog.shut_down();
+    watching.abort();
     let open = connections.len();
     let drained = tokio::time::timeout(settings.shutdown_timeout, async {
         while connections.join_next().await.is_some() {}
@@ -248,13 +246,32 @@ impl From<&HttpSettings> for ConnLimits {
     }
 }
 
-/// What a connection's requests tell its watchdog.
+/// What a connection's requests tell the watchdog, and what the watchdog
+/// tells the connection.
 #[derive(Default)]
 struct Activity {
     in_flight: AtomicU32,
     started: AtomicU64,
     /// Bytes read from the client, all told.
     read: AtomicU64,
+    /// 0 while open, then [`TIMED_OUT`] or [`SHUTTING_DOWN`], set by the
+    /// watchdog.
+    verdict: AtomicU8,
+    /// The connection's task, woken when the verdict changes.
+    waker: Mutex<Option<Waker>>,
+}
+
+const TIMED_OUT: u8 = 1;
+const SHUTTING_DOWN: u8 = 2;
+
+impl Activity {
+    fn tell(&self, verdict: u8) {
+        self.verdict.store(verdict, Ordering::Release);
+        let waker = self.waker.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
 }
 
 /// What a connection waits for, and until when.
@@ -266,6 +283,90 @@ enum Wait {
     Idle(tokio::time::Instant),
     /// A request being answered (bounded by the request timeout).
     Busy,
+}
+
+/// One task that looks at every connection every tick and tells those past
+/// their header-read or idle timeout to close, so that a connection's own
+/// task polls nothing but the connection (a timer and a shutdown channel
+/// beside it in every connection would be polled on every request).
+#[derive(Default)]
+struct Watchdog {
+    watched: Mutex<Vec<Watched>>,
+}
+
+struct Watched {
+    activity: std::sync::Weak<Activity>,
+    wait: Wait,
+    seen_started: u64,
+    seen_read: u64,
+}
+
+impl Watchdog {
+    /// A new connection's activity, watched from now on.
+    fn watch(&self, limits: &ConnLimits) -> Arc<Activity> {
+        let activity = Arc::new(Activity::default());
+        let watched = Watched {
+            activity: Arc::downgrade(&activity),
+            wait: Wait::Header(tokio::time::Instant::now() + limits.header_timeout),
+            seen_started: 0,
+            seen_read: 0,
+        };
+        self.lock().push(watched);
+        activity
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Watched>> {
+        self.watched.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn run(self: Arc<Self>, limits: Arc<ConnLimits>) {
+        let mut tick = tokio::time::interval(limits.tick());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let now = tick.tick().await;
+            let mut expired = Vec::new();
+            self.lock().retain_mut(|w| {
+                let Some(activity) = w.activity.upgrade() else {
+                    return false;
+                };
+                let started = activity.started.load(Ordering::Relaxed);
+                let read = activity.read.load(Ordering::Relaxed);
+                w.wait = if activity.in_flight.load(Ordering::Relaxed) > 0 {
+                    Wait::Busy
+                } else if started != w.seen_started || matches!(w.wait, Wait::Busy) {
+                    Wait::Idle(now + limits.idle_timeout)
+                } else if read != w.seen_read && matches!(w.wait, Wait::Idle(_)) {
+                    Wait::Header(now + limits.header_timeout)
+                } else {
+                    w.wait
+                };
+                (w.seen_started, w.seen_read) = (started, read);
+                match w.wait {
+                    Wait::Header(until) | Wait::Idle(until) if now >= until => {
+                        expired.push(activity);
+                        false
+                    }
+                    _ => true,
+                }
+            });
+            // Woken outside the lock: a wake may run the task at once.
+            for activity in expired {
+                activity.tell(TIMED_OUT);
+            }
+        }
+    }
+
+    /// Tells every connection that the server is shutting down.
+    fn shut_down(&self) {
+        let open: Vec<_> = self
+            .lock()
+            .iter()
+            .filter_map(|w| w.activity.upgrade())
+            .collect();
+        for activity in open {
+            activity.tell(SHUTTING_DOWN);
+        }
+    }
 }
 
 /// Marks a request in flight for as long as it lives.
@@ -291,14 +392,15 @@ enum Job<B> {
     Routed(RouteFuture<Infallible>),
 }
 
-async fn connection(
+/// Serves one connection until it closes, the watchdog closes it, or the
+/// server shuts down (see the module documentation).
+fn connection(
     tcp: TcpStream,
     peer: SocketAddr,
     service: super::Service,
-    limits: Arc<ConnLimits>,
-    mut closed: watch::Receiver<bool>,
-) {
-    let activity = Arc::new(Activity::default());
+    limits: &ConnLimits,
+    activity: Arc<Activity>,
+) -> impl Future<Output = ()> + Send + use<> {
     let super::Service { router, hot } = service;
     let service = {
         let activity = Arc::clone(&activity);
@@ -330,50 +432,34 @@ async fn connection(
         })
     };
     let io = TokioIo::new(Guarded::new(tcp, Arc::clone(&activity)));
-    let conn = limits.builder.serve_connection(io, service);
-    let mut conn = std::pin::pin!(conn);
-    let mut tick = tokio::time::interval(limits.tick());
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut wait = Wait::Header(tokio::time::Instant::now() + limits.header_timeout);
-    let (mut seen_started, mut seen_read) = (0, 0);
+    let mut conn = Box::pin(limits.builder.serve_connection(io, service));
     let mut closing = false;
-    loop {
-        tokio::select! {
-            done = conn.as_mut() => {
-                if let Err(e) = done {
-                    tracing::debug!(error = %e, %peer, "connection ended with an error");
-                }
-                return;
+    std::future::poll_fn(move |cx| {
+        {
+            let mut waker = activity.waker.lock().unwrap_or_else(|e| e.into_inner());
+            if !waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *waker = Some(cx.waker().clone());
             }
-            now = tick.tick() => {
-                let started = activity.started.load(Ordering::Relaxed);
-                let read = activity.read.load(Ordering::Relaxed);
-                wait = if activity.in_flight.load(Ordering::Relaxed) > 0 {
-                    Wait::Busy
-                } else if started != seen_started || matches!(wait, Wait::Busy) {
-                    Wait::Idle(now + limits.idle_timeout)
-                } else if read != seen_read && matches!(wait, Wait::Idle(_)) {
-                    Wait::Header(now + limits.header_timeout)
-                } else {
-                    wait
-                };
-                (seen_started, seen_read) = (started, read);
-                match wait {
-                    Wait::Header(until) | Wait::Idle(until) if now >= until => return,
-                    _ => {}
-                }
-            }
-            changed = closed.changed(), if !closing => {
+        }
+        match activity.verdict.load(Ordering::Acquire) {
+            TIMED_OUT => return Poll::Ready(()),
+            SHUTTING_DOWN if !closing => {
                 closing = true;
-                if changed.is_err() || activity.in_flight.load(Ordering::Relaxed) == 0 {
+                if activity.in_flight.load(Ordering::Relaxed) == 0 {
                     // Idle or half-read: nothing to finish.
-                    return;
+                    return Poll::Ready(());
                 }
                 // Finish the request in flight, then close.
                 conn.as_mut().graceful_shutdown();
             }
+            _ => {}
         }
-    }
+        conn.as_mut().poll(cx).map(|done| {
+            if let Err(e) = done {
+                tracing::debug!(error = %e, %peer, "connection ended with an error");
+            }
+        })
+    })
 }
 
 /// The TCP stream as hyper sees it: JSON bodies for hyper's own error
