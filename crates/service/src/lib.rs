@@ -8,9 +8,10 @@
 //! settings    the Settings tree (http, codes, store, cache); defaults beside each type
 //! startup     Application::build -> addr(), run_until(shutdown)
 //! domain/     ShortCode, TargetUrl (parsed once, canonical), TargetPolicy, CodeGenerator
-//! http/       fn app() -> Router (routes(): the one route table), extractors, handlers,
-//!             ApiError, openapi (the document, checked against the table), request_id,
-//!             server (the accept loop: timeouts, connection cap, drain), limit (rate limits)
+//! http/       fn app() -> Service: the Router (routes(): the one route table) and hot (the
+//!             hot path in front of it); extractors, handlers, ApiError, openapi (the
+//!             document, checked against the table), request_id, server (the accept loop,
+//!             the watchdog of timeouts, connection cap, drain), limit (rate limits)
 //! links       the application service: cache, then store; who may manage what
 //! keys        API keys: making them, and recognising them (reloaded every second)
 //! cache/      the LinkCache trait; none, memory, valkey, tiered
@@ -22,10 +23,15 @@
 //!             repeated errors
 //! ```
 //!
-//! A read: `http::handlers::redirect` -> `Links::resolve` -> `LinkCache::get`
-//! -> (on a miss) `LinkStore::get` -> `sqlite::readers` on the worker thread;
-//! then the visit is counted in memory (`visits`), and a flush every second
-//! hands the tallies to the writer as an `Op`.
+//! A read: `http::server` hands `GET|HEAD /{code}`, `/link/{code}` and
+//! `/heart-beat` to `http::hot` (everything else to the router, and its
+//! handlers such as `handlers::redirect` take the same steps) ->
+//! `Links::resolve_now` -> `LinkCache::get_now` (an in-process tier answers
+//! at once: no future, no timer) -> or else, boxed and under the request
+//! timeout, `Links::resolve_later` -> `LinkCache::get_rest` -> (on a miss)
+//! `LinkStore::get` -> `sqlite::readers` on the worker thread; the visit is
+//! counted in memory (`visits`), and a flush every second hands the
+//! tallies to the writer as an `Op`.
 //! A create: `handlers::create_link` (body checked by `extract::NewLinkBody`) ->
 //! `Links::create` -> `LinkStore::create` -> the writer's queue -> a batch
 //! committed (and, at full durability, synced by `walsync`) -> `replies`
