@@ -27,6 +27,9 @@ pub struct Config {
     pub reference: bool,
     /// Run only these of the experiment's workloads; `None`: all.
     pub workloads: Option<Vec<String>>,
+    /// Serve a database of this many links loaded with `litelink import`
+    /// (the `scale` experiment) instead of links created over HTTP.
+    pub preload: Option<u64>,
 }
 
 /// One kind of load.
@@ -52,6 +55,10 @@ pub struct Workload {
     /// Open model: requests per second on a fixed schedule; `None`: as
     /// fast as the connections go.
     pub rate: Option<f64>,
+    /// Stop after this many measured requests (and at the run's duration
+    /// at the latest): creates that would otherwise grow a small database
+    /// many times over in the rounds of a run.
+    pub requests: Option<u64>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -87,6 +94,7 @@ fn config(name: &str, args: &[&str], baseline: Option<&str>) -> Config {
         exe: None,
         reference: false,
         workloads: None,
+        preload: None,
     }
 }
 
@@ -110,6 +118,7 @@ fn workload(name: &str, scenario: Scenario, connections: usize) -> Workload {
         read_path: ReadPath::Json,
         headers: Vec::new(),
         rate: None,
+        requests: None,
     }
 }
 
@@ -474,5 +483,68 @@ pub fn all(quick: bool) -> Vec<Experiment> {
             reference: None,
         },
         ceiling(),
+        scale(quick),
     ]
+}
+
+/// Link counts of the `scale` experiment; the first is the baseline.
+fn scale_sizes(quick: bool) -> Vec<u64> {
+    if quick {
+        vec![10_000, 100_000]
+    } else {
+        vec![10_000, 1_000_000, 10_000_000]
+    }
+}
+
+fn count_label(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000 && n % 1_000_000 == 0 => format!("{}M", n / 1_000_000),
+        n if n >= 1_000 && n % 1_000 == 0 => format!("{}k", n / 1_000),
+        n => n.to_string(),
+    }
+}
+
+/// The same reads and creates on databases of growing size, loaded with
+/// `litelink import`; each ratio is to the smallest size, same round.
+fn scale(quick: bool) -> Experiment {
+    let uncached = workload("read, uncached", Scenario::Read, 50);
+    let mut zipf = workload("read-zipf, memory cache", Scenario::Read, 50);
+    zipf.keys = Keys::Zipf;
+    let mut creates = workload("durable creates", Scenario::Create, 64);
+    // Bounded, so that the smallest database stays near its size over the
+    // rounds (8 rounds add 0.24M links at most to each).
+    creates.requests = Some(if quick { 2_000 } else { 30_000 });
+    let sizes = scale_sizes(quick);
+    let base = count_label(sizes[0]);
+    let mut configs = Vec::new();
+    for &n in &sizes {
+        let label = count_label(n);
+        let is_base = label == base;
+        let mut none = config_running(
+            &format!("{label} links, no cache"),
+            &["--cache", "none"],
+            &[&uncached, &creates],
+        );
+        none.baseline = (!is_base).then(|| format!("{base} links, no cache"));
+        none.preload = Some(n);
+        let mut memory = config_running(&format!("{label} links, memory cache"), &[], &[&zipf]);
+        memory.baseline = (!is_base).then(|| format!("{base} links, memory cache"));
+        memory.preload = Some(n);
+        configs.extend([none, memory]);
+    }
+    Experiment {
+        id: "scale",
+        title: "Ten thousand links against ten million",
+        question: "Does a request cost more as the database grows? Databases of each size \
+                   are loaded with `litelink import` (10-character codes spread over the \
+                   whole code space, as random codes are), then served: uniform point reads \
+                   with `--cache none` and zipf reads through the memory cache (default \
+                   capacity), both over codes sampled from the whole loaded set, and durable \
+                   creates (64 connections, a bounded count). Each ratio is to the smallest \
+                   database in the same round.",
+        configs,
+        workloads: vec![uncached, zipf, creates],
+        links: None,
+        reference: None,
+    }
 }

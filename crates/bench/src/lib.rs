@@ -7,6 +7,7 @@
 //! round, and medians are reported with their spread.
 
 mod charts;
+mod dataset;
 mod experiments;
 pub mod process;
 pub mod reference;
@@ -94,6 +95,9 @@ pub struct Sample {
     /// p99 of the creates sent beside a read workload, from their
     /// scheduled send time.
     pub background_creates_p99_ms: Option<f64>,
+    /// The memory cache's hits over its hits and misses during the run
+    /// (warm-up included), when the server has one.
+    pub hit_rate: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -144,6 +148,24 @@ pub struct Summary {
     pub cpu_ratio: Option<Spread>,
     pub load_cpu_share: Option<Spread>,
     pub background_creates_p99_ms: Option<Spread>,
+    pub hit_rate: Option<Spread>,
+}
+
+/// A preloaded configuration's database and server, after its rounds.
+#[derive(Debug, Clone, Serialize)]
+pub struct DatasetFacts {
+    pub config: String,
+    pub links: u64,
+    /// `litelink import` of the whole file, start to exit.
+    pub import_seconds: f64,
+    /// From the server's spawn to its line saying it listens.
+    pub startup_seconds: f64,
+    pub file_bytes: u64,
+    pub bytes_per_link: f64,
+    /// Each table's and index's bytes (`dbstat`), largest first.
+    pub objects: Vec<(String, u64)>,
+    /// The server's anonymous resident memory after its rounds.
+    pub rss_anon_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -156,6 +178,8 @@ pub struct Skipped {
 pub struct ExperimentResult {
     #[serde(flatten)]
     pub experiment: Experiment,
+    /// What each preloaded database cost (the `scale` experiment).
+    pub facts: Vec<DatasetFacts>,
     pub skipped: Vec<Skipped>,
     pub samples: Vec<Sample>,
     pub summary: Vec<Summary>,
@@ -342,6 +366,8 @@ fn run_experiment(
 ) -> anyhow::Result<ExperimentResult> {
     let mut skipped = Vec::new();
     let mut servers = Vec::new();
+    // The `scale` experiment's databases, loaded once per size.
+    let mut datasets: std::collections::BTreeMap<u64, dataset::Dataset> = Default::default();
     for (i, config) in exp.configs.iter().enumerate() {
         let mut args = config.args.clone();
         if config.needs_valkey {
@@ -366,6 +392,16 @@ fn run_experiment(
         let db = work.join(format!("{}-{i}.db", exp.id));
         let cpu = if config.pinned { server_cpu } else { None };
         let exe = config.exe.as_deref().unwrap_or(&opts.server_exe);
+        if let Some(n) = config.preload {
+            let d = match datasets.entry(n) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    eprintln!("bench: loading {n} links with `litelink import`");
+                    e.insert(dataset::load(exe, work, n)?)
+                }
+            };
+            d.copy_to(&db)?;
+        }
         let server = if config.reference {
             ServerProcess::start_reference(exe, cpu)?
         } else {
@@ -393,7 +429,10 @@ fn run_experiment(
                 .workloads
                 .iter()
                 .any(|w| w.scenario == Scenario::Read && config.runs(w));
-        let codes = if needs_links {
+        let preloaded = config.preload.and_then(|n| datasets.get(&n));
+        let codes = if let Some(d) = preloaded {
+            d.sample.clone()
+        } else if needs_links {
             let n = if opts.quick {
                 links(opts)
             } else {
@@ -431,13 +470,14 @@ fn run_experiment(
                     } else {
                         opts.duration
                     },
-                    requests: None,
+                    requests: w.requests,
                     warmup: if seed { Duration::ZERO } else { opts.warmup },
                     timeout: Duration::from_secs(10),
                     progress: false,
                     headers: w.headers.clone(),
                 };
                 settle();
+                let cache_before = memory_cache_counts(server);
                 // The server's CPU time over the measured window: read once
                 // the warm-up is over, and again when the load stops.
                 let warmup = sc.warmup;
@@ -455,6 +495,12 @@ fn run_experiment(
                 let (cpu_from, load_from, measured_from) = match cpu_from.join() {
                     Ok((server, load, at)) => (server, load, Some(at)),
                     Err(_) => (None, None, None),
+                };
+                let hit_rate = match (cache_before, memory_cache_counts(server)) {
+                    (Some((h0, m0)), Some((h1, m1))) if h1 + m1 > h0 + m0 => {
+                        Some((h1 - h0) as f64 / ((h1 + m1) - (h0 + m0)) as f64)
+                    }
+                    _ => None,
                 };
                 let load_cpu_share = match (load_from, load_to, measured_from) {
                     (Some(a), Some(b), Some(at)) if at.elapsed() > Duration::ZERO => {
@@ -497,6 +543,7 @@ fn run_experiment(
                     },
                     cpu_ratio: None,
                     load_cpu_share,
+                    hit_rate,
                     background_creates_p99_ms: r
                         .background_creates
                         .as_ref()
@@ -520,15 +567,39 @@ fn run_experiment(
             }
         }
     }
+    let facts = servers
+        .iter()
+        .filter_map(|(config, server, _)| {
+            let d = datasets.get(&config.preload?)?;
+            Some(DatasetFacts {
+                config: config.name.clone(),
+                links: d.links,
+                import_seconds: d.import_seconds,
+                startup_seconds: server.started_in.as_secs_f64(),
+                file_bytes: d.file_bytes,
+                bytes_per_link: d.file_bytes as f64 / d.links.max(1) as f64,
+                objects: d.objects.clone(),
+                rss_anon_bytes: server.rss_anon_bytes(),
+            })
+        })
+        .collect();
     drop(servers);
     add_ratios(exp, &mut samples);
     let summary = summarise(exp, &samples, &skipped);
     Ok(ExperimentResult {
         experiment: exp.clone(),
+        facts,
         skipped,
         samples,
         summary,
     })
+}
+
+/// The memory cache's hits and misses so far, from `/stats`.
+fn memory_cache_counts(server: &ServerProcess) -> Option<(u64, u64)> {
+    let s = server.stats().ok()?;
+    let m = &s["cache"]["memory"];
+    Some((m["hits"].as_u64()?, m["misses"].as_u64()?))
 }
 
 /// Lets the previous run's disk work finish before the next run starts:
@@ -637,6 +708,7 @@ fn summarise(exp: &Experiment, samples: &[Sample], skipped: &[Skipped]) -> Vec<S
                         .filter_map(|s| s.load_cpu_share)
                         .collect::<Vec<_>>(),
                 ),
+                hit_rate: Spread::of(&mine.iter().filter_map(|s| s.hit_rate).collect::<Vec<_>>()),
                 background_creates_p99_ms: Spread::of(
                     &mine
                         .iter()

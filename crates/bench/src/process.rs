@@ -49,6 +49,8 @@ const OLD_LISTENING: &str = "listening addr=";
 pub struct ServerProcess {
     child: Child,
     pub addr: SocketAddr,
+    /// From the spawn to the line saying it listens.
+    pub started_in: Duration,
     /// The first 200 lines of the server's log, and how many it wrote.
     log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     log_lines: std::sync::Arc<std::sync::atomic::AtomicUsize>,
@@ -105,6 +107,7 @@ impl ServerProcess {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         pin_child(&mut cmd, cpu);
+        let spawned = Instant::now();
         let mut child = cmd.spawn().with_context(|| format!("starting {what}"))?;
         let stdout = child.stdout.take().context("no stdout")?;
         let stderr = child.stderr.take().context("no stderr")?;
@@ -157,9 +160,19 @@ impl ServerProcess {
         Ok(Self {
             child,
             addr,
+            started_in: spawned.elapsed(),
             log,
             log_lines,
         })
+    }
+
+    /// The server's anonymous resident memory (`RssAnon`: the heap, not
+    /// the memory-mapped database), from /proc.
+    pub fn rss_anon_bytes(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        let line = status.lines().find(|l| l.starts_with("RssAnon:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
     }
 
     /// How many lines the server has logged, and the first 200 of them.

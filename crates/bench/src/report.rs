@@ -37,7 +37,7 @@ fn spread(s: &Spread, digits: usize) -> String {
 /// figure, decimals.
 type OptionalColumn = (&'static str, fn(&Summary) -> Option<&Spread>, usize);
 
-fn optional_columns() -> [OptionalColumn; 6] {
+fn optional_columns() -> [OptionalColumn; 7] {
     [
         ("tasks/s", |r| r.tasks_per_second.as_ref(), 2),
         (
@@ -53,6 +53,7 @@ fn optional_columns() -> [OptionalColumn; 6] {
         ("server CPU µs/req", |r| r.server_cpu_us.as_ref(), 2),
         ("CPU ratio", |r| r.cpu_ratio.as_ref(), 3),
         ("load generator CPU", |r| r.load_cpu_share.as_ref(), 2),
+        ("cache hit rate", |r| r.hit_rate.as_ref(), 3),
     ]
 }
 
@@ -100,6 +101,39 @@ fn table(rows: &[Summary]) -> String {
                 .unwrap_or_else(|| "—".into()),
             r.ratio_to.as_deref().unwrap_or("—"),
             r.failed
+        );
+    }
+    s
+}
+
+/// The preloaded databases: their load, start-up, size and memory.
+fn facts_table(facts: &[super::DatasetFacts]) -> String {
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "| configuration | links | import s | start-up s | file MiB | bytes/link | by table and index (MiB) | RssAnon MiB |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---|---:|");
+    for f in facts {
+        let objects: Vec<String> = f
+            .objects
+            .iter()
+            .take(4)
+            .map(|(name, bytes)| format!("{name} {:.1}", mib(*bytes)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.1} | {:.2} | {:.1} | {:.0} | {} | {} |",
+            f.config,
+            f.links,
+            f.import_seconds,
+            f.startup_seconds,
+            mib(f.file_bytes),
+            f.bytes_per_link,
+            objects.join(", "),
+            f.rss_anon_bytes
+                .map_or_else(|| "—".into(), |b| format!("{:.1}", mib(b)))
         );
     }
     s
@@ -174,6 +208,10 @@ pub fn markdown(r: &Results, charts: &[Chart]) -> String {
         }
         s.push_str(&table(&e.summary));
         let _ = writeln!(s);
+        if !e.facts.is_empty() {
+            s.push_str(&facts_table(&e.facts));
+            let _ = writeln!(s);
+        }
         for c in charts.iter().filter(|c| c.experiment == e.experiment.id) {
             let _ = writeln!(s, "![{}]({})\n", c.title, c.file);
         }
