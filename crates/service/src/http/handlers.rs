@@ -265,17 +265,22 @@ pub async fn redirect(
     Code(code): Code,
     request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
-    let headers = request.headers();
-    let how = if request.method() == Method::GET {
+    let how = redirect_use(request.method(), request.headers());
+    let target = resolve(&state, &code, how).await?;
+    redirect_answer(&state, &target)
+}
+
+/// What a redirect request is: a GET is a visit, with its User-Agent and
+/// Referer read in place; a HEAD is a look.
+pub(super) fn redirect_use<'a>(method: &Method, headers: &'a HeaderMap) -> Use<'a> {
+    if method == Method::GET {
         Use::Visit(Visit {
             user_agent: headers.get(header::USER_AGENT).map(|v| v.as_bytes()),
             referer: headers.get(header::REFERER).map(|v| v.as_bytes()),
         })
     } else {
         Use::Look
-    };
-    let target = resolve(&state, &code, how).await?;
-    redirect_answer(&state, &target)
+    }
 }
 
 /// The answer of a redirect to `target` (no body), in whatever body type

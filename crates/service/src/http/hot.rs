@@ -21,13 +21,12 @@ use http_body_util::{Either, Full};
 
 use super::AppState;
 use super::error::ApiError;
-use super::handlers::{link_answer, redirect_answer, target_of};
+use super::handlers::{link_answer, redirect_answer, redirect_use, target_of};
 use super::request_id;
 use crate::domain::{ShortCode, TargetUrl};
 use crate::links::Use;
 use crate::observe::Requests;
 use crate::telemetry::REQUEST_ID;
-use crate::visits::Visit;
 
 /// What both paths answer with: the hot path's flat bodies, or the
 /// router's.
@@ -146,15 +145,7 @@ impl Hot {
                 (self.metrics.map(|(_, l)| l.link), answer)
             }
             Route::Redirect(code) => {
-                let headers = req.headers();
-                let how = if req.method() == Method::GET {
-                    Use::Visit(Visit {
-                        user_agent: headers.get(header::USER_AGENT).map(|v| v.as_bytes()),
-                        referer: headers.get(header::REFERER).map(|v| v.as_bytes()),
-                    })
-                } else {
-                    Use::Look
-                };
+                let how = redirect_use(req.method(), req.headers());
                 let answer = self.resolved(&id, &code, how, redirect_answer).await;
                 (self.metrics.map(|(_, l)| l.redirect), answer)
             }
