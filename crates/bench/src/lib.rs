@@ -669,12 +669,11 @@ fn summarise(exp: &Experiment, samples: &[Sample], skipped: &[Skipped]) -> Vec<S
             ) else {
                 continue;
             };
-            let ratios: Vec<f64> = mine.iter().filter_map(|s| s.ratio).collect();
-            let tps: Vec<f64> = mine.iter().filter_map(|s| s.tasks_per_second).collect();
-            let creates: Vec<f64> = mine
-                .iter()
-                .filter_map(|s| s.background_creates_per_second)
-                .collect();
+            // The spread of a figure over the rounds that have it.
+            let spread = |f: fn(&Sample) -> Option<f64>| {
+                Spread::of(&mine.iter().filter_map(|s| f(s)).collect::<Vec<_>>())
+            };
+            let ratio = spread(|s| s.ratio);
             out.push(Summary {
                 config: c.name.clone(),
                 workload: w.name.clone(),
@@ -684,37 +683,22 @@ fn summarise(exp: &Experiment, samples: &[Sample], skipped: &[Skipped]) -> Vec<S
                 p50_ms: med(|s| s.p50_ms),
                 p99_ms: med(|s| s.p99_ms),
                 p999_ms: med(|s| s.p999_ms),
-                tasks_per_second: Spread::of(&tps),
-                background_creates_per_second: Spread::of(&creates),
-                ratio: Spread::of(&ratios),
+                tasks_per_second: spread(|s| s.tasks_per_second),
+                background_creates_per_second: spread(|s| s.background_creates_per_second),
                 ratio_to: exp
                     .reference
                     .as_ref()
                     .map(|(rc, rw)| format!("{rc}, {rw}"))
                     .or_else(|| w.baseline_workload.clone())
                     .or_else(|| c.baseline.clone())
-                    .filter(|_| !ratios.is_empty()),
+                    .filter(|_| ratio.is_some()),
                 failed: mine.iter().map(|s| s.failed).sum(),
-                server_cpu_us: Spread::of(
-                    &mine
-                        .iter()
-                        .filter_map(|s| s.server_cpu_us)
-                        .collect::<Vec<_>>(),
-                ),
-                cpu_ratio: Spread::of(&mine.iter().filter_map(|s| s.cpu_ratio).collect::<Vec<_>>()),
-                load_cpu_share: Spread::of(
-                    &mine
-                        .iter()
-                        .filter_map(|s| s.load_cpu_share)
-                        .collect::<Vec<_>>(),
-                ),
-                hit_rate: Spread::of(&mine.iter().filter_map(|s| s.hit_rate).collect::<Vec<_>>()),
-                background_creates_p99_ms: Spread::of(
-                    &mine
-                        .iter()
-                        .filter_map(|s| s.background_creates_p99_ms)
-                        .collect::<Vec<_>>(),
-                ),
+                server_cpu_us: spread(|s| s.server_cpu_us),
+                cpu_ratio: spread(|s| s.cpu_ratio),
+                load_cpu_share: spread(|s| s.load_cpu_share),
+                hit_rate: spread(|s| s.hit_rate),
+                background_creates_p99_ms: spread(|s| s.background_creates_p99_ms),
+                ratio,
             });
         }
     }
