@@ -209,6 +209,14 @@ pub struct StorageArgs {
           default_value_t = d().store.sqlite.busy_timeout.as_millis() as u64)]
     pub sqlite_busy_timeout_ms: u64,
 
+    /// MiB of the database file mapped into memory, so that reads are
+    /// memory reads rather than `pread` calls (0: off; SQLite caps it just
+    /// under 2048).
+    #[arg(long, env = "LITELINK_SQLITE_MMAP_MIB",
+          default_value_t = d().store.sqlite.mmap_mib,
+          value_parser = clap::value_parser!(u64).range(0..=2048))]
+    pub sqlite_mmap_mib: u64,
+
     /// Length of generated codes (characters of [A-Za-z0-9]).
     #[arg(long, env = "LITELINK_CODE_LENGTH", default_value_t = d().codes.length as u8,
           value_parser = clap::value_parser!(u8).range(MIN_GENERATED_LEN as i64..=MAX_GENERATED_LEN as i64))]
@@ -322,9 +330,9 @@ pub struct LabArgs {
           default_value = on_off(d().store.sqlite.batch_max > 1))]
     pub group_commit: OnOff,
 
-    /// Start generated codes (8 characters or more) with a 2-character
-    /// prefix that 1,024 consecutive creates share (README, "API");
-    /// `off`: every character random.
+    /// Draw codes at random and start them (8 characters or more) with a
+    /// 2-character prefix that 1,024 consecutive creates share (README,
+    /// "API"); `off`: codes are the keyed permutation of row ids.
     #[arg(long, env = "LITELINK_CODE_LOCALITY", value_enum,
           default_value = on_off(d().codes.locality))]
     pub code_locality: OnOff,
@@ -388,6 +396,7 @@ impl ServeArgs {
         };
         sqlite.write_queue = storage.write_queue as usize;
         sqlite.busy_timeout = Duration::from_millis(storage.sqlite_busy_timeout_ms);
+        sqlite.mmap_mib = storage.sqlite_mmap_mib;
         sqlite.connections = lab.sqlite_connections;
         sqlite.read_on = lab.sqlite_read_on;
         sqlite.page_cache = lab.sqlite_page_cache.is_on();

@@ -942,5 +942,154 @@ async fn a_schema_1_database_is_migrated_and_keeps_its_links() {
     let version: u32 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .expect("version");
-    assert_eq!(version, 4);
+    assert_eq!(version, 5);
+}
+
+/// Migration 5 rebuilds the links table in one transaction: a process
+/// killed in the middle of it leaves the schema it started from, with
+/// every row, and the next start runs it again to the end.
+#[tokio::test]
+async fn a_migration_killed_midway_is_rolled_back_and_run_again() {
+    use std::io::{BufRead, BufReader};
+    const ROWS: i64 = 300_000;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("old.db");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/schema-v1.db"),
+        &db,
+    )
+    .expect("fixture");
+    {
+        let conn = rusqlite::Connection::open(&db).expect("open");
+        conn.execute_batch("BEGIN").expect("begin");
+        let mut insert = conn
+            .prepare("INSERT INTO links (code, target, created_at) VALUES (?1, ?2, 0)")
+            .expect("prepare");
+        for i in 0..ROWS {
+            insert
+                .execute((format!("old-{i:07}"), format!("https://example.com/{i}")))
+                .expect("insert");
+        }
+        drop(insert);
+        conn.execute_batch("COMMIT").expect("commit");
+    }
+    let count = |db: &std::path::Path| -> (u32, i64, String) {
+        let conn = rusqlite::Connection::open(db).expect("open");
+        let version = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .expect("version");
+        let rows = conn
+            .query_row("SELECT count(*) FROM links", [], |r| r.get(0))
+            .expect("count");
+        let check = conn
+            .query_row("PRAGMA quick_check", [], |r| r.get(0))
+            .expect("check");
+        (version, rows, check)
+    };
+    let mut midway = 0;
+    for attempt in 0..4u64 {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_litelink"))
+            .args(["--listen", "127.0.0.1:0", "--db"])
+            .arg(&db)
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let stderr = child.stderr.take().expect("stderr");
+        let mut lines = BufReader::new(stderr).lines();
+        // Wait for the rebuild to start, then kill the process a little
+        // later each time.
+        let started = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|l| l.contains("rebuilding the links table"));
+        assert!(started, "the server never said it was rebuilding");
+        std::thread::sleep(Duration::from_millis(20 + 40 * attempt));
+        child.kill().expect("SIGKILL");
+        child.wait().expect("wait");
+        let (version, rows, check) = count(&db);
+        assert_eq!(check, "ok");
+        assert_eq!(rows, ROWS + 3, "every row survives a kill");
+        if version == 4 {
+            midway += 1;
+        } else {
+            break;
+        }
+    }
+    eprintln!("{midway} kills landed inside the rebuild");
+    assert!(midway > 0, "no kill landed inside the rebuild");
+    // The next start finishes it, and every code is found.
+    let app = spawn_app_on(&db, &["--cache", "none"]).await;
+    for code in ["AA8EAf8MxG", "old-0000000", "old-0150000", "old-0299999"] {
+        assert_eq!(
+            app.get(&format!("/link/{code}")).await.status(),
+            200,
+            "{code}"
+        );
+    }
+    assert_eq!(app.stats().await["links"], ROWS + 3);
+    let new = app.create_ok("https://example.com/after").await;
+    assert_eq!(app.get(&format!("/link/{new}")).await.status(), 200);
+    app.stop().await;
+    assert_eq!(count(&db).0, 5);
+}
+
+/// A record without a code gets a generated one, as a create would; a
+/// record whose code is some link's generated code is skipped like any
+/// taken code, and a tombstone needs its code.
+#[tokio::test]
+async fn import_generates_codes_for_records_without_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("i.db");
+    let app = spawn_app_on(&db, &["--cache", "none"]).await;
+    let generated = app.create_ok("https://example.com/made").await;
+    app.stop().await;
+    let file = dir.path().join("in.jsonl");
+    std::fs::write(
+        &file,
+        [
+            r#"{"url":"https://e.com/1","created_at":"2026-01-01T00:00:00Z"}"#.to_owned(),
+            r#"{"code":null,"url":"https://e.com/2","created_at":"2026-01-01T00:00:00Z"}"#
+                .to_owned(),
+            format!(
+                r#"{{"code":"{generated}","url":"https://e.com/3","created_at":"2026-01-01T00:00:00Z"}}"#
+            ),
+            r#"{"url":null,"created_at":"2026-01-01T00:00:00Z","deleted_at":"2026-01-02T00:00:00Z"}"#
+                .to_owned(),
+        ]
+        .join("\n"),
+    )
+    .expect("write");
+    let out = litelink(&["import", file.to_str().expect("path")], &db);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for needle in [
+        "line 3: the code exists",
+        "line 4: a deleted link needs its code",
+        "imported 2 links",
+    ] {
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+    let app = spawn_app_on(&db, &["--cache", "none"]).await;
+    let admin = app.new_key("admin", true).await;
+    let all = json(
+        app.api(Method::GET, "/api/v1/links", Some(&admin), None)
+            .await,
+    )
+    .await;
+    let links = all["links"].as_array().expect("links");
+    assert_eq!(links.len(), 3);
+    for link in links {
+        let code = link["code"].as_str().expect("code");
+        assert_eq!(code.len(), 10);
+        let r = app.get(&format!("/link/{code}")).await;
+        assert_eq!(r.status(), 200);
+        let body: Value = r.json().await.expect("json");
+        assert_eq!(body["link"], link["url"]);
+    }
+    let r = app.get(&format!("/link/{generated}")).await;
+    let body: Value = r.json().await.expect("json");
+    assert_eq!(body["link"], "https://example.com/made", "not overwritten");
+    app.stop().await;
 }

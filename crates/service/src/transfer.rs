@@ -60,7 +60,7 @@ impl<W: Write> Writer<W> {
                 let max_visits = r.max_visits.map(|n| n.to_string());
                 let visits = r.visits.map(|n| n.to_string());
                 let fields = [
-                    Some(r.code.as_str()),
+                    r.code.as_deref(),
                     r.url.as_deref(),
                     Some(r.created_at.as_str()),
                     r.expires_at.as_deref(),
@@ -131,7 +131,7 @@ pub fn read<R: BufRead + 'static>(
                     Ok(Record {
                         max_visits: number(6, "max_visits")?,
                         visits: number(7, "visits")?,
-                        code: r[0].to_owned(),
+                        code: opt(0),
                         url: opt(1),
                         created_at: r[2].to_owned(),
                         expires_at: opt(3),
@@ -164,16 +164,23 @@ impl Checker {
     /// The row, or why the record is refused. A new unknown owner name
     /// comes back in the `Option` for the caller to warn about.
     pub fn check(&mut self, line: u64, r: Record) -> Result<(ImportRow, Option<String>), String> {
-        let code = ShortCode::parse(&r.code).map_err(|e| format!("code: {e}"))?;
-        if is_reserved(code.as_str()) {
-            return Err(format!("code '{code}' is reserved"));
-        }
+        let code = match &r.code {
+            None => None,
+            Some(code) => {
+                let code = ShortCode::parse(code).map_err(|e| format!("code: {e}"))?;
+                if is_reserved(code.as_str()) {
+                    return Err(format!("code '{code}' is reserved"));
+                }
+                Some(code)
+            }
+        };
         let stamp = |name: &str, v: Option<&str>| {
             v.map(|s| Timestamp::parse(s).map_err(|e| format!("{name}: {e}")))
                 .transpose()
         };
         let deleted_at = stamp("deleted_at", r.deleted_at.as_deref())?;
         let target = match (&r.url, deleted_at) {
+            (None, Some(_)) if code.is_none() => return Err("a deleted link needs its code".into()),
             (Some(url), None) => Some(TargetUrl::parse(url).map_err(|e| format!("url: {e}"))?),
             (None, Some(_)) => None,
             (Some(_), Some(_)) => return Err("a deleted code has no url".into()),
@@ -220,7 +227,7 @@ mod tests {
 
     fn record(code: &str, url: Option<&str>) -> Record {
         Record {
-            code: code.into(),
+            code: Some(code.into()),
             url: url.map(Into::into),
             created_at: "2026-01-01T00:00:00Z".into(),
             expires_at: None,

@@ -144,7 +144,8 @@ pub const LOCALITY_PREFIX: usize = 2;
 /// the protection they have.
 pub const MIN_LOCALITY_LEN: usize = 8;
 
-const ALPHABET: &[u8; 62] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+pub(crate) const ALPHABET: &[u8; 62] =
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 
 /// Shortest configurable length: 62^6 is about 5.7e10 codes, enough that a
 /// collision retry stays rare for tens of millions of links.
@@ -187,6 +188,12 @@ impl CodeGenerator {
 
     pub fn length(&self) -> usize {
         self.length
+    }
+
+    /// Whether codes are drawn at random (`--code-locality on`) rather than
+    /// made from row ids by the store's codebook (domain/codebook.rs).
+    pub fn draws_random(&self) -> bool {
+        self.locality
     }
 
     /// Whether generated codes start with a bucket prefix.

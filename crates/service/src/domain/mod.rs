@@ -2,6 +2,7 @@
 //! and checked once at the edge so that the layers below never see raw input.
 
 pub mod code;
+pub mod codebook;
 mod link;
 mod target;
 pub mod visit;
@@ -10,6 +11,7 @@ pub use code::{
     AliasError, CodeGenerator, CodeLengthError, CodeSettings, ShortCode, ShortCodeError,
     is_reserved,
 };
+pub use codebook::{CodeKey, Codebook};
 pub use link::{KeyId, Link, Owner, Resolved, Timestamp, TimestampError};
 pub use target::{
     DenyListError, MAX_URL_BYTES, TargetPolicy, TargetUrl, TargetUrlError, is_private_ip,

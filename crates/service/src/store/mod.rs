@@ -103,11 +103,13 @@ pub struct ApiKey {
 /// One link as `export` writes it and `import` reads it; a deleted code
 /// (a tombstone) has no URL and a `deleted_at`. `max_visits` and `visits`
 /// came with schema 3: files written before read as no limit and no visits.
-/// The hourly and daily visit counts are not exported.
+/// The hourly and daily visit counts are not exported. Export always writes
+/// the code; import generates one for a live link without it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Record {
-    pub code: String,
+    #[serde(default)]
+    pub code: Option<String>,
     pub url: Option<String>,
     pub created_at: String,
     pub expires_at: Option<String>,
@@ -123,7 +125,8 @@ pub struct Record {
 #[derive(Debug, Clone)]
 pub struct ImportRow {
     pub line: u64,
-    pub code: ShortCode,
+    /// `None`: a generated code, as a create without an alias gets.
+    pub code: Option<ShortCode>,
     /// `None` for a tombstone.
     pub target: Option<TargetUrl>,
     pub created_at: Timestamp,
@@ -193,8 +196,9 @@ pub trait LinkStore: Send + Sync + 'static {
         each: Box<dyn FnMut(Record) -> std::io::Result<()> + Send>,
     ) -> Result<u64, StoreError>;
 
-    /// Stores `rows` in one transaction, keeping their codes; a row whose
-    /// code exists is skipped and returned with its line.
+    /// Stores `rows` in one transaction, keeping their codes (and making
+    /// one for a row without); a row whose code exists is skipped and
+    /// returned with its line.
     async fn import(&self, rows: Vec<ImportRow>) -> Result<Vec<u64>, StoreError>;
 
     /// Facts and counters for `/stats`. Cheap: no query runs for it.

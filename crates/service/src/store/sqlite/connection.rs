@@ -51,6 +51,15 @@ pub(super) fn configure(
             -1024 * i64::from(settings.writer_cache_mib),
         )?;
     }
+    // Off with the page cache: that experiment measures reads through the
+    // OS file cache alone, as the second article's service did.
+    let mmap = if settings.page_cache {
+        settings.mmap_mib
+    } else {
+        0
+    };
+    let bytes = i64::try_from(mmap.saturating_mul(1 << 20)).unwrap_or(i64::MAX);
+    conn.pragma_update(None, "mmap_size", bytes)?;
     match role {
         Role::Reader => conn.pragma_update(None, "query_only", true)?,
         Role::Writer => {
@@ -94,6 +103,8 @@ pub struct Applied {
     /// `default`, `file` or `memory`.
     pub temp_store: &'static str,
     pub query_only: bool,
+    /// Bytes of the file mapped into memory (SQLite's cap applied).
+    pub mmap_size: i64,
 }
 
 pub(super) fn applied(conn: &Connection) -> rusqlite::Result<Applied> {
@@ -112,5 +123,6 @@ pub(super) fn applied(conn: &Connection) -> rusqlite::Result<Applied> {
             _ => "default",
         },
         query_only: int("query_only")? != 0,
+        mmap_size: int("mmap_size")?,
     })
 }

@@ -74,7 +74,89 @@ const MIGRATIONS: &[Migration] = &[
     // now the stored URL is the WHATWG serialization the parser validated,
     // so rows from before are rewritten to it.
     Code(canonicalize_targets),
+    // 5: codes found by row id. Generated codes are now a keyed permutation
+    // of the row id (domain/codebook.rs): a lookup decrypts the code and
+    // reads the row by id, and a create appends. Only named codes (aliases,
+    // imported codes, and the random codes of earlier versions) keep an
+    // index, which is partial; `named` tells them apart. The table is
+    // rebuilt because its UNIQUE on `code` cannot be dropped otherwise.
+    // `meta` keeps the codebook's key (secret: it lists every code) and the
+    // number of live links, so that start-up counts nothing. A row written
+    // by hand (an operator's `sqlite3`) is named unless it says otherwise.
+    Code(codes_by_row_id),
 ];
+
+fn codes_by_row_id(tx: &Transaction<'_>) -> rusqlite::Result<()> {
+    // The sort that builds the code index gets room to work in memory
+    // (256 MiB at most); the writer's own setting comes back afterwards.
+    let cache: i64 = tx.pragma_query_value(None, "cache_size", |r| r.get(0))?;
+    tx.pragma_update(None, "cache_size", -256 * 1024)?;
+    let started = std::time::Instant::now();
+    let rows: i64 = tx.query_row("SELECT coalesce(max(id), 0) FROM links", [], |r| r.get(0))?;
+    if rows > 0 {
+        tracing::info!(rows, "rebuilding the links table (schema 5)");
+    }
+    let rebuilt = tx.execute_batch(
+        "CREATE TABLE links_v5 (
+            id         INTEGER PRIMARY KEY,
+            code       TEXT    NOT NULL,
+            target     TEXT    NOT NULL,
+            created_at INTEGER NOT NULL,
+            expires_at INTEGER,
+            owner      INTEGER REFERENCES keys(id),
+            deleted_at INTEGER,
+            visits     INTEGER NOT NULL DEFAULT 0,
+            max_visits INTEGER,
+            named      INTEGER NOT NULL DEFAULT 1 -- 0: the code is FF1 of the id
+        ) STRICT;
+        INSERT INTO links_v5 (id, code, target, created_at, expires_at, owner, deleted_at,
+                              visits, max_visits, named)
+            SELECT id, code, target, created_at, expires_at, owner, deleted_at,
+                   visits, max_visits, 1
+            FROM links ORDER BY id;
+        DROP TABLE links;
+        ALTER TABLE links_v5 RENAME TO links;
+        CREATE UNIQUE INDEX links_named ON links (code) WHERE named = 1;
+        CREATE INDEX links_owner ON links (owner, id) WHERE owner IS NOT NULL;
+        CREATE INDEX links_deleted ON links (deleted_at) WHERE deleted_at IS NOT NULL;
+        CREATE TABLE meta (
+            name  TEXT PRIMARY KEY,
+            value ANY
+        ) STRICT;
+        INSERT INTO meta (name, value)
+            SELECT 'live_links', count(*) FROM links WHERE deleted_at IS NULL;",
+    );
+    tx.pragma_update(None, "cache_size", cache)?;
+    rebuilt?;
+    let key: [u8; 16] = rand::random();
+    tx.execute(
+        "INSERT INTO meta (name, value) VALUES ('code_key', ?1)",
+        [&key[..]],
+    )?;
+    if rows > 0 {
+        tracing::info!(
+            rows,
+            ms = started.elapsed().as_millis() as u64,
+            "rebuilt the links table: generated codes are found by row id from now on"
+        );
+    }
+    Ok(())
+}
+
+/// The codebook's key, made by migration 5.
+pub fn code_key(conn: &Connection) -> rusqlite::Result<crate::domain::CodeKey> {
+    let key: Vec<u8> =
+        conn.query_row("SELECT value FROM meta WHERE name = 'code_key'", [], |r| {
+            r.get(0)
+        })?;
+    key.try_into().map_err(|_| {
+        rusqlite::Error::FromSqlConversionFailure(
+            0,
+            rusqlite::types::Type::Blob,
+            "the code key is 16 bytes".into(),
+        )
+    })
+}
 
 fn canonicalize_targets(tx: &Transaction<'_>) -> rusqlite::Result<()> {
     let mut rewrite = Vec::new();
@@ -116,11 +198,25 @@ pub fn version(conn: &Connection) -> rusqlite::Result<u32> {
 
 /// Brings the schema up to [`LATEST`]; returns the version it found.
 pub fn migrate(conn: &mut Connection) -> Result<u32, MigrationError> {
+    migrate_to(conn, LATEST)
+}
+
+/// Brings the schema up to `target` (tests make older databases with it).
+pub(super) fn migrate_to(conn: &mut Connection, target: u32) -> Result<u32, MigrationError> {
     let found = version(conn)?;
     if found > LATEST {
         return Err(MigrationError::TooNew { found });
     }
-    for (i, step) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+    let steps = target.saturating_sub(found) as usize;
+    if found > 0 && steps > 0 {
+        tracing::info!(from = found, to = target, "migrating the database schema");
+    }
+    for (i, step) in MIGRATIONS
+        .iter()
+        .enumerate()
+        .skip(found as usize)
+        .take(steps)
+    {
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         match step {
             Sql(sql) => tx.execute_batch(sql)?,

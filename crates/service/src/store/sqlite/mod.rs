@@ -12,6 +12,7 @@ pub mod build_info;
 mod checkpointer;
 pub mod connection;
 mod fileguard;
+mod find;
 pub mod lock;
 pub mod memstatus;
 pub mod migrations;
@@ -40,7 +41,9 @@ use super::{
     ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, NewLink, Record, StorageFailure,
     StoreError, StoreStats,
 };
-use crate::domain::{CodeGenerator, KeyId, Link, Resolved, ShortCode, Timestamp, VisitCounts};
+use crate::domain::{
+    CodeGenerator, Codebook, KeyId, Link, Resolved, ShortCode, Timestamp, VisitCounts,
+};
 use rusqlite::Connection;
 
 /// How reader connections live.
@@ -110,6 +113,11 @@ pub struct SqliteSettings {
     /// `import` raises it: inserts at random places of a large index touch
     /// more pages than the default holds.
     pub writer_cache_mib: u32,
+    /// Bytes of the database file every connection maps into memory
+    /// (`mmap_size`; 0: none): reads of mapped pages are memory reads, not
+    /// `pread` calls. SQLite caps it at 2 GiB less 64 KiB (its build's
+    /// `SQLITE_MAX_MMAP_SIZE`); the rest of a larger file is read as usual.
+    pub mmap_mib: u64,
 }
 
 impl SqliteSettings {
@@ -144,6 +152,7 @@ impl Default for SqliteSettings {
             max_readers: 64,
             wal_preallocate: 64 << 20,
             writer_cache_mib: 0,
+            mmap_mib: 2048,
         }
     }
 }
@@ -175,8 +184,9 @@ pub enum OpenError {
 }
 
 /// Longest the start-up `quick_check` may run: it reads every page, so on
-/// a large database it stops here and leaves the rest to `doctor`.
-const QUICK_CHECK_BUDGET: Duration = Duration::from_secs(2);
+/// a large database it stops here and leaves the rest to `doctor` (which
+/// checks all of it); start-up stays under a second at 10M links.
+const QUICK_CHECK_BUDGET: Duration = Duration::from_millis(300);
 
 /// Refuses a database that cannot be written: otherwise the server would
 /// start and answer every create with an error.
@@ -232,7 +242,7 @@ fn quick_check(conn: &Connection, path: &Path) -> Result<(), OpenError> {
         )),
         Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::OperationInterrupted) => {
             tracing::info!(
-                budget_s = QUICK_CHECK_BUDGET.as_secs(),
+                budget_ms = QUICK_CHECK_BUDGET.as_millis() as u64,
                 "quick check stopped at its time budget (a large database); \
                  `litelink doctor` checks all of it"
             );
@@ -332,6 +342,8 @@ impl SqliteStore {
         })?;
         connection::configure(&conn, &settings, Role::Writer).map_err(open_err)?;
         quick_check(&conn, &path)?;
+        let key = migrations::code_key(&conn).map_err(open_err)?;
+        let book = Arc::new(Codebook::new(&key, codes.length()));
         let compile_options = build_info::compile_options(&conn).map_err(open_err)?;
         let memstatus = memstatus::active();
         let epoch = Arc::new(Epoch::default());
@@ -339,13 +351,14 @@ impl SqliteStore {
             path.clone(),
             settings.clone(),
             Arc::clone(&epoch),
+            Arc::clone(&book),
         ));
         // Checkpoints run on their own thread (checkpointer.rs), not inside
         // the writer's commits.
         conn.pragma_update(None, "wal_autocheckpoint", 0)
             .map_err(open_err)?;
         let code_locality = codes.has_locality();
-        let writer = Writer::start(conn, &path, &settings, codes, Arc::clone(&epoch))?;
+        let writer = Writer::start(conn, &path, &settings, codes, book, Arc::clone(&epoch))?;
         let checkpoints = Arc::new(checkpointer::CheckpointStats::default());
         let checkpointer = Checkpointer::start(
             path.clone(),
@@ -751,5 +764,139 @@ mod tests {
         assert_eq!(stats.writer.writes.failed_batches, 0);
         assert!(store.get(&fourth).await.expect("read").is_some());
         store.close().await;
+    }
+
+    /// The rows of `links` as (id, code, named, deleted).
+    fn rows(dir: &Path) -> Vec<(i64, String, bool, bool)> {
+        let conn = Connection::open(dir.join("l.db")).expect("open");
+        conn.prepare("SELECT id, code, named, deleted_at IS NOT NULL FROM links ORDER BY id")
+            .expect("prepare")
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows")
+    }
+
+    fn book(dir: &Path) -> Codebook {
+        let conn = Connection::open(dir.join("l.db")).expect("open");
+        Codebook::new(&migrations::code_key(&conn).expect("key"), 10)
+    }
+
+    #[tokio::test]
+    async fn generated_codes_are_their_row_ids_under_the_key() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = open(dir.path());
+        let mut codes = Vec::new();
+        for i in 0..5 {
+            codes.push(store.create(url(i)).await.expect("create").code);
+        }
+        for (i, code) in codes.iter().enumerate() {
+            let found = store.get(code).await.expect("read").expect("found");
+            assert_eq!(found.target, url(i as u32).target);
+        }
+        store.close().await;
+        let book = book(dir.path());
+        let rows = rows(dir.path());
+        assert_eq!(rows.len(), 5);
+        for (i, (id, code, named, _)) in rows.into_iter().enumerate() {
+            assert_eq!(id, i as i64 + 1, "ids ascend: creates append");
+            assert!(!named);
+            assert_eq!(code, codes[i].as_str());
+            assert_eq!(book.code_of(id as u64).as_ref(), Some(&codes[i]));
+        }
+    }
+
+    #[tokio::test]
+    async fn aliases_and_generated_codes_never_share_a_code_and_ids_never_come_back() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = open(dir.path());
+        let first = store.create(url(1)).await.expect("create").code;
+        let book = book(dir.path());
+        // An alias that is the code of the row id after it (the alias
+        // takes id 2): id 3 is skipped, and both links keep their own code.
+        let next = book.code_of(3).expect("code");
+        let alias = NewLink {
+            code: Some(next.clone()),
+            ..url(2)
+        };
+        assert_eq!(store.create(alias).await.expect("alias").code, next);
+        let third = store.create(url(3)).await.expect("create").code;
+        assert_ne!(third, next);
+        assert_eq!(book.code_of(4).as_ref(), Some(&third), "id 3 is skipped");
+        assert_eq!(store.sqlite_stats().writer.writes.code_collisions, 1);
+        for (code, i) in [(&first, 1), (&next, 2), (&third, 3)] {
+            let found = store.get(code).await.expect("read").expect("found");
+            assert_eq!(found.target, url(i).target, "{code}");
+        }
+        // A generated code cannot be taken as an alias, live or deleted.
+        let taken = |code: &ShortCode| NewLink {
+            code: Some(code.clone()),
+            ..url(9)
+        };
+        assert!(matches!(
+            store.create(taken(&first)).await,
+            Err(StoreError::CodeTaken(_))
+        ));
+        assert!(store.delete(&third).await.expect("delete"));
+        assert!(store.get(&third).await.expect("read").is_none());
+        assert!(matches!(
+            store.create(taken(&third)).await,
+            Err(StoreError::CodeTaken(_))
+        ));
+        store.close().await;
+        // After a restart the ids go on from the highest ever stored.
+        let store = open(dir.path());
+        let fifth = store.create(url(5)).await.expect("create").code;
+        assert_eq!(book.code_of(5).as_ref(), Some(&fifth));
+        assert_eq!(store.sqlite_stats().links, 3);
+        store.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_schema_4_database_keeps_its_codes_through_migration_5() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let mut conn = Connection::open(dir.path().join("l.db")).expect("open");
+            migrations::migrate_to(&mut conn, 4).expect("schema 4");
+            conn.execute_batch(
+                "INSERT INTO links (code, target, created_at, visits) VALUES
+                    ('Legacy0001', 'https://example.com/1', 1, 7),
+                    ('Legacy0002', '', 2, 0),
+                    ('my-alias', 'https://example.com/3', 3, 0);
+                 UPDATE links SET deleted_at = 5 WHERE code = 'Legacy0002';",
+            )
+            .expect("rows");
+        }
+        let store = open(dir.path());
+        assert_eq!(store.sqlite_stats().links, 2, "the live count of meta");
+        let code = |s: &str| ShortCode::parse(s).expect("code");
+        let legacy = store.link(&code("Legacy0001")).await.expect("read");
+        assert_eq!(legacy.map(|l| l.visits), Some(7));
+        assert!(store.get(&code("my-alias")).await.expect("read").is_some());
+        assert!(
+            store
+                .get(&code("Legacy0002"))
+                .await
+                .expect("read")
+                .is_none()
+        );
+        // Old codes, live or deleted, stay taken; new creates get ids.
+        for old in ["Legacy0001", "Legacy0002", "my-alias"] {
+            let again = NewLink {
+                code: Some(code(old)),
+                ..url(4)
+            };
+            assert!(matches!(
+                store.create(again).await,
+                Err(StoreError::CodeTaken(_))
+            ));
+        }
+        let fresh = store.create(url(5)).await.expect("create").code;
+        store.close().await;
+        let rows = rows(dir.path());
+        assert_eq!(rows.len(), 4);
+        assert!(rows[..3].iter().all(|r| r.2), "old rows are named");
+        assert_eq!((rows[3].0, rows[3].2), (4, false));
+        assert_eq!(book(dir.path()).code_of(4), Some(fresh));
     }
 }

@@ -3,11 +3,12 @@
 
 use rusqlite::{Connection, OptionalExtension};
 
+use super::find::{self, Rows};
 use super::replies::Done;
 use super::rows;
 use super::writer::is_unique_violation;
 use crate::domain::visit::{OTHER_HOST, REFERRER_HOSTS_PER_DAY};
-use crate::domain::{KeyId, ShortCode, Timestamp, VisitCounts};
+use crate::domain::{Codebook, KeyId, ShortCode, Timestamp, VisitCounts};
 use crate::store::{ImportRow, LinkPatch, StoreError};
 
 #[derive(Debug)]
@@ -54,9 +55,10 @@ pub(super) struct Applied {
     pub links_added: i64,
 }
 
-pub(super) fn apply(conn: &Connection, op: Op) -> Result<Applied, StoreError> {
+pub(super) fn apply(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError> {
     conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-    let result = run(conn, op).and_then(|applied| {
+    let result = run(conn, book, op).and_then(|applied| {
+        count_live(conn, applied.links_added)?;
         conn.prepare_cached("COMMIT")?.execute([])?;
         Ok(applied)
     });
@@ -69,6 +71,16 @@ pub(super) fn apply(conn: &Connection, op: Op) -> Result<Applied, StoreError> {
     result
 }
 
+/// Keeps `meta.live_links` in step with the transaction that changed the
+/// number of live links, so that start-up reads it instead of counting.
+pub(super) fn count_live(conn: &Connection, added: i64) -> rusqlite::Result<()> {
+    if added != 0 {
+        conn.prepare_cached("UPDATE meta SET value = value + ?1 WHERE name = 'live_links'")?
+            .execute([added])?;
+    }
+    Ok(())
+}
+
 fn applied(done: Done) -> Applied {
     Applied {
         done,
@@ -76,19 +88,22 @@ fn applied(done: Done) -> Applied {
     }
 }
 
-fn run(conn: &Connection, op: Op) -> Result<Applied, StoreError> {
+fn run(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError> {
     let now = Timestamp::now();
     match op {
         Op::Update { code, patch } => {
+            let Some(id) = find::id(conn, book, code.as_str(), Rows::Live)? else {
+                return Ok(applied(Done::MaybeLink(None)));
+            };
             let changed = conn
                 .prepare_cached(
                     "UPDATE links SET target = coalesce(?2, target), \
                      expires_at = CASE WHEN ?3 THEN ?4 ELSE expires_at END, \
                      max_visits = CASE WHEN ?5 THEN ?6 ELSE max_visits END \
-                     WHERE code = ?1 AND deleted_at IS NULL",
+                     WHERE id = ?1",
                 )?
                 .execute((
-                    code.as_str(),
+                    id,
                     patch.target.as_ref().map(|t| t.as_str()),
                     patch.expires_at.is_some(),
                     patch.expires_at.flatten().map(Timestamp::millis),
@@ -100,22 +115,18 @@ fn run(conn: &Connection, op: Op) -> Result<Applied, StoreError> {
             }
             let link = conn
                 .prepare_cached(&format!(
-                    "SELECT {} FROM {} WHERE l.code = ?1",
+                    "SELECT {} FROM {} WHERE l.id = ?1",
                     rows::LINK_COLUMNS,
                     rows::LINK_FROM
                 ))?
-                .query_row([code.as_str()], rows::link)
+                .query_row([id], rows::link)
                 .optional()?;
             Ok(applied(Done::MaybeLink(link)))
         }
         Op::Delete { code } => {
             // The row stays as a tombstone, without its target, so that the
             // code is never issued again; its visits go with it.
-            let id: Option<i64> = conn
-                .prepare_cached("SELECT id FROM links WHERE code = ?1 AND deleted_at IS NULL")?
-                .query_row([code.as_str()], |r| r.get(0))
-                .optional()?;
-            let Some(id) = id else {
+            let Some(id) = find::id(conn, book, code.as_str(), Rows::Live)? else {
                 return Ok(applied(Done::Found(false)));
             };
             let deleted = conn
@@ -176,14 +187,39 @@ fn run(conn: &Connection, op: Op) -> Result<Applied, StoreError> {
         }
         Op::Import(rows) => {
             let mut stmt = conn.prepare_cached(
-                "INSERT INTO links (code, target, created_at, expires_at, owner, deleted_at, \
-                 max_visits, visits) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT INTO links (id, code, target, created_at, expires_at, owner, deleted_at, \
+                 max_visits, visits, named) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             )?;
+            let mut next_id = find::next_id(conn)?;
+            let mut collisions = 0;
             let mut skipped = Vec::new();
             let mut live = 0;
             for row in rows {
+                // A row keeps its code as a named one, unless a generated
+                // row has it; a row without one gets the next generated.
+                let (id, code, named) = match row.code {
+                    Some(code) if find::generated_taken(conn, book, code.as_str())? => {
+                        skipped.push(row.line);
+                        continue;
+                    }
+                    Some(code) => (next_id, code, true),
+                    None => match find::fresh(
+                        conn,
+                        book,
+                        &mut next_id,
+                        super::writer::MAX_CODE_ATTEMPTS,
+                        &mut collisions,
+                    )? {
+                        Some(find::Fresh { id, code }) => (id, code, false),
+                        None => {
+                            skipped.push(row.line);
+                            continue;
+                        }
+                    },
+                };
                 let inserted = stmt.execute((
-                    row.code.as_str(),
+                    id,
+                    code.as_str(),
                     row.target.as_ref().map_or("", |t| t.as_str()),
                     row.created_at.millis(),
                     row.expires_at.map(Timestamp::millis),
@@ -191,10 +227,14 @@ fn run(conn: &Connection, op: Op) -> Result<Applied, StoreError> {
                     row.deleted_at.map(Timestamp::millis),
                     row.max_visits.map(clamp),
                     clamp(row.visits),
+                    named,
                 ));
                 match inserted {
-                    Ok(_) => live += i64::from(row.deleted_at.is_none()),
-                    Err(e) if is_unique_violation(&e) => skipped.push(row.line),
+                    Ok(_) => {
+                        next_id = next_id.max(id + 1);
+                        live += i64::from(row.deleted_at.is_none());
+                    }
+                    Err(e) if named && is_unique_violation(&e) => skipped.push(row.line),
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -205,7 +245,7 @@ fn run(conn: &Connection, op: Op) -> Result<Applied, StoreError> {
         }
         Op::RecordVisits(visits) => {
             for (code, counts) in visits.iter() {
-                record_visits(conn, code, counts)?;
+                record_visits(conn, book, code, counts)?;
             }
             Ok(applied(Done::Nothing))
         }
@@ -216,21 +256,17 @@ fn run(conn: &Connection, op: Op) -> Result<Applied, StoreError> {
 /// statements for a link with one hour and one referrer already seen.
 fn record_visits(
     conn: &Connection,
+    book: &Codebook,
     code: &ShortCode,
     counts: &VisitCounts,
 ) -> Result<(), StoreError> {
     let total = counts.total();
     // Only a live link: one deleted since these were counted keeps none.
-    let id: Option<i64> = conn
-        .prepare_cached(
-            "UPDATE links SET visits = visits + ?2 WHERE code = ?1 AND deleted_at IS NULL \
-             RETURNING id",
-        )?
-        .query_row((code.as_str(), clamp(total)), |r| r.get(0))
-        .optional()?;
-    let Some(id) = id else {
+    let Some(id) = find::id(conn, book, code.as_str(), Rows::Live)? else {
         return Ok(());
     };
+    conn.prepare_cached("UPDATE links SET visits = visits + ?2 WHERE id = ?1")?
+        .execute((id, clamp(total)))?;
     let mut hourly = conn.prepare_cached(
         "INSERT INTO visits_hourly (link, hour, humans, bots, browsers) \
          VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (link, hour) DO UPDATE \

@@ -13,16 +13,24 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::Connection;
 
 use super::connection::{self, Applied, Role};
+use super::find::{self, Rows, Statements};
 use super::rows;
 use super::{ConnectionMode, SqliteSettings};
-use crate::domain::{HourCount, Link, Resolved, ShortCode, TargetUrl, Timestamp, VisitCounts};
+use crate::domain::{
+    Codebook, HourCount, Link, Resolved, ShortCode, TargetUrl, Timestamp, VisitCounts,
+};
 use crate::store::{ApiKey, ListPage, ListQuery, Record};
 
-const SELECT_TARGET: &str =
-    "SELECT target, expires_at, max_visits FROM links WHERE code = ?1 AND deleted_at IS NULL";
+/// What a redirect needs of a live link (find.rs).
+const SELECT_TARGET: Statements<&str> = Statements {
+    by_id: "SELECT target, expires_at, max_visits FROM links l \
+            WHERE l.id = ?1 AND l.code = ?2 AND l.deleted_at IS NULL",
+    by_name: "SELECT target, expires_at, max_visits FROM links l \
+              WHERE l.code = ?1 AND l.named = 1 AND l.deleted_at IS NULL",
+};
 
 /// [`rows::link`] on a row whose first column is the id.
 fn rows_link_at(r: &rusqlite::Row<'_>) -> rusqlite::Result<Link> {
@@ -143,6 +151,7 @@ pub(super) struct Readers {
     /// WAL: connections then end their snapshot when they are checked in.
     reuse: AtomicBool,
     stats: ReaderStats,
+    book: std::sync::Arc<Codebook>,
 }
 
 impl Readers {
@@ -150,6 +159,7 @@ impl Readers {
         path: PathBuf,
         settings: SqliteSettings,
         epoch: std::sync::Arc<Epoch>,
+        book: std::sync::Arc<Codebook>,
     ) -> Self {
         let max_idle = settings.max_readers;
         Self {
@@ -160,34 +170,28 @@ impl Readers {
             epoch,
             reuse: AtomicBool::new(true),
             stats: ReaderStats::default(),
+            book,
         }
     }
 
     pub(super) fn get(&self, code: &ShortCode) -> rusqlite::Result<Option<Resolved>> {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
         self.with_connection(|conn| {
-            conn.prepare_cached(SELECT_TARGET)?
-                .query_row([code.as_str()], |r| {
-                    Ok(Resolved {
-                        target: TargetUrl::from_trusted(r.get_ref(0)?.as_str()?),
-                        expires_at: r.get::<_, Option<i64>>(1)?.map(Timestamp::from_millis),
-                        max_visits: r.get::<_, Option<i64>>(2)?.map(|n| n.max(0) as u64),
-                    })
+            find::by_code(conn, &self.book, code.as_str(), &SELECT_TARGET, |r| {
+                Ok(Resolved {
+                    target: TargetUrl::from_trusted(r.get_ref(0)?.as_str()?),
+                    expires_at: r.get::<_, Option<i64>>(1)?.map(Timestamp::from_millis),
+                    max_visits: r.get::<_, Option<i64>>(2)?.map(|n| n.max(0) as u64),
                 })
-                .optional()
+            })
         })
     }
 
     /// The live link with `code`, for management.
     pub(super) fn link(&self, code: &ShortCode) -> rusqlite::Result<Option<Link>> {
         self.with_connection(|conn| {
-            conn.prepare_cached(&format!(
-                "SELECT {} FROM {} WHERE l.code = ?1 AND l.deleted_at IS NULL",
-                rows::LINK_COLUMNS,
-                rows::LINK_FROM
-            ))?
-            .query_row([code.as_str()], rows::link)
-            .optional()
+            let sql = find::statements(rows::LINK_COLUMNS, rows::LINK_FROM, Rows::Live);
+            find::by_code(conn, &self.book, code.as_str(), &sql, rows::link)
         })
     }
 
@@ -243,11 +247,7 @@ impl Readers {
     /// Every stored visit count of the live link `code`, in one snapshot.
     pub(super) fn visit_counts(&self, code: &ShortCode) -> rusqlite::Result<Option<VisitCounts>> {
         self.with_connection(|conn| {
-            let id: Option<i64> = conn
-                .prepare_cached("SELECT id FROM links WHERE code = ?1 AND deleted_at IS NULL")?
-                .query_row([code.as_str()], |r| r.get(0))
-                .optional()?;
-            let Some(id) = id else {
+            let Some(id) = find::id(conn, &self.book, code.as_str(), Rows::Live)? else {
                 return Ok(None);
             };
             let count = |r: &rusqlite::Row<'_>, i| r.get::<_, i64>(i).map(|n| n.max(0) as u64);

@@ -22,11 +22,12 @@ use tokio::sync::{mpsc, oneshot};
 use super::SqliteSettings;
 use super::connection::{self, Applied};
 use super::fileguard::FileGuard;
+use super::find;
 use super::ops::{self, Op};
 use super::readers::Epoch;
 use super::replies::{Done, Replies, Reply};
 use super::walsync::{self, SyncCounts, SyncStats, WalSync};
-use crate::domain::{CodeGenerator, Link, ShortCode, Timestamp};
+use crate::domain::{CodeGenerator, Codebook, Link, ShortCode, Timestamp};
 use crate::store::StorageFailure;
 use crate::store::{NewLink, StoreError};
 use crate::telemetry::Throttle;
@@ -37,8 +38,8 @@ use crate::throttled;
 /// bound means the code length is too short for the table.
 pub(super) const MAX_CODE_ATTEMPTS: u32 = 16;
 
-const INSERT: &str = "INSERT INTO links (code, target, created_at, expires_at, owner, max_visits) \
-                      VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+const INSERT: &str = "INSERT INTO links (id, code, target, created_at, expires_at, owner, \
+                      max_visits, named) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
 
 enum Message {
     Create { new: NewLink, reply: Reply },
@@ -117,6 +118,7 @@ impl Writer {
         db: &Path,
         settings: &SqliteSettings,
         codes: CodeGenerator,
+        book: Arc<Codebook>,
         epoch: Arc<Epoch>,
     ) -> std::io::Result<Self> {
         let applied = connection::applied(&conn).map_err(std::io::Error::other)?;
@@ -135,13 +137,13 @@ impl Writer {
                 Err(e) => tracing::warn!(error = %e, "could not preallocate the WAL"),
             }
         }
-        // Creates are numbered on from the highest id, so that a restart
-        // continues the current code bucket (see CodeGenerator).
+        // Random codes (--code-locality) are numbered on from the highest
+        // id, so that a restart continues the current bucket; the live
+        // count is kept in `meta`, so nothing is counted here.
         let (sequence, links): (i64, i64) = conn
             .query_row(
                 "SELECT (SELECT coalesce(max(id), 0) FROM links), \
-                 (SELECT count(*) FROM links) \
-                 - (SELECT count(*) FROM links WHERE deleted_at IS NOT NULL)",
+                 (SELECT value FROM meta WHERE name = 'live_links')",
                 [],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
@@ -163,6 +165,7 @@ impl Writer {
                     conn,
                     batch_max,
                     codes,
+                    book,
                     sequence: sequence.max(0) as u64,
                     stats: thread_stats,
                     sync_stats: thread_sync_stats,
@@ -308,6 +311,7 @@ struct WriterThread {
     conn: Connection,
     batch_max: usize,
     codes: CodeGenerator,
+    book: Arc<Codebook>,
     /// How many codes were drawn: consecutive creates share a code prefix.
     sequence: u64,
     stats: Arc<WriterStats>,
@@ -393,7 +397,10 @@ impl WriterThread {
         let outcome = insert_all(
             &self.conn,
             batch,
-            &self.codes,
+            &Codes {
+                generator: &self.codes,
+                book: &self.book,
+            },
             &mut self.sequence,
             &self.stats,
         );
@@ -484,7 +491,7 @@ impl WriterThread {
             return;
         }
         let waits_for_sync = op.waits_for_sync();
-        match ops::apply(&self.conn, op) {
+        match ops::apply(&self.conn, &self.book, op) {
             Ok(_) if !self.guard.check() => {
                 let why = self
                     .sync_stats
@@ -521,17 +528,23 @@ impl WriterThread {
     }
 }
 
-/// Inserts every target in one transaction and commits it. A code collision
-/// is retried with a fresh code for that row alone: a failed INSERT on a
-/// UNIQUE constraint undoes only its own statement, not the transaction.
-/// A row that cannot be stored (alias taken, no free code) is an `Err` of
-/// its own and the others are still stored.
+/// How a create without an alias gets its code: the codebook's code of
+/// its row id, or, with `--code-locality`, a random draw.
+struct Codes<'a> {
+    generator: &'a CodeGenerator,
+    book: &'a Codebook,
+}
+
+/// Inserts every target in one transaction and commits it. A row that
+/// cannot be stored (alias taken, no free code) is an `Err` of its own and
+/// the others are still stored: a failed INSERT undoes only its own
+/// statement, not the transaction.
 type Row = Result<Link, StoreError>;
 
 fn insert_all(
     conn: &Connection,
     batch: &[(NewLink, Reply)],
-    codes: &CodeGenerator,
+    codes: &Codes<'_>,
     sequence: &mut u64,
     stats: &WriterStats,
 ) -> Result<Vec<Row>, StoreError> {
@@ -541,11 +554,23 @@ fn insert_all(
     conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
     let written = (|| {
         let mut out = Vec::with_capacity(batch.len());
+        let mut next_id = find::next_id(conn)?;
         let mut stmt = conn.prepare_cached(INSERT)?;
         for (new, _) in batch {
-            out.push(insert_one(&mut stmt, new, now, codes, sequence, stats)?);
+            out.push(insert_one(
+                conn,
+                &mut stmt,
+                new,
+                now,
+                codes,
+                &mut next_id,
+                sequence,
+                stats,
+            )?);
         }
         drop(stmt);
+        let stored = out.iter().filter(|row| row.is_ok()).count();
+        ops::count_live(conn, stored as i64)?;
         conn.prepare_cached("COMMIT")?.execute([])?;
         Ok(out)
     })();
@@ -558,11 +583,14 @@ fn insert_all(
     written
 }
 
+#[allow(clippy::too_many_arguments)]
 fn insert_one(
+    conn: &Connection,
     stmt: &mut rusqlite::CachedStatement<'_>,
     new: &NewLink,
     now: Timestamp,
-    codes: &CodeGenerator,
+    codes: &Codes<'_>,
+    next_id: &mut i64,
     sequence: &mut u64,
     stats: &WriterStats,
 ) -> Result<Row, StoreError> {
@@ -575,42 +603,79 @@ fn insert_one(
         max_visits: new.max_visits,
         visits: 0,
     };
-    let mut insert = |code: &ShortCode| {
+    let mut insert = |id: i64, code: &ShortCode, named: bool| {
         stmt.execute((
+            id,
             code.as_str(),
             new.target.as_str(),
             now.millis(),
             new.expires_at.map(Timestamp::millis),
             new.owner.as_ref().map(|o| o.id.0),
             new.max_visits.map(super::ops::clamp),
+            named,
         ))
     };
-    if let Some(alias) = &new.code {
-        return match insert(alias) {
-            Ok(_) => Ok(Ok(link(alias.clone()))),
-            Err(e) if is_unique_violation(&e) => Ok(Err(StoreError::CodeTaken(alias.to_string()))),
+    // A named code (an alias, or a random draw): the partial unique index
+    // decides among named codes, and no generated row may have it.
+    let mut insert_named = |code: &ShortCode| -> Result<bool, StoreError> {
+        if find::generated_taken(conn, codes.book, code.as_str())? {
+            return Ok(false);
+        }
+        match insert(*next_id, code, true) {
+            Ok(_) => {
+                *next_id += 1;
+                Ok(true)
+            }
+            Err(e) if is_unique_violation(&e) => Ok(false),
             Err(e) => Err(e.into()),
-        };
+        }
+    };
+    if let Some(alias) = &new.code {
+        return Ok(if insert_named(alias)? {
+            Ok(link(alias.clone()))
+        } else {
+            Err(StoreError::CodeTaken(alias.to_string()))
+        });
     }
-    for _ in 0..MAX_CODE_ATTEMPTS {
-        *sequence = sequence.wrapping_add(1);
+    // Tests script codes to force collisions: each draw takes one.
+    let scripted = || -> Option<ShortCode> {
         #[cfg(test)]
-        let code = stats
+        return stats
             .scripted_codes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .pop_front()
-            .unwrap_or_else(|| codes.generate(*sequence));
+            .pop_front();
         #[cfg(not(test))]
-        let code = codes.generate(*sequence);
-        match insert(&code) {
-            Ok(_) => return Ok(Ok(link(code))),
-            // Only the code's uniqueness is a collision; any other
-            // constraint (a trigger, say) fails the batch like any error.
-            Err(e) if is_unique_violation(&e) => {
-                stats.code_collisions.fetch_add(1, Ordering::Relaxed);
+        None
+    };
+    let mut first = scripted();
+    if codes.generator.draws_random() || first.is_some() {
+        for _ in 0..MAX_CODE_ATTEMPTS {
+            *sequence = sequence.wrapping_add(1);
+            let code = first
+                .take()
+                .or_else(scripted)
+                .unwrap_or_else(|| codes.generator.generate(*sequence));
+            if insert_named(&code)? {
+                return Ok(Ok(link(code)));
             }
-            Err(e) => return Err(e.into()),
+            stats.code_collisions.fetch_add(1, Ordering::Relaxed);
+        }
+    } else {
+        let mut collisions = 0;
+        let fresh = find::fresh(
+            conn,
+            codes.book,
+            next_id,
+            MAX_CODE_ATTEMPTS,
+            &mut collisions,
+        )?;
+        stats
+            .code_collisions
+            .fetch_add(collisions, Ordering::Relaxed);
+        if let Some(find::Fresh { id, code }) = fresh {
+            insert(id, &code, false)?;
+            return Ok(Ok(link(code)));
         }
     }
     tracing::warn!("no free short code found; consider a longer --code-length");
