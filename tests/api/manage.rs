@@ -1093,3 +1093,38 @@ async fn import_generates_codes_for_records_without_one() {
     assert_eq!(body["link"], "https://example.com/made", "not overwritten");
     app.stop().await;
 }
+
+/// Codes made at one `--code-length` keep working after it changes: each
+/// length is its own permutation of the row ids, and an alias can take
+/// none of them.
+#[tokio::test]
+async fn codes_of_an_earlier_code_length_keep_resolving() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("l.db");
+    let app = spawn_app_on(&db, &["--cache", "none", "--code-length", "7"]).await;
+    let short = app.create_ok("https://example.com/short").await;
+    assert_eq!(short.len(), 7);
+    app.stop().await;
+    let app = spawn_app_on(&db, &["--cache", "none"]).await;
+    let long = app.create_ok("https://example.com/long").await;
+    assert_eq!(long.len(), 10);
+    let key = app.new_key("k", false).await;
+    for (code, target) in [
+        (&short, "https://example.com/short"),
+        (&long, "https://example.com/long"),
+    ] {
+        let r = app.get(&format!("/{code}")).await;
+        assert_eq!(r.status(), 302, "{code}");
+        assert_eq!(r.headers()["location"], target);
+        let taken = app
+            .api(
+                Method::POST,
+                "/api/v1/links",
+                Some(&key),
+                Some(json!({"url": "https://e.com/x", "code": code})),
+            )
+            .await;
+        assert_error(taken, 409, "taken").await;
+    }
+    app.stop().await;
+}

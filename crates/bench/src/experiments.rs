@@ -55,7 +55,7 @@ pub struct Workload {
     /// Open model: requests per second on a fixed schedule; `None`: as
     /// fast as the connections go.
     pub rate: Option<f64>,
-    /// Stop after this many measured requests (and at the run's duration
+    /// Stop after this many requests, with no warm-up (and at the run's duration
     /// at the latest): creates that would otherwise grow a small database
     /// many times over in the rounds of a run.
     pub requests: Option<u64>,
@@ -536,12 +536,13 @@ fn scale(quick: bool) -> Experiment {
         id: "scale",
         title: "Ten thousand links against ten million",
         question: "Does a request cost more as the database grows? Databases of each size \
-                   are loaded with `litelink import` (10-character codes spread over the \
-                   whole code space, as random codes are), then served: uniform point reads \
+                   are loaded with `litelink import` (records without codes, so that each \
+                   link gets its generated code, as a create would), then served: uniform \
+                   point reads \
                    with `--cache none` and zipf reads through the memory cache (default \
                    capacity), both over codes sampled from the whole loaded set, and durable \
-                   creates (64 connections, a bounded count). Each ratio is to the smallest \
-                   database in the same round.",
+                   creates (64 connections, a bounded count, no warm-up). Each ratio is to \
+                   the smallest database in the same round.",
         configs,
         workloads: vec![uncached, zipf, creates],
         links: None,

@@ -471,7 +471,13 @@ fn run_experiment(
                         opts.duration
                     },
                     requests: w.requests,
-                    warmup: if seed { Duration::ZERO } else { opts.warmup },
+                    // A bounded run has no warm-up: the bound would go to
+                    // it (creates are faster than the bound's budget).
+                    warmup: if seed || w.requests.is_some() {
+                        Duration::ZERO
+                    } else {
+                        opts.warmup
+                    },
                     timeout: Duration::from_secs(10),
                     progress: false,
                     headers: w.headers.clone(),

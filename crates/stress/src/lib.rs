@@ -99,7 +99,7 @@ pub struct StressConfig {
     pub background_workers: usize,
     /// Stop after this long (always set: every run is bounded in time).
     pub duration: Duration,
-    /// Stop after this many measured requests.
+    /// Stop after this many requests, the warm-up's included.
     pub requests: Option<u64>,
     pub warmup: Duration,
     pub timeout: Duration,
