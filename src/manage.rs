@@ -125,10 +125,14 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
-    let db = args.store.settings().db;
-    let _lock = DbLock::acquire(&db).map_err(|e| {
-        anyhow::anyhow!("import refuses to run while another process holds the database: {e}")
-    })?;
+    let store = args.store.settings();
+    // A SQLite file has one writer; PostgreSQL takes imports beside servers.
+    let _lock = match store.postgres {
+        Some(_) => None,
+        None => Some(DbLock::acquire(&store.db).map_err(|e| {
+            anyhow::anyhow!("import refuses to run while another process holds the database: {e}")
+        })?),
+    };
     let input = BufReader::new(
         File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?,
     );

@@ -33,6 +33,8 @@ pub struct Cli {
     pub serve: ServeArgs,
 }
 
+// Parsed once at start-up: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the service (the default).

@@ -11,6 +11,7 @@ use litelink_service::cache::CacheMode;
 use litelink_service::domain::code::{MAX_GENERATED_LEN, MIN_GENERATED_LEN};
 use litelink_service::http::{CreateAuth, RedirectStatus, ReferrerPolicy};
 use litelink_service::store::StoreSettings;
+use litelink_service::store::postgres::PostgresSettings;
 use litelink_service::store::sqlite::{ConnectionMode, Durability, ReadOn};
 use litelink_service::telemetry::LogFormat;
 
@@ -177,6 +178,23 @@ pub struct DbArgs {
     /// SQLite database file; created with its schema on first start.
     #[arg(long, env = "LITELINK_DB", default_value_os_t = d().store.db)]
     pub db: PathBuf,
+
+    /// Keep links in this PostgreSQL database instead of the SQLite file:
+    /// `postgres://user[:password]@host[:port]/database`; the schema is
+    /// made (or migrated) at start-up.
+    #[arg(long, env = "LITELINK_STORE", value_parser = postgres_url)]
+    pub store: Option<String>,
+
+    /// Connections to PostgreSQL kept by this process.
+    #[arg(long, env = "LITELINK_POSTGRES_POOL_SIZE",
+          default_value_t = PostgresSettings::default().pool_size as u32,
+          value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub postgres_pool_size: u32,
+}
+
+/// A `--store` value: only PostgreSQL URLs (SQLite is `--db`).
+fn postgres_url(s: &str) -> Result<String, String> {
+    PostgresSettings::check_url(s).map(|()| s.to_owned())
 }
 
 #[derive(Debug, Clone, Args)]
@@ -244,9 +262,16 @@ pub struct CacheArgs {
     #[arg(long, env = "LITELINK_VALKEY_URL", default_value_t = d().cache.valkey.url)]
     pub valkey_url: String,
 
-    /// Prefix of every key litelink writes to Valkey.
+    /// Prefix of every key litelink writes to Valkey (and of the
+    /// invalidation channel's name).
     #[arg(long, env = "LITELINK_VALKEY_PREFIX", default_value_t = d().cache.valkey.prefix)]
     pub valkey_prefix: String,
+
+    /// Valkey (or Redis) server on which instances that share a store tell
+    /// each other what changed, so that in-process caches forget it
+    /// (README, "Two stores"); unset: this instance is alone on its store.
+    #[arg(long, env = "LITELINK_INVALIDATIONS_URL")]
+    pub invalidations_url: Option<String>,
 
     /// Seconds a link stays in Valkey (0: until Valkey evicts it).
     #[arg(long, env = "LITELINK_VALKEY_TTL",
@@ -395,6 +420,11 @@ impl ServeArgs {
             1
         };
         sqlite.write_queue = storage.write_queue as usize;
+        if let Some(pg) = &mut s.store.postgres {
+            pg.batch_max = sqlite.batch_max;
+            pg.write_queue = sqlite.write_queue;
+        }
+        let sqlite = &mut s.store.sqlite;
         sqlite.busy_timeout = Duration::from_millis(storage.sqlite_busy_timeout_ms);
         sqlite.mmap_mib = storage.sqlite_mmap_mib;
         sqlite.connections = lab.sqlite_connections;
@@ -407,6 +437,8 @@ impl ServeArgs {
         s.cache.negative_ttl = Duration::from_millis(cache.cache_negative_ttl_ms);
         s.cache.valkey.url = cache.valkey_url.clone();
         s.cache.valkey.prefix = cache.valkey_prefix.clone();
+        s.invalidations.url = cache.invalidations_url.clone();
+        s.invalidations.channel = format!("{}invalidations", cache.valkey_prefix);
         s.cache.valkey.ttl = (cache.valkey_ttl > 0).then(|| Duration::from_secs(cache.valkey_ttl));
         s.cache.valkey.timeout = Duration::from_millis(cache.valkey_timeout_ms.max(1));
 
@@ -421,6 +453,11 @@ fn store_settings(db: &DbArgs, memstatus: &MemstatusArgs) -> StoreSettings {
         db: db.db.clone(),
         ..StoreSettings::default()
     };
+    store.postgres = db.store.as_ref().map(|url| PostgresSettings {
+        url: url.clone(),
+        pool_size: db.postgres_pool_size as usize,
+        ..PostgresSettings::default()
+    });
     store.sqlite.memstatus = memstatus.sqlite_memstatus.is_on();
     store
 }

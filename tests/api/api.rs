@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, assert_error, spawn_app, spawn_app_on};
+use crate::helpers::{TestApp, assert_error, spawn_app, spawn_app_in, spawn_app_on};
 
 /// The API contract, run against every configuration in `modes.rs`.
 pub async fn exercise_api(app: &TestApp) {
@@ -205,14 +205,26 @@ pub async fn exercise_api(app: &TestApp) {
 
     // nothing above stored a link it should not have: exactly two were
     // created (one of them limited)
+    let admin = app.new_key("contract-admin", true).await;
+    let r = app
+        .api(
+            reqwest::Method::GET,
+            "/api/v1/links?limit=100",
+            Some(&admin),
+            None,
+        )
+        .await;
+    let all: Value = r.json().await.unwrap();
+    assert_eq!(all["links"].as_array().map(Vec::len), Some(2), "{all}");
     let stats = app.stats().await;
     assert_eq!(stats["links"], 2, "{stats}");
 }
 
-#[tokio::test]
-async fn the_default_configuration_serves_the_api() {
-    let app = spawn_app(&[]).await;
+crate::on_both_stores! {
+    async fn the_default_configuration_serves_the_api(store: Store) {
+    let app = spawn_app_in(&store, &[]).await;
     exercise_api(&app).await;
+}
 }
 
 #[tokio::test]
@@ -241,10 +253,10 @@ async fn stats_reports_the_build_and_the_configuration() {
     assert_eq!(s["cache"]["mode"], "memory");
 }
 
-#[tokio::test]
-async fn the_redirect_status_is_configurable() {
+crate::on_both_stores! {
+    async fn the_redirect_status_is_configurable(store: Store) {
     for status in ["301", "302", "307", "308"] {
-        let app = spawn_app(&["--redirect-status", status]).await;
+        let app = spawn_app_in(&store, &["--redirect-status", status]).await;
         let code = app.create_ok("https://example.org/x").await;
         let r = app.get(&format!("/{code}")).await;
         assert_eq!(r.status().as_str(), status);
@@ -255,20 +267,22 @@ async fn the_redirect_status_is_configurable() {
         );
     }
 }
+}
 
-#[tokio::test]
-async fn code_length_and_public_url_are_configurable() {
-    let app = spawn_app(&["--code-length", "16", "--public-url", "https://s.example/"]).await;
+crate::on_both_stores! {
+    async fn code_length_and_public_url_are_configurable(store: Store) {
+    let app = spawn_app_in(&store, &["--code-length", "16", "--public-url", "https://s.example/"]).await;
     let r = app.create("https://example.com").await;
     let body: Value = r.json().await.unwrap();
     let code = body["short_link"].as_str().unwrap();
     assert_eq!(code.len(), 16);
     assert_eq!(body["short_url"], format!("https://s.example/{code}"));
 }
+}
 
-#[tokio::test]
-async fn iris_are_stored_percent_encoded() {
-    let app = spawn_app(&[]).await;
+crate::on_both_stores! {
+    async fn iris_are_stored_percent_encoded(store: Store) {
+    let app = spawn_app_in(&store, &[]).await;
     let code = app.create_ok("https://de.wikipedia.org/wiki/Köln").await;
     let r = app.get(&format!("/{code}")).await;
     assert_eq!(
@@ -276,10 +290,11 @@ async fn iris_are_stored_percent_encoded() {
         "https://de.wikipedia.org/wiki/K%C3%B6ln"
     );
 }
+}
 
-#[tokio::test]
-async fn two_hundred_concurrent_creates_get_distinct_codes_that_resolve() {
-    let app = spawn_app(&["--cache", "none"]).await;
+crate::on_both_stores! {
+    async fn two_hundred_concurrent_creates_get_distinct_codes_that_resolve(store: Store) {
+    let app = spawn_app_in(&store, &["--cache", "none"]).await;
     let created: Vec<(String, String)> = app
         .create_concurrently("page", 200)
         .await
@@ -296,7 +311,15 @@ async fn two_hundred_concurrent_creates_get_distinct_codes_that_resolve() {
         assert_eq!(r.status(), 200);
         assert_eq!(r.json::<Value>().await.unwrap()["link"], target.as_str());
     }
-    assert_eq!(app.stats().await["links"], 200);
+    let s = app.stats().await;
+    assert_eq!(s["links"], 200, "{s}");
+    if app.store.is_some() {
+        assert!(
+            s["writer"]["largest_batch"].as_u64() > Some(1),
+            "grouped: {s}"
+        );
+    }
+}
 }
 
 #[tokio::test]

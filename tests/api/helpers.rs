@@ -60,6 +60,8 @@ pub struct TestApp {
     pub addr: SocketAddr,
     pub client: reqwest::Client,
     pub db: PathBuf,
+    /// The PostgreSQL database the app keeps its links in, if not `db`.
+    pub store: Option<String>,
     dir: Option<TempDir>,
     shutdown: Option<oneshot::Sender<()>>,
     admin: std::sync::Mutex<Option<String>>,
@@ -95,6 +97,10 @@ pub async fn spawn_app_on(db: &Path, extra: &[&str]) -> TestApp {
         addr,
         client: client(),
         db: db.to_path_buf(),
+        store: extra
+            .windows(2)
+            .find(|w| w[0] == "--store")
+            .map(|w| w[1].to_owned()),
         dir: None,
         shutdown: Some(tx),
         admin: Default::default(),
@@ -191,10 +197,18 @@ impl TestApp {
         conn
     }
 
+    /// Runs `litelink keys ARGS` on this app's store.
+    pub fn run_keys(&self, args: &[&str], admin: bool) -> String {
+        run_keys_like(&self.db, &self.store, args, admin)
+    }
+
     /// Makes an API key with `litelink keys create`, as an operator would
     /// beside the running server, and waits until the server accepts it.
     pub async fn new_key(&self, name: &str, admin: bool) -> String {
-        let key = run_keys(&self.db, &["create", "--name", name], admin);
+        let key = match &self.store {
+            Some(url) => run_keys_on(&["--store", url], &["create", "--name", name], admin),
+            None => run_keys(&self.db, &["create", "--name", name], admin),
+        };
         if admin {
             let mut first = self.admin.lock().unwrap_or_else(|e| e.into_inner());
             first.get_or_insert_with(|| key.clone());
@@ -303,8 +317,14 @@ pub fn spawn_process(db: &Path, extra: &[&str]) -> ServerProcess {
 
 /// Runs `litelink keys ARGS --db DB` and returns its standard output.
 pub fn run_keys(db: &Path, args: &[&str], admin: bool) -> String {
+    let db = db.display().to_string();
+    run_keys_on(&["--db", &db], args, admin)
+}
+
+/// Runs `litelink keys ARGS STORE` (`--db PATH` or `--store URL`).
+pub fn run_keys_on(store: &[&str], args: &[&str], admin: bool) -> String {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_litelink"));
-    cmd.arg("keys").args(args).arg("--db").arg(db);
+    cmd.arg("keys").args(args).args(store);
     if admin {
         cmd.arg("--admin");
     }
@@ -380,4 +400,107 @@ pub async fn create_code(base: &str) -> String {
     assert_eq!(r.status(), 201);
     let body: Value = r.json().await.expect("json");
     body["short_link"].as_str().expect("short_link").to_owned()
+}
+
+/// Where a test's links live: each store runs the same test body
+/// (`on_both_stores!`).
+#[derive(Debug, Clone, Copy)]
+pub enum Store {
+    /// A fresh SQLite file for every app.
+    Sqlite,
+    /// A fresh database on the test PostgreSQL server for every app.
+    Postgres,
+}
+
+/// [`spawn_app`] with its links in a fresh database of `store`.
+pub async fn spawn_app_in(store: &Store, extra: &[&str]) -> TestApp {
+    match store {
+        Store::Sqlite => spawn_app(extra).await,
+        Store::Postgres => {
+            let url = fresh_postgres_db().await;
+            let mut args = vec!["--store", url.as_str()];
+            args.extend_from_slice(extra);
+            spawn_app(&args).await
+        }
+    }
+}
+
+/// Starts an app again on the links of one that stopped: its SQLite file
+/// `db`, or its PostgreSQL database `store`.
+pub async fn spawn_app_like(db: &Path, store: &Option<String>, extra: &[&str]) -> TestApp {
+    match store {
+        None => spawn_app_on(db, extra).await,
+        Some(url) => {
+            let mut args = vec!["--store", url.as_str()];
+            args.extend_from_slice(extra);
+            spawn_app_on(db, &args).await
+        }
+    }
+}
+
+/// [`run_keys`] on the store of an app that may have stopped.
+pub fn run_keys_like(db: &Path, store: &Option<String>, args: &[&str], admin: bool) -> String {
+    match store {
+        None => run_keys(db, args, admin),
+        Some(url) => run_keys_on(&["--store", url], args, admin),
+    }
+}
+
+/// The server `scripts/test` provides (`scripts/provision-postgres`).
+fn postgres_base() -> String {
+    std::env::var("LITELINK_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// Creates an empty database named for this test process and returns its
+/// URL; `scripts/test` drops every `litelink_test_*` database afterwards.
+pub async fn fresh_postgres_db() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let base = postgres_base();
+    let (client, connection) = tokio_postgres::connect(&base, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {base} (LITELINK_TEST_POSTGRES): {e}"));
+    let task = tokio::spawn(connection);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("litelink_test_{}_{n}", std::process::id());
+    for sql in [
+        format!("DROP DATABASE IF EXISTS {name}"),
+        format!("CREATE DATABASE {name}"),
+    ] {
+        client
+            .batch_execute(&sql)
+            .await
+            .expect("create the test database");
+    }
+    drop(client);
+    let _ = task.await;
+    match base.rsplit_once('/') {
+        Some((server, _)) => format!("{server}/{name}"),
+        None => panic!("LITELINK_TEST_POSTGRES has no database part: {base}"),
+    }
+}
+
+/// Runs one test body on each store: `name::sqlite` and `name::postgres`.
+#[macro_export]
+macro_rules! on_both_stores {
+    ($(#[$meta:meta])* async fn $name:ident($store:ident: Store) $body:block) => {
+        $(#[$meta])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::helpers::Store;
+
+            async fn run($store: Store) $body
+
+            #[tokio::test]
+            async fn sqlite() {
+                run(Store::Sqlite).await
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                run(Store::Postgres).await
+            }
+        }
+    };
 }

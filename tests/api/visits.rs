@@ -8,7 +8,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    TestApp, assert_error, client, run_keys, spawn_app, spawn_app_on, spawn_process,
+    TestApp, assert_error, client, run_keys, spawn_app, spawn_app_in, spawn_app_like, spawn_app_on,
+    spawn_process,
 };
 
 const CHROME: &str = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) \
@@ -85,10 +86,10 @@ fn hour_start(t: time::OffsetDateTime) -> String {
         .unwrap()
 }
 
-#[tokio::test]
-async fn redirects_are_counted_by_class_referrer_and_hour() {
+crate::on_both_stores! {
+    async fn redirects_are_counted_by_class_referrer_and_hour(store: Store) {
     // A long interval: the figures below come from memory until the stop.
-    let app = spawn_app(&["--visits-flush-ms", "600000"]).await;
+    let app = spawn_app_in(&store, &["--visits-flush-ms", "600000"]).await;
     let admin = app.new_key("admin", true).await;
     let code = create(&app, &admin, json!({ "url": "https://example.com/v" })).await;
     let before = time::OffsetDateTime::now_utc();
@@ -168,18 +169,19 @@ async fn redirects_are_counted_by_class_referrer_and_hour() {
     assert_eq!(r["series"], json!([]), "{r}");
 
     // The counts outlive a graceful stop and a restart.
-    let db = app.db.clone();
+    let (db, pg) = (app.db.clone(), app.store.clone());
     let dir = app.stop().await;
-    let app = spawn_app_on(&db, &[]).await;
+    let app = spawn_app_like(&db, &pg, &[]).await;
     expect_all(&report(&app, &admin, &code, "").await);
     assert_eq!(link(&app, &admin, &code).await["visits"], 6);
     drop(app);
     drop(dir);
 }
+}
 
-#[tokio::test]
-async fn the_visits_report_checks_who_asks_and_what() {
-    let app = spawn_app(&[]).await;
+crate::on_both_stores! {
+    async fn the_visits_report_checks_who_asks_and_what(store: Store) {
+    let app = spawn_app_in(&store, &[]).await;
     let alice = app.new_key("alice", false).await;
     let bob = app.new_key("bob", false).await;
     let code = create(&app, &alice, json!({ "url": "https://example.com/a" })).await;
@@ -226,6 +228,7 @@ async fn the_visits_report_checks_who_asks_and_what() {
         r,
         json!({ "total": 0, "humans": 0, "bots": 0, "series": [], "referrers": [], "agents": [] })
     );
+}
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -331,9 +334,9 @@ async fn a_limit_survives_a_restart() {
     drop(dir);
 }
 
-#[tokio::test]
-async fn with_visits_off_only_limited_links_are_counted() {
-    let app = spawn_app(&["--visits", "off"]).await;
+crate::on_both_stores! {
+    async fn with_visits_off_only_limited_links_are_counted(store: Store) {
+    let app = spawn_app_in(&store, &["--visits", "off"]).await;
     let key = app.new_key("owner", false).await;
     let free = create(&app, &key, json!({ "url": "https://example.com/free" })).await;
     let limited = create(
@@ -348,6 +351,7 @@ async fn with_visits_off_only_limited_links_are_counted() {
     assert_eq!(link(&app, &key, &free).await["visits"], 0);
     assert_eq!(link(&app, &key, &limited).await["visits"], 1);
     assert_eq!(app.stats().await["visits"]["counting"], false);
+}
 }
 
 #[tokio::test]

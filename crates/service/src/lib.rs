@@ -15,7 +15,8 @@
 //! links       the application service: cache, then store; who may manage what
 //! keys        API keys: making them, and recognising them (reloaded every second)
 //! cache/      the LinkCache trait; none, memory, valkey, tiered
-//! store/      the LinkStore trait; sqlite/ (readers, writer, walsync, checkpointer, fileguard, ...)
+//! store/      the LinkStore trait; sqlite/ (readers, writer, find, walsync, checkpointer, ...);
+//!             postgres/ (ops, grouped-create writer, migrations under an advisory lock)
 //! visits      counting redirects in memory, flushed to the store; max_visits
 //! transfer    export and import records (JSON lines, CSV)
 //! observe     Prometheus metrics: the recorder, per-request cells, gauges read at a scrape
@@ -43,6 +44,7 @@ pub mod cache;
 pub mod doctor;
 pub mod domain;
 pub mod http;
+pub mod invalidations;
 pub mod keys;
 pub mod links;
 pub mod observe;

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::cache::{CacheStats, LinkCache, Lookup};
 use crate::domain::{Link, Resolved, ShortCode, TargetUrl, VisitCounts};
+use crate::invalidations::{InvalidationStats, Invalidations};
 use crate::keys::{KeyRegistry, Principal};
 use crate::store::{LinkPatch, LinkStore, ListPage, ListQuery, NewLink, StoreError, StoreStats};
 use crate::visits::{Visit, VisitStats, Visits};
@@ -20,6 +21,9 @@ pub struct LinkStats {
     pub store: StoreStats,
     pub cache: CacheStats,
     pub visits: VisitStats,
+    /// Present with `--invalidations-url`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub invalidations: Option<InvalidationStats>,
 }
 
 /// What the readiness check reports.
@@ -69,6 +73,8 @@ struct Parts {
     store: Arc<dyn LinkStore>,
     keys: Arc<KeyRegistry>,
     visits: Arc<Visits>,
+    /// Tells the other instances on the same store what changed.
+    invalidations: Option<Arc<Invalidations>>,
 }
 
 /// Whether `caller` may see and change `link`: its owner, or an admin.
@@ -83,6 +89,7 @@ impl Links {
         store: Arc<dyn LinkStore>,
         keys: Arc<KeyRegistry>,
         visits: Arc<Visits>,
+        invalidations: Option<Arc<Invalidations>>,
     ) -> Self {
         Self {
             inner: Arc::new(Parts {
@@ -90,6 +97,7 @@ impl Links {
                 store,
                 keys,
                 visits,
+                invalidations,
             }),
         }
     }
@@ -184,10 +192,13 @@ impl Links {
             Lookup::Found(link) => Some(link),
             Lookup::Missing => None,
             Lookup::Unknown => {
+                let generation = self.inner.cache.generation();
                 let found = self.inner.store.get(code).await?;
-                match &found {
-                    Some(link) => self.inner.cache.put(code, link).await,
-                    None => self.inner.cache.put_missing(code).await,
+                if self.inner.cache.generation() == generation {
+                    match &found {
+                        Some(link) => self.inner.cache.put(code, link).await,
+                        None => self.inner.cache.put_missing(code).await,
+                    }
                 }
                 found
             }
@@ -199,6 +210,8 @@ impl Links {
     pub async fn create(&self, new: NewLink) -> Result<Link, StoreError> {
         let link = self.inner.store.create(new).await?;
         self.inner.cache.put(&link.code, &link.resolved()).await;
+        // Others may remember the code as unknown.
+        self.announce(&link.code).await;
         Ok(link)
     }
 
@@ -251,6 +264,7 @@ impl Links {
         }
         let updated = self.inner.store.update(code, patch).await?;
         self.inner.cache.invalidate(code).await;
+        self.announce(code).await;
         Ok(updated)
     }
 
@@ -261,8 +275,17 @@ impl Links {
         }
         let deleted = self.inner.store.delete(code).await?;
         self.inner.cache.invalidate(code).await;
+        self.announce(code).await;
         self.inner.visits.forget(code);
         Ok(deleted)
+    }
+
+    /// Publishes a change to the other instances, before the caller hears
+    /// of it.
+    async fn announce(&self, code: &ShortCode) {
+        if let Some(bus) = &self.inner.invalidations {
+            bus.publish(code).await;
+        }
     }
 
     /// A page of the links `caller` may manage, newest first.
@@ -293,6 +316,7 @@ impl Links {
         LinkStats {
             store: self.inner.store.stats(),
             cache: self.inner.cache.stats(),
+            invalidations: self.inner.invalidations.as_ref().map(|i| i.stats()),
             visits: self.inner.visits.stats(),
         }
     }

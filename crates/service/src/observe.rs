@@ -87,18 +87,31 @@ pub fn render(handle: &PrometheusHandle, stats: &LinkStats) -> String {
     if let Some(r) = REQUESTS.get() {
         r.export();
     }
-    let StoreStats::Sqlite(s) = &stats.store;
-    metrics::gauge!("litelink_links").set(s.links as f64);
-    metrics::gauge!("litelink_write_queue_depth").set(s.writer.queue_len as f64);
-    metrics::gauge!("litelink_writes_stopped")
-        .set(f64::from(u8::from(s.writer.syncs.writes_stopped.is_some())));
-    metrics::counter!("litelink_write_commits_total").absolute(s.writer.writes.commits);
-    metrics::counter!("litelink_write_failed_batches_total")
-        .absolute(s.writer.writes.failed_batches);
-    metrics::counter!("litelink_write_rejected_queue_full_total")
-        .absolute(s.writer.writes.rejected_queue_full);
-    metrics::counter!("litelink_wal_syncs_total").absolute(s.writer.syncs.syncs);
-    metrics::counter!("litelink_reader_lookups_total").absolute(s.readers.lookups);
+    match &stats.store {
+        StoreStats::Sqlite(s) => {
+            metrics::gauge!("litelink_links").set(s.links as f64);
+            metrics::gauge!("litelink_write_queue_depth").set(s.writer.queue_len as f64);
+            metrics::gauge!("litelink_writes_stopped")
+                .set(f64::from(u8::from(s.writer.syncs.writes_stopped.is_some())));
+            metrics::counter!("litelink_write_commits_total").absolute(s.writer.writes.commits);
+            metrics::counter!("litelink_write_failed_batches_total")
+                .absolute(s.writer.writes.failed_batches);
+            metrics::counter!("litelink_write_rejected_queue_full_total")
+                .absolute(s.writer.writes.rejected_queue_full);
+            metrics::counter!("litelink_wal_syncs_total").absolute(s.writer.syncs.syncs);
+            metrics::counter!("litelink_reader_lookups_total").absolute(s.readers.lookups);
+        }
+        StoreStats::Postgres(s) => {
+            metrics::gauge!("litelink_links").set(s.links as f64);
+            metrics::counter!("litelink_write_commits_total").absolute(s.writer.commits);
+            metrics::counter!("litelink_write_failed_batches_total")
+                .absolute(s.writer.failed_batches);
+            metrics::counter!("litelink_write_rejected_queue_full_total")
+                .absolute(s.writer.rejected_queue_full);
+            metrics::gauge!("litelink_postgres_pool_idle").set(s.pool_idle as f64);
+            metrics::gauge!("litelink_postgres_pool_waiting").set(s.pool_waiting as f64);
+        }
+    }
     if let Some(m) = &stats.cache.memory {
         tier("memory", m.hits, m.negative_hits, m.misses, m.errors);
         metrics::gauge!("litelink_cache_entries", "tier" => "memory").set(m.entries as f64);

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use crate::cache::CacheSettings;
 use crate::domain::CodeSettings;
 use crate::http::HttpSettings;
+use crate::invalidations::InvalidationSettings;
 use crate::store::StoreSettings;
 use crate::visits::VisitSettings;
 
@@ -19,6 +20,7 @@ pub struct Settings {
     pub store: StoreSettings,
     pub cache: CacheSettings,
     pub visits: VisitSettings,
+    pub invalidations: InvalidationSettings,
 }
 
 impl Default for Settings {
@@ -30,6 +32,7 @@ impl Default for Settings {
             store: StoreSettings::default(),
             cache: CacheSettings::default(),
             visits: VisitSettings::default(),
+            invalidations: InvalidationSettings::default(),
         }
     }
 }

@@ -9,11 +9,14 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 
 use crate::cache;
+use crate::cache::CacheMode;
 use crate::domain::{CodeGenerator, TargetPolicy};
 use crate::http;
+use crate::invalidations::Invalidations;
 use crate::keys::KeyRegistry;
 use crate::links::Links;
 use crate::settings::Settings;
+use crate::store::postgres::PostgresStore;
 use crate::store::sqlite::lock::DbLock;
 use crate::store::sqlite::{Durability, SqliteStore, build_info, memstatus};
 use crate::store::{LinkStore, StoreSettings};
@@ -33,7 +36,8 @@ pub struct Application {
     reloader: Option<tokio::task::JoinHandle<()>>,
     flusher: Flusher,
     /// One server per database, for as long as this one runs.
-    _lock: DbLock,
+    /// The SQLite file's one-server lock; none on PostgreSQL.
+    _lock: Option<DbLock>,
 }
 
 impl Application {
@@ -47,7 +51,10 @@ impl Application {
 
     /// As [`build`](Self::build), on a listener that is already bound.
     pub async fn build_on(listener: TcpListener, settings: Settings) -> anyhow::Result<Self> {
-        let lock = DbLock::acquire(&settings.store.db)?;
+        let lock = match settings.store.postgres {
+            Some(_) => None,
+            None => Some(DbLock::acquire(&settings.store.db)?),
+        };
         let store = open_store(&settings.store, CodeGenerator::new(settings.codes)?).await?;
         let cache = cache::build(&settings.cache)?;
         tracing::info!(mode = %settings.cache.mode, "cache ready");
@@ -55,7 +62,29 @@ impl Application {
         let refresher = keys.spawn_refresher();
         let visits = Arc::new(Visits::new(settings.visits.clone(), Arc::clone(&store)));
         let flusher = visits.spawn_flusher();
-        let links = Links::new(cache, store, keys, visits);
+        if settings.store.postgres.is_some()
+            && settings.invalidations.url.is_none()
+            && matches!(settings.cache.mode, CacheMode::Memory | CacheMode::Tiered)
+        {
+            tracing::warn!(
+                "the in-process cache is on without --invalidations-url: if other instances \
+                 share this PostgreSQL database, their edits and deletes reach this cache only \
+                 when the entry is evicted"
+            );
+        }
+        let invalidations = match &settings.invalidations.url {
+            Some(url) => Some(Arc::new(
+                Invalidations::start(
+                    url,
+                    settings.invalidations.channel.clone(),
+                    Arc::clone(&cache),
+                )
+                .await
+                .context("cannot connect to the invalidation channel")?,
+            )),
+            None => None,
+        };
+        let links = Links::new(cache, store, keys, visits, invalidations);
         let targets = Arc::new(TargetPolicy::new(
             settings.http.refuse_private_targets,
             settings.http.deny_hosts.clone(),
@@ -171,7 +200,22 @@ async fn open_store(
     settings: &StoreSettings,
     codes: CodeGenerator,
 ) -> anyhow::Result<Arc<dyn LinkStore>> {
-    let StoreSettings { db, sqlite } = settings.clone();
+    let StoreSettings {
+        db,
+        sqlite,
+        postgres,
+    } = settings.clone();
+    if let Some(pg) = postgres {
+        let store = PostgresStore::open(pg, codes).await?;
+        let stats = store.postgres_stats();
+        tracing::info!(
+            postgres = %stats.server_version,
+            pool_size = stats.pool_size,
+            batch_max = stats.writer.batch_max,
+            "store opened"
+        );
+        return Ok(Arc::new(store));
+    }
     memstatus::configure(sqlite.memstatus)?;
     let store = tokio::task::spawn_blocking(move || SqliteStore::open(db, sqlite, codes))
         .await

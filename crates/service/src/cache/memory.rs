@@ -1,6 +1,6 @@
 //! The in-process tier: a bounded, concurrent code -> URL map.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -38,6 +38,11 @@ pub struct MemoryCache {
     hits: AtomicU64,
     negative_hits: AtomicU64,
     misses: AtomicU64,
+    /// Cleared while changes made by other instances cannot reach this
+    /// one (invalidations.rs): then nothing is served from here or kept.
+    usable: AtomicBool,
+    /// Counts forgets, so that a fill that raced with one is dropped.
+    generation: AtomicU64,
 }
 
 impl MemoryCache {
@@ -49,11 +54,29 @@ impl MemoryCache {
             hits: AtomicU64::new(0),
             negative_hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            usable: AtomicBool::new(true),
+            generation: AtomicU64::new(0),
         }
+    }
+
+    /// Turns the tier on or off; either way it starts empty.
+    pub(super) fn set_usable(&self, on: bool) {
+        if self.usable.swap(on, Ordering::AcqRel) != on {
+            self.generation.fetch_add(1, Ordering::AcqRel);
+            self.map.clear();
+        }
+    }
+
+    pub(super) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// The synchronous core, so the tiered cache can use it without awaits.
     pub(super) fn lookup(&self, code: &ShortCode) -> Lookup {
+        if !self.usable.load(Ordering::Relaxed) {
+            self.misses.fetch_add(1, Ordering::Relaxed);
+            return Lookup::Unknown;
+        }
         match self.map.get(code) {
             Some(Entry::Found(t)) => {
                 self.hits.fetch_add(1, Ordering::Relaxed);
@@ -76,17 +99,20 @@ impl MemoryCache {
     }
 
     pub(super) fn insert(&self, code: &ShortCode, link: &Resolved) {
-        self.map.insert(code.clone(), Entry::Found(link.clone()));
+        if self.usable.load(Ordering::Acquire) {
+            self.map.insert(code.clone(), Entry::Found(link.clone()));
+        }
     }
 
     pub(super) fn insert_missing(&self, code: &ShortCode) {
-        if !self.negative_ttl.is_zero() {
+        if !self.negative_ttl.is_zero() && self.usable.load(Ordering::Acquire) {
             let until = Instant::now() + self.negative_ttl;
             self.map.insert(code.clone(), Entry::Missing(until));
         }
     }
 
     pub(super) fn remove(&self, code: &ShortCode) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
         self.map.remove(code);
     }
 
@@ -118,6 +144,15 @@ impl LinkCache for MemoryCache {
     }
     async fn invalidate(&self, code: &ShortCode) {
         self.remove(code);
+    }
+    fn forget_local(&self, code: &ShortCode) {
+        self.remove(code);
+    }
+    fn set_local(&self, usable: bool) {
+        self.set_usable(usable);
+    }
+    fn generation(&self) -> u64 {
+        MemoryCache::generation(self)
     }
     fn stats(&self) -> CacheStats {
         CacheStats {

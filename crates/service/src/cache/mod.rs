@@ -113,6 +113,18 @@ pub trait LinkCache: Send + Sync + 'static {
     async fn put_missing(&self, code: &ShortCode);
     /// Forgets a code in every tier, for a later delete or update.
     async fn invalidate(&self, code: &ShortCode);
+    /// Forgets a code in the in-process tier only: another instance
+    /// changed it (and the shared tier with it).
+    fn forget_local(&self, _code: &ShortCode) {}
+    /// Turns the in-process tier off (and empties it) while other
+    /// instances' changes cannot reach this one, and on again.
+    fn set_local(&self, _usable: bool) {}
+    /// Changes whenever the in-process tier forgets something: a lookup
+    /// that began before a change fills nothing in (its answer may be the
+    /// old one).
+    fn generation(&self) -> u64 {
+        0
+    }
     /// Counters for `/stats`.
     fn stats(&self) -> CacheStats;
     /// Whether an outside tier answers now (the readiness check); an

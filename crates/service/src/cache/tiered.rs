@@ -62,6 +62,18 @@ impl LinkCache for TieredCache {
         self.valkey.check().await
     }
 
+    fn forget_local(&self, code: &ShortCode) {
+        self.memory.remove(code);
+    }
+
+    fn set_local(&self, usable: bool) {
+        self.memory.set_usable(usable);
+    }
+
+    fn generation(&self) -> u64 {
+        self.memory.generation()
+    }
+
     fn stats(&self) -> CacheStats {
         CacheStats {
             mode: CacheMode::Tiered,

@@ -3,6 +3,7 @@
 //! that implements the trait, a variant of [`StoreStats`], and a branch in
 //! `startup.rs` that opens it.
 
+pub mod postgres;
 pub mod sqlite;
 
 use std::path::PathBuf;
@@ -19,6 +20,8 @@ pub struct StoreSettings {
     /// The SQLite database file; created with its schema on first start.
     pub db: PathBuf,
     pub sqlite: sqlite::SqliteSettings,
+    /// Set: links live in this PostgreSQL database instead (`--store`).
+    pub postgres: Option<postgres::PostgresSettings>,
 }
 
 impl Default for StoreSettings {
@@ -26,6 +29,7 @@ impl Default for StoreSettings {
         Self {
             db: PathBuf::from("litelink.db"),
             sqlite: sqlite::SqliteSettings::default(),
+            postgres: None,
         }
     }
 }
@@ -33,8 +37,11 @@ impl Default for StoreSettings {
 /// What a store reports for `/stats`, tagged with its backend's name.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "backend", rename_all = "lowercase")]
+// Made once per `/stats` or scrape, never stored: the size does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum StoreStats {
     Sqlite(sqlite::SqliteStats),
+    Postgres(postgres::PostgresStats),
 }
 
 /// A link to store: a generated code unless `code` names an alias.

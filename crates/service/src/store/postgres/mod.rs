@@ -1,0 +1,435 @@
+//! The PostgreSQL store, for several litelink instances on one database
+//! (`--store postgres://...`). The same trait as SQLite's, on a pool of
+//! connections with prepared statements; creates keep group commit: the
+//! creates queued while one batch is written go into the next, as one
+//! multi-row INSERT in one transaction (writer.rs). Every other write is a
+//! transaction of its own on the pool: PostgreSQL serializes them itself.
+//!
+//! Codes are drawn at random (the CSPRNG of `CodeGenerator`) and the
+//! unique index on `code` decides between instances: a collision is
+//! retried with a fresh code in the same transaction.
+
+pub mod migrations;
+mod ops;
+mod writer;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use serde::Serialize;
+use tokio_postgres::NoTls;
+use tokio_postgres::error::SqlState;
+
+use super::{
+    ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, NewLink, Record, StorageFailure,
+    StoreError, StoreStats,
+};
+use crate::domain::{CodeGenerator, KeyId, Link, Resolved, ShortCode, Timestamp, VisitCounts};
+
+/// The PostgreSQL store's settings; their defaults are the ones below and
+/// nowhere else.
+#[derive(Debug, Clone)]
+pub struct PostgresSettings {
+    /// `postgres://user[:password]@host[:port]/database[?options]`.
+    pub url: String,
+    /// Connections of the pool; a request waits at most `wait` for one.
+    pub pool_size: usize,
+    pub wait: Duration,
+    /// Most creates in one group commit (1: one transaction per create).
+    pub batch_max: usize,
+    /// Creates that may wait for the writer before `POST /link` answers 503.
+    pub write_queue: usize,
+    /// `statement_timeout` of every connection: no query runs longer.
+    pub statement_timeout: Duration,
+}
+
+impl Default for PostgresSettings {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            pool_size: 16,
+            wait: Duration::from_secs(5),
+            batch_max: 512,
+            write_queue: 4096,
+            statement_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl PostgresSettings {
+    /// Why `url` is not a PostgreSQL URL litelink can use, if it is not.
+    pub fn check_url(url: &str) -> Result<(), String> {
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err("expected postgres://user@host/database (SQLite is --db PATH)".into());
+        }
+        url.parse::<tokio_postgres::Config>()
+            .map(|_| ())
+            .map_err(|e| format!("not a PostgreSQL URL: {e}"))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("invalid PostgreSQL URL: {0}")]
+    Url(String),
+    #[error("cannot connect to PostgreSQL at {host}: {source}")]
+    Connect {
+        host: String,
+        source: deadpool_postgres::PoolError,
+    },
+    #[error("cannot migrate the PostgreSQL schema: {0}")]
+    Migrate(#[from] migrations::MigrationError),
+    #[error("cannot set up the PostgreSQL pool: {0}")]
+    Pool(String),
+}
+
+/// The number of live links for `/stats`, which runs no query: this
+/// instance's own writes change it at once, and a refresh from the
+/// database every second brings in the other instances' (one that raced
+/// with a write of ours is dropped, so it never undoes one).
+#[derive(Debug, Default)]
+pub(super) struct LiveCount {
+    links: std::sync::atomic::AtomicI64,
+    writes: AtomicU64,
+}
+
+impl LiveCount {
+    pub(super) fn add(&self, n: i64) {
+        self.writes.fetch_add(1, Ordering::AcqRel);
+        self.links.fetch_add(n, Ordering::AcqRel);
+    }
+
+    fn get(&self) -> u64 {
+        self.links.load(Ordering::Acquire).max(0) as u64
+    }
+
+    async fn refresh(&self, pool: &Pool) {
+        let before = self.writes.load(Ordering::Acquire);
+        let Ok(client) = pool.get().await else {
+            return;
+        };
+        if let Ok(n) = ops::live_links(&client).await
+            && self.writes.load(Ordering::Acquire) == before
+        {
+            self.links.store(n, Ordering::Release);
+        }
+    }
+}
+
+/// How often the live count is read back from the database.
+const LIVE_COUNT_REFRESH: Duration = Duration::from_secs(1);
+
+/// `/stats` of the PostgreSQL store. Nothing in it names a host, a user or
+/// a database: `/stats` may be public.
+#[derive(Debug, Clone, Serialize)]
+pub struct PostgresStats {
+    pub server_version: String,
+    /// Live links: exact for this instance's writes, others' within a second.
+    pub links: u64,
+    pub pool_size: usize,
+    pub pool_idle: usize,
+    pub pool_waiting: usize,
+    pub writer: writer::WriterCounts,
+}
+
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+pub(super) struct Inner {
+    pool: Pool,
+    settings: PostgresSettings,
+    writer: writer::Writer,
+    server_version: String,
+    /// Set while the last write failed for want of the database, cleared by
+    /// the next that succeeds: for the readiness check.
+    failing: std::sync::Mutex<Option<String>>,
+    errors: AtomicU64,
+    refresher: tokio::task::JoinHandle<()>,
+}
+
+/// A PostgreSQL error as the HTTP layer's kinds: a database that cannot be
+/// reached or is shutting down is a 503 to retry, not a 500.
+pub(super) fn failure(e: &tokio_postgres::Error) -> StorageFailure {
+    match e.code() {
+        None => StorageFailure::Io,
+        Some(c) if c == &SqlState::DISK_FULL || c == &SqlState::INSUFFICIENT_RESOURCES => {
+            StorageFailure::DiskFull
+        }
+        Some(c) if c == &SqlState::READ_ONLY_SQL_TRANSACTION => StorageFailure::ReadOnly,
+        Some(c)
+            if c == &SqlState::ADMIN_SHUTDOWN
+                || c == &SqlState::CRASH_SHUTDOWN
+                || c == &SqlState::CANNOT_CONNECT_NOW
+                || c == &SqlState::TOO_MANY_CONNECTIONS =>
+        {
+            StorageFailure::Io
+        }
+        Some(c)
+            if c == &SqlState::T_R_SERIALIZATION_FAILURE
+                || c == &SqlState::T_R_DEADLOCK_DETECTED
+                || c == &SqlState::QUERY_CANCELED
+                || c == &SqlState::LOCK_NOT_AVAILABLE =>
+        {
+            StorageFailure::Busy
+        }
+        Some(_) => StorageFailure::Other,
+    }
+}
+
+pub(super) fn store_error(e: tokio_postgres::Error) -> StoreError {
+    StoreError::Storage(failure(&e), e.to_string())
+}
+
+pub(super) fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => store_error(e),
+        deadpool_postgres::PoolError::Timeout(_) => {
+            StoreError::Storage(StorageFailure::Busy, "no PostgreSQL connection free".into())
+        }
+        other => StoreError::Storage(StorageFailure::Io, other.to_string()),
+    }
+}
+
+pub(super) fn is_unique_violation(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&SqlState::UNIQUE_VIOLATION)
+}
+
+impl PostgresStore {
+    /// Connects, migrates (one instance at a time) and starts the writer.
+    pub async fn open(settings: PostgresSettings, codes: CodeGenerator) -> Result<Self, OpenError> {
+        let mut config: tokio_postgres::Config = settings
+            .url
+            .parse()
+            .map_err(|e: tokio_postgres::Error| OpenError::Url(e.to_string()))?;
+        config.connect_timeout(settings.wait);
+        config.options(format!(
+            "-c statement_timeout={}",
+            settings.statement_timeout.as_millis()
+        ));
+        config.application_name("litelink");
+        let host = config
+            .get_hosts()
+            .iter()
+            .map(|h| match h {
+                tokio_postgres::config::Host::Tcp(h) => h.clone(),
+                tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(settings.pool_size)
+            .wait_timeout(Some(settings.wait))
+            .create_timeout(Some(settings.wait))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(|e| OpenError::Pool(e.to_string()))?;
+        let mut client = pool.get().await.map_err(|source| OpenError::Connect {
+            host: host.clone(),
+            source,
+        })?;
+        migrations::migrate(&mut client).await?;
+        let server_version: String = client
+            .query_one("SHOW server_version", &[])
+            .await
+            .map(|r| r.get(0))
+            .map_err(migrations::MigrationError::from)?;
+        let live = Arc::new(LiveCount::default());
+        live.links.store(
+            ops::live_links(&client).await.unwrap_or(0),
+            Ordering::Release,
+        );
+        drop(client);
+        let refresher = {
+            let (live, pool) = (Arc::downgrade(&live), pool.clone());
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(LIVE_COUNT_REFRESH);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    let Some(live) = live.upgrade() else { return };
+                    live.refresh(&pool).await;
+                }
+            })
+        };
+        let writer = writer::Writer::start(pool.clone(), &settings, codes, live);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                pool,
+                settings,
+                writer,
+                server_version,
+                failing: std::sync::Mutex::new(None),
+                errors: AtomicU64::new(0),
+                refresher,
+            }),
+        })
+    }
+
+    pub fn settings(&self) -> &PostgresSettings {
+        &self.inner.settings
+    }
+
+    pub fn postgres_stats(&self) -> PostgresStats {
+        let status = self.inner.pool.status();
+        PostgresStats {
+            server_version: self.inner.server_version.clone(),
+            links: self.inner.writer.live.get(),
+            pool_size: status.max_size,
+            pool_idle: status.available,
+            pool_waiting: status.waiting,
+            writer: self.inner.writer.counts(),
+        }
+    }
+
+    /// A pooled connection; a failure to get one is remembered for the
+    /// readiness check.
+    async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
+        let client = self.inner.pool.get().await.map_err(pool_error);
+        if let Err(e) = &client {
+            self.inner.note_error(e);
+        }
+        client
+    }
+}
+
+/// Runs `$op` with a pooled connection `$c`, and remembers whether the
+/// database answered, for the readiness check.
+macro_rules! with_client {
+    ($store:expr, |$c:ident| $op:expr) => {{
+        #[allow(unused_mut)]
+        let mut $c = $store.client().await?;
+        let result = $op.await;
+        $store.inner.note(&result);
+        result
+    }};
+}
+
+impl Inner {
+    pub(super) fn note<T>(&self, result: &Result<T, StoreError>) {
+        match result {
+            Ok(_) => *self.failing.lock().unwrap_or_else(|e| e.into_inner()) = None,
+            Err(e) => self.note_error(e),
+        }
+    }
+
+    fn note_error(&self, e: &StoreError) {
+        if let StoreError::Storage(kind, why) = e
+            && matches!(kind, StorageFailure::Io | StorageFailure::Busy)
+        {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+            *self.failing.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(format!("PostgreSQL: {why}"));
+        }
+    }
+}
+
+#[async_trait]
+impl LinkStore for PostgresStore {
+    async fn get(&self, code: &ShortCode) -> Result<Option<Resolved>, StoreError> {
+        with_client!(self, |c| ops::get(&c, code))
+    }
+
+    async fn create(&self, new: NewLink) -> Result<Link, StoreError> {
+        let result = self.inner.writer.create(new).await;
+        self.inner.note(&result);
+        result
+    }
+
+    async fn link(&self, code: &ShortCode) -> Result<Option<Link>, StoreError> {
+        with_client!(self, |c| ops::link(&c, code))
+    }
+
+    async fn update(&self, code: &ShortCode, patch: LinkPatch) -> Result<Option<Link>, StoreError> {
+        with_client!(self, |c| ops::update(&c, code, &patch))
+    }
+
+    async fn delete(&self, code: &ShortCode) -> Result<bool, StoreError> {
+        let deleted = with_client!(self, |c| ops::delete(&c, code))?;
+        if deleted {
+            self.inner.writer.live.add(-1);
+        }
+        Ok(deleted)
+    }
+
+    async fn list(&self, query: ListQuery) -> Result<ListPage, StoreError> {
+        with_client!(self, |c| ops::list(&c, &query))
+    }
+
+    async fn record_visits(
+        &self,
+        visits: Arc<[(ShortCode, VisitCounts)]>,
+    ) -> Result<(), StoreError> {
+        with_client!(self, |c| ops::record_visits(&mut c, &visits))
+    }
+
+    async fn visit_counts(&self, code: &ShortCode) -> Result<Option<VisitCounts>, StoreError> {
+        with_client!(self, |c| ops::visit_counts(&mut c, code))
+    }
+
+    async fn keys(&self) -> Result<Vec<ApiKey>, StoreError> {
+        with_client!(self, |c| ops::keys(&c))
+    }
+
+    async fn create_key(
+        &self,
+        name: &str,
+        admin: bool,
+        hash: [u8; 32],
+    ) -> Result<ApiKey, StoreError> {
+        with_client!(self, |c| ops::create_key(&c, name, admin, hash))
+    }
+
+    async fn revoke_key(&self, name: &str) -> Result<bool, StoreError> {
+        with_client!(self, |c| ops::revoke_key(&c, name))
+    }
+
+    async fn touch_keys(&self, used: Vec<(KeyId, Timestamp)>) -> Result<(), StoreError> {
+        with_client!(self, |c| ops::touch_keys(&c, &used))
+    }
+
+    async fn export(
+        &self,
+        each: Box<dyn FnMut(Record) -> std::io::Result<()> + Send>,
+    ) -> Result<u64, StoreError> {
+        with_client!(self, |c| ops::export(&mut c, each))
+    }
+
+    async fn import(&self, rows: Vec<ImportRow>) -> Result<Vec<u64>, StoreError> {
+        let generator = self.inner.writer.generator();
+        let mut client = self.inner.pool.get().await.map_err(pool_error)?;
+        let result = ops::import(&mut client, rows, &generator).await;
+        self.inner.note(&result);
+        let (skipped, live) = result?;
+        self.inner.writer.live.add(live);
+        Ok(skipped)
+    }
+
+    fn stats(&self) -> StoreStats {
+        StoreStats::Postgres(self.postgres_stats())
+    }
+
+    fn unwritable(&self) -> Option<String> {
+        self.inner
+            .failing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    async fn close(&self) {
+        self.inner.writer.close().await;
+        self.inner.refresher.abort();
+        self.inner.pool.close();
+    }
+}

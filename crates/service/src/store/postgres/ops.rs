@@ -1,0 +1,526 @@
+//! Every read and every write but the grouped creates, each on a pooled
+//! connection with prepared statements; a write that changes more than one
+//! row is one transaction.
+
+use deadpool_postgres::{Client, GenericClient};
+use tokio_postgres::Row;
+
+use super::{is_unique_violation, store_error};
+use crate::domain::visit::{OTHER_HOST, REFERRER_HOSTS_PER_DAY};
+use crate::domain::{
+    CodeGenerator, HourCount, KeyId, Link, Owner, Resolved, ShortCode, TargetUrl, Timestamp,
+    VisitCounts,
+};
+use crate::store::{ApiKey, ImportRow, LinkPatch, ListPage, ListQuery, Record, StoreError};
+
+const LINK_COLUMNS: &str = "l.code, l.target, l.created_at, l.expires_at, l.owner, k.name, \
+                            l.max_visits, l.visits";
+const LINK_FROM: &str = "links l LEFT JOIN keys k ON k.id = l.owner";
+const KEY_COLUMNS: &str = "id, name, hash, admin, created_at, last_used_at, revoked_at";
+
+/// A count as PostgreSQL's BIGINT.
+fn clamp(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn count(row: &Row, i: usize) -> u64 {
+    row.get::<_, i64>(i).max(0) as u64
+}
+
+fn link_at(row: &Row, at: usize) -> Link {
+    let owner = match (
+        row.get::<_, Option<i64>>(at + 4),
+        row.get::<_, Option<String>>(at + 5),
+    ) {
+        (Some(id), Some(name)) => Some(Owner {
+            id: KeyId(id),
+            name,
+        }),
+        _ => None,
+    };
+    Link {
+        code: ShortCode::from_trusted(row.get(at)),
+        target: TargetUrl::from_trusted(row.get(at + 1)),
+        created_at: Timestamp::from_millis(row.get(at + 2)),
+        expires_at: row
+            .get::<_, Option<i64>>(at + 3)
+            .map(Timestamp::from_millis),
+        owner,
+        max_visits: row.get::<_, Option<i64>>(at + 6).map(|n| n.max(0) as u64),
+        visits: count(row, at + 7),
+    }
+}
+
+fn key(row: &Row) -> Result<ApiKey, StoreError> {
+    let hash: Vec<u8> = row.get(2);
+    let hash: [u8; 32] = hash
+        .try_into()
+        .map_err(|_| StoreError::Task("a key hash is 32 bytes".into()))?;
+    Ok(ApiKey {
+        id: KeyId(row.get(0)),
+        name: row.get(1),
+        hash,
+        admin: row.get(3),
+        created_at: Timestamp::from_millis(row.get(4)),
+        last_used_at: row.get::<_, Option<i64>>(5).map(Timestamp::from_millis),
+        revoked_at: row.get::<_, Option<i64>>(6).map(Timestamp::from_millis),
+    })
+}
+
+async fn query_opt(
+    c: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<Option<Row>, StoreError> {
+    let stmt = c.prepare_cached(sql).await.map_err(store_error)?;
+    c.query_opt(&stmt, params).await.map_err(store_error)
+}
+
+async fn execute(
+    c: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<u64, StoreError> {
+    let stmt = c.prepare_cached(sql).await.map_err(store_error)?;
+    c.execute(&stmt, params).await.map_err(store_error)
+}
+
+/// Keeps `litelink_counts` in step with a transaction that changed the
+/// number of live links.
+pub(super) async fn count_live(c: &impl GenericClient, added: i64) -> Result<(), StoreError> {
+    if added != 0 {
+        execute(
+            c,
+            "UPDATE litelink_counts SET live_links = live_links + $1 \
+             WHERE shard = pg_backend_pid() % 64",
+            &[&added],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// The number of live links, as the database counts them.
+pub(super) async fn live_links(c: &Client) -> Result<i64, StoreError> {
+    Ok(query_opt(
+        c,
+        "SELECT coalesce(sum(live_links), 0)::int8 FROM litelink_counts",
+        &[],
+    )
+    .await?
+    .map_or(0, |r| r.get(0)))
+}
+
+pub(super) async fn get(c: &Client, code: &ShortCode) -> Result<Option<Resolved>, StoreError> {
+    let row = query_opt(
+        c,
+        "SELECT target, expires_at, max_visits FROM links WHERE code = $1 AND deleted_at IS NULL",
+        &[&code.as_str()],
+    )
+    .await?;
+    Ok(row.map(|r| Resolved {
+        target: TargetUrl::from_trusted(r.get(0)),
+        expires_at: r.get::<_, Option<i64>>(1).map(Timestamp::from_millis),
+        max_visits: r.get::<_, Option<i64>>(2).map(|n| n.max(0) as u64),
+    }))
+}
+
+pub(super) async fn link(c: &Client, code: &ShortCode) -> Result<Option<Link>, StoreError> {
+    let sql = format!(
+        "SELECT {LINK_COLUMNS} FROM {LINK_FROM} WHERE l.code = $1 AND l.deleted_at IS NULL"
+    );
+    Ok(query_opt(c, &sql, &[&code.as_str()])
+        .await?
+        .map(|r| link_at(&r, 0)))
+}
+
+pub(super) async fn update(
+    c: &Client,
+    code: &ShortCode,
+    patch: &LinkPatch,
+) -> Result<Option<Link>, StoreError> {
+    let changed = execute(
+        c,
+        "UPDATE links SET target = coalesce($2, target), \
+         expires_at = CASE WHEN $3 THEN $4 ELSE expires_at END, \
+         max_visits = CASE WHEN $5 THEN $6 ELSE max_visits END \
+         WHERE code = $1 AND deleted_at IS NULL",
+        &[
+            &code.as_str(),
+            &patch.target.as_ref().map(|t| t.as_str()),
+            &patch.expires_at.is_some(),
+            &patch.expires_at.flatten().map(Timestamp::millis),
+            &patch.max_visits.is_some(),
+            &patch.max_visits.flatten().map(clamp),
+        ],
+    )
+    .await?;
+    if changed == 0 {
+        return Ok(None);
+    }
+    link(c, code).await
+}
+
+pub(super) async fn delete(c: &Client, code: &ShortCode) -> Result<bool, StoreError> {
+    // The row stays as a tombstone, without its target, so that the code
+    // is never issued again; its visits go with it.
+    let row = query_opt(
+        c,
+        "WITH gone AS (UPDATE links SET deleted_at = $2, target = '', expires_at = NULL, \
+         max_visits = NULL, visits = 0 WHERE code = $1 AND deleted_at IS NULL RETURNING id), \
+         h AS (DELETE FROM visits_hourly WHERE link IN (SELECT id FROM gone)), \
+         r AS (DELETE FROM visits_referrers WHERE link IN (SELECT id FROM gone)), \
+         n AS (UPDATE litelink_counts SET live_links = live_links - (SELECT count(*) FROM gone) \
+         WHERE shard = pg_backend_pid() % 64) \
+         SELECT id FROM gone",
+        &[&code.as_str(), &Timestamp::now().millis()],
+    )
+    .await?;
+    Ok(row.is_some())
+}
+
+pub(super) async fn list(c: &Client, q: &ListQuery) -> Result<ListPage, StoreError> {
+    let mut sql = format!(
+        "SELECT l.id, {LINK_COLUMNS} FROM {LINK_FROM} WHERE l.deleted_at IS NULL AND l.id < $1 \
+         AND ($2::int8 IS NULL OR l.owner = $2)"
+    );
+    sql.push_str(
+        " AND ($3::text IS NULL OR strpos(lower(l.target), lower($3)) > 0 \
+         OR left(l.code, length($3)) = $3)",
+    );
+    sql.push_str(" ORDER BY l.id DESC LIMIT $4");
+    let stmt = c.prepare_cached(&sql).await.map_err(store_error)?;
+    let rows = c
+        .query(
+            &stmt,
+            &[
+                &q.before.unwrap_or(i64::MAX),
+                &q.owner.map(|o| o.0),
+                &q.q.as_deref(),
+                &(q.limit as i64),
+            ],
+        )
+        .await
+        .map_err(store_error)?;
+    let found: Vec<(i64, Link)> = rows.iter().map(|r| (r.get(0), link_at(r, 1))).collect();
+    let next = (found.len() == q.limit)
+        .then(|| found.last().map(|(id, _)| *id))
+        .flatten();
+    Ok(ListPage {
+        links: found.into_iter().map(|(_, l)| l).collect(),
+        next,
+    })
+}
+
+/// Adds counted visits to live links, all in one transaction (rolled back
+/// if it fails or is dropped half-way).
+pub(super) async fn record_visits(
+    c: &mut Client,
+    visits: &[(ShortCode, VisitCounts)],
+) -> Result<(), StoreError> {
+    let tx = c.transaction().await.map_err(store_error)?;
+    for (code, counts) in visits {
+        record_one(&tx, code, counts).await?;
+    }
+    tx.commit().await.map_err(store_error)
+}
+
+async fn record_one(
+    c: &impl GenericClient,
+    code: &ShortCode,
+    counts: &VisitCounts,
+) -> Result<(), StoreError> {
+    // Only a live link: one deleted since these were counted keeps none.
+    let Some(row) = query_opt(
+        c,
+        "UPDATE links SET visits = visits + $2 WHERE code = $1 AND deleted_at IS NULL RETURNING id",
+        &[&code.as_str(), &clamp(counts.total())],
+    )
+    .await?
+    else {
+        return Ok(());
+    };
+    let id: i64 = row.get(0);
+    for h in &counts.hours {
+        execute(
+            c,
+            "INSERT INTO visits_hourly (link, hour, humans, bots, browsers) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (link, hour) DO UPDATE \
+             SET humans = visits_hourly.humans + excluded.humans, \
+             bots = visits_hourly.bots + excluded.bots, \
+             browsers = visits_hourly.browsers + excluded.browsers",
+            &[
+                &id,
+                &h.hour,
+                &clamp(h.humans),
+                &clamp(h.bots),
+                &clamp(h.browsers),
+            ],
+        )
+        .await?;
+    }
+    for (day, host, n) in &counts.referrers {
+        let known = execute(
+            c,
+            "UPDATE visits_referrers SET count = count + $4 WHERE link = $1 AND day = $2 AND host = $3",
+            &[&id, day, &&**host, &clamp(*n)],
+        )
+        .await?;
+        if known > 0 {
+            continue;
+        }
+        // A day keeps its first hosts; later new ones count as other.
+        let hosts: i64 = query_opt(
+            c,
+            "SELECT count(*) FROM visits_referrers WHERE link = $1 AND day = $2",
+            &[&id, day],
+        )
+        .await?
+        .map_or(0, |r| r.get(0));
+        let host: &str = if hosts >= REFERRER_HOSTS_PER_DAY as i64 {
+            OTHER_HOST
+        } else {
+            host
+        };
+        execute(
+            c,
+            "INSERT INTO visits_referrers (link, day, host, count) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (link, day, host) DO UPDATE SET count = visits_referrers.count + excluded.count",
+            &[&id, day, &host, &clamp(*n)],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+pub(super) async fn visit_counts(
+    c: &mut Client,
+    code: &ShortCode,
+) -> Result<Option<VisitCounts>, StoreError> {
+    // One snapshot for the link and its counts.
+    let c = snapshot(c).await?;
+    let result = async {
+        let Some(row) = query_opt(
+            &c,
+            "SELECT id FROM links WHERE code = $1 AND deleted_at IS NULL",
+            &[&code.as_str()],
+        )
+        .await?
+        else {
+            return Ok(None);
+        };
+        let id: i64 = row.get(0);
+        let hours_stmt = c
+            .prepare_cached(
+                "SELECT hour, humans, bots, browsers FROM visits_hourly WHERE link = $1 ORDER BY hour",
+            )
+            .await
+            .map_err(store_error)?;
+        let hours = c
+            .query(&hours_stmt, &[&id])
+            .await
+            .map_err(store_error)?
+            .iter()
+            .map(|r| HourCount {
+                hour: r.get(0),
+                humans: count(r, 1),
+                bots: count(r, 2),
+                browsers: count(r, 3),
+            })
+            .collect();
+        let refs_stmt = c
+            .prepare_cached("SELECT day, host, count FROM visits_referrers WHERE link = $1")
+            .await
+            .map_err(store_error)?;
+        let referrers = c
+            .query(&refs_stmt, &[&id])
+            .await
+            .map_err(store_error)?
+            .iter()
+            .map(|r| (r.get(0), r.get::<_, String>(1).into(), count(r, 2)))
+            .collect();
+        Ok(Some(VisitCounts { hours, referrers }))
+    }
+    .await;
+    c.commit().await.map_err(store_error)?;
+    result
+}
+
+/// A read-only transaction on one snapshot.
+async fn snapshot(c: &mut Client) -> Result<deadpool_postgres::Transaction<'_>, StoreError> {
+    c.build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+        .map_err(store_error)
+}
+
+pub(super) async fn keys(c: &Client) -> Result<Vec<ApiKey>, StoreError> {
+    let stmt = c
+        .prepare_cached(&format!("SELECT {KEY_COLUMNS} FROM keys ORDER BY id"))
+        .await
+        .map_err(store_error)?;
+    c.query(&stmt, &[])
+        .await
+        .map_err(store_error)?
+        .iter()
+        .map(key)
+        .collect()
+}
+
+pub(super) async fn create_key(
+    c: &Client,
+    name: &str,
+    admin: bool,
+    hash: [u8; 32],
+) -> Result<ApiKey, StoreError> {
+    let now = Timestamp::now();
+    let stmt = c
+        .prepare_cached(
+            "INSERT INTO keys (name, hash, admin, created_at) VALUES ($1, $2, $3, $4) RETURNING id",
+        )
+        .await
+        .map_err(store_error)?;
+    match c
+        .query_one(&stmt, &[&name, &&hash[..], &admin, &now.millis()])
+        .await
+    {
+        Ok(row) => Ok(ApiKey {
+            id: KeyId(row.get(0)),
+            name: name.to_owned(),
+            hash,
+            admin,
+            created_at: now,
+            last_used_at: None,
+            revoked_at: None,
+        }),
+        Err(e) if is_unique_violation(&e) => Err(StoreError::NameTaken(name.to_owned())),
+        Err(e) => Err(store_error(e)),
+    }
+}
+
+pub(super) async fn revoke_key(c: &Client, name: &str) -> Result<bool, StoreError> {
+    let n = execute(
+        c,
+        "UPDATE keys SET revoked_at = $2 WHERE name = $1 AND revoked_at IS NULL",
+        &[&name, &Timestamp::now().millis()],
+    )
+    .await?;
+    Ok(n > 0)
+}
+
+pub(super) async fn touch_keys(c: &Client, used: &[(KeyId, Timestamp)]) -> Result<(), StoreError> {
+    for (id, at) in used {
+        execute(
+            c,
+            "UPDATE keys SET last_used_at = greatest(coalesce(last_used_at, 0), $2) WHERE id = $1",
+            &[&id.0, &at.millis()],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Every link and tombstone, oldest first, in one snapshot; rows are
+/// fetched as they are written, never all held at once.
+pub(super) async fn export(
+    c: &mut Client,
+    mut each: Box<dyn FnMut(Record) -> std::io::Result<()> + Send>,
+) -> Result<u64, StoreError> {
+    use futures_util::TryStreamExt;
+    let c = snapshot(c).await?;
+    let result = async {
+        let stmt = c
+            .prepare_cached(
+                "SELECT l.code, l.target, l.created_at, l.expires_at, k.name, l.deleted_at, \
+                 l.max_visits, l.visits FROM links l LEFT JOIN keys k ON k.id = l.owner ORDER BY l.id",
+            )
+            .await
+            .map_err(store_error)?;
+        let rows = c
+            .query_raw(&stmt, std::iter::empty::<i64>())
+            .await
+            .map_err(store_error)?;
+        futures_util::pin_mut!(rows);
+        let stamp = |ms: Option<i64>| ms.map(|ms| Timestamp::from_millis(ms).to_string());
+        let mut n = 0;
+        while let Some(r) = rows.try_next().await.map_err(store_error)? {
+            let deleted_at: Option<i64> = r.get(5);
+            let record = Record {
+                code: Some(r.get(0)),
+                url: deleted_at.is_none().then(|| r.get(1)),
+                created_at: Timestamp::from_millis(r.get(2)).to_string(),
+                expires_at: stamp(r.get(3)),
+                owner: r.get(4),
+                deleted_at: stamp(deleted_at),
+                max_visits: r.get::<_, Option<i64>>(6).map(|n| n.max(0) as u64),
+                visits: Some(count(&r, 7)),
+            };
+            each(record).map_err(|e| StoreError::Task(format!("writing the export: {e}")))?;
+            n += 1;
+        }
+        Ok(n)
+    }
+    .await;
+    c.commit().await.map_err(store_error)?;
+    result
+}
+
+/// Stores `rows` in one transaction, keeping their codes (a generated one
+/// for a row without); a row whose code exists is skipped.
+pub(super) async fn import(
+    c: &mut Client,
+    rows: Vec<ImportRow>,
+    codes: &CodeGenerator,
+) -> Result<(Vec<u64>, i64), StoreError> {
+    let tx = c.transaction().await.map_err(store_error)?;
+    let stmt = tx
+        .prepare_cached(
+            "INSERT INTO links (code, target, created_at, expires_at, owner, deleted_at, \
+             max_visits, visits) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+             ON CONFLICT (code) DO NOTHING",
+        )
+        .await
+        .map_err(store_error)?;
+    let mut skipped = Vec::new();
+    let mut live = 0i64;
+    let mut sequence = 0u64;
+    for row in rows {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let code = row.code.clone().unwrap_or_else(|| {
+                sequence += 1;
+                codes.generate(sequence)
+            });
+            let inserted = tx
+                .execute(
+                    &stmt,
+                    &[
+                        &code.as_str(),
+                        &row.target.as_ref().map_or("", |t| t.as_str()),
+                        &row.created_at.millis(),
+                        &row.expires_at.map(Timestamp::millis),
+                        &row.owner.map(|o| o.0),
+                        &row.deleted_at.map(Timestamp::millis),
+                        &row.max_visits.map(clamp),
+                        &clamp(row.visits),
+                    ],
+                )
+                .await
+                .map_err(store_error)?;
+            if inserted > 0 {
+                live += i64::from(row.deleted_at.is_none());
+                break;
+            }
+            if row.code.is_some() || attempts >= 16 {
+                skipped.push(row.line);
+                break;
+            }
+        }
+    }
+    count_live(&tx, live).await?;
+    tx.commit().await.map_err(store_error)?;
+    Ok((skipped, live))
+}

@@ -1,0 +1,317 @@
+//! Group commit on PostgreSQL: one task takes whatever creates are queued
+//! (up to `batch_max`), inserts them with one multi-row INSERT in one
+//! transaction, and answers each once the transaction is committed (with
+//! `synchronous_commit` as the server is configured). A code that is taken
+//! (by another instance, or by an alias) is retried with a fresh code in
+//! the same transaction; an alias that is taken fails alone.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use deadpool_postgres::Pool;
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{PostgresSettings, pool_error, store_error};
+use crate::domain::{CodeGenerator, Link, ShortCode, Timestamp};
+use crate::store::{NewLink, StoreError};
+
+/// Fresh codes one create may draw after collisions before it fails.
+const MAX_CODE_ATTEMPTS: u32 = 16;
+
+const INSERT: &str = "INSERT INTO links (code, target, created_at, expires_at, owner, max_visits) \
+     SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::int8[], $6::int8[]) \
+     ON CONFLICT (code) DO NOTHING RETURNING code";
+
+type Reply = oneshot::Sender<Result<Link, StoreError>>;
+
+enum Message {
+    Create { new: NewLink, reply: Reply },
+    Shutdown(oneshot::Sender<()>),
+}
+
+#[derive(Debug, Default)]
+struct Stats {
+    commits: AtomicU64,
+    rows: AtomicU64,
+    largest_batch: AtomicU64,
+    failed_batches: AtomicU64,
+    code_collisions: AtomicU64,
+    rejected_full: AtomicU64,
+}
+
+/// The `/stats` view of the writer.
+#[derive(Debug, Clone, Serialize)]
+pub struct WriterCounts {
+    pub group_commit: bool,
+    pub batch_max: usize,
+    pub queue_capacity: usize,
+    pub commits: u64,
+    pub rows: u64,
+    pub largest_batch: u64,
+    pub failed_batches: u64,
+    pub code_collisions: u64,
+    pub rejected_queue_full: u64,
+}
+
+pub(super) struct Writer {
+    tx: mpsc::Sender<Message>,
+    pool: Pool,
+    /// Live links as this instance knows them (mod.rs, `LiveCount`).
+    pub(super) live: Arc<super::LiveCount>,
+    stats: Arc<Stats>,
+    batch_max: usize,
+    capacity: usize,
+    codes: CodeGenerator,
+}
+
+impl Writer {
+    pub(super) fn start(
+        pool: Pool,
+        settings: &PostgresSettings,
+        codes: CodeGenerator,
+        live: Arc<super::LiveCount>,
+    ) -> Self {
+        let (tx, rx) = mpsc::channel(settings.write_queue);
+        let stats = Arc::new(Stats::default());
+        let batch_max = settings.batch_max.max(1);
+        tokio::spawn(run(
+            pool.clone(),
+            rx,
+            batch_max,
+            codes,
+            Arc::clone(&stats),
+            Arc::clone(&live),
+        ));
+        Self {
+            tx,
+            pool,
+            live,
+            stats,
+            batch_max,
+            capacity: settings.write_queue,
+            codes,
+        }
+    }
+
+    pub(super) fn generator(&self) -> CodeGenerator {
+        self.codes
+    }
+
+    pub(super) async fn create(&self, new: NewLink) -> Result<Link, StoreError> {
+        if self.batch_max == 1 {
+            // Without group commit: each create is a transaction of its own
+            // on the pool, concurrent with the others (PostgreSQL still
+            // shares WAL flushes between concurrent commits).
+            let stored = insert_batch(&self.pool, &[&new], &self.codes, &self.stats).await?;
+            let row = stored
+                .into_iter()
+                .next()
+                .unwrap_or(Err(StoreError::Task("a create was not answered".into())));
+            if row.is_ok() {
+                self.live.add(1);
+                self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                self.stats.rows.fetch_add(1, Ordering::Relaxed);
+                self.stats.largest_batch.fetch_max(1, Ordering::Relaxed);
+            }
+            return row;
+        }
+        let (reply, answer) = oneshot::channel();
+        match self.tx.try_send(Message::Create { new, reply }) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.stats.rejected_full.fetch_add(1, Ordering::Relaxed);
+                return Err(StoreError::Busy);
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(StoreError::Closed),
+        }
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    pub(super) fn counts(&self) -> WriterCounts {
+        let s = &self.stats;
+        WriterCounts {
+            group_commit: self.batch_max > 1,
+            batch_max: self.batch_max,
+            queue_capacity: self.capacity,
+            commits: s.commits.load(Ordering::Relaxed),
+            rows: s.rows.load(Ordering::Relaxed),
+            largest_batch: s.largest_batch.load(Ordering::Relaxed),
+            failed_batches: s.failed_batches.load(Ordering::Relaxed),
+            code_collisions: s.code_collisions.load(Ordering::Relaxed),
+            rejected_queue_full: s.rejected_full.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Lets the writer finish what is queued, then stops it.
+    pub(super) async fn close(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.tx.send(Message::Shutdown(done)).await.is_ok() {
+            let _ = wait.await;
+        }
+    }
+}
+
+async fn run(
+    pool: Pool,
+    mut rx: mpsc::Receiver<Message>,
+    batch_max: usize,
+    codes: CodeGenerator,
+    stats: Arc<Stats>,
+    live: Arc<super::LiveCount>,
+) {
+    let mut batch: Vec<(NewLink, Reply)> = Vec::with_capacity(batch_max);
+    while let Some(first) = rx.recv().await {
+        let mut shutdown = None;
+        let mut next = Some(first);
+        while let Some(msg) = next.take() {
+            match msg {
+                Message::Create { new, reply } => batch.push((new, reply)),
+                Message::Shutdown(done) => {
+                    shutdown = Some(done);
+                    break;
+                }
+            }
+            if batch.len() < batch_max {
+                next = rx.try_recv().ok();
+            }
+        }
+        if !batch.is_empty() {
+            let links: Vec<&NewLink> = batch.iter().map(|(new, _)| new).collect();
+            let answers = insert_batch(&pool, &links, &codes, &stats).await;
+            match answers {
+                Ok(rows) => {
+                    let n = rows.iter().filter(|r| r.is_ok()).count() as u64;
+                    live.add(n as i64);
+                    stats.commits.fetch_add(1, Ordering::Relaxed);
+                    stats.rows.fetch_add(n, Ordering::Relaxed);
+                    stats.largest_batch.fetch_max(n, Ordering::Relaxed);
+                    metrics::histogram!("litelink_write_batch_size").record(n as f64);
+                    for ((_, reply), row) in batch.drain(..).zip(rows) {
+                        let _ = reply.send(row);
+                    }
+                }
+                Err(e) => {
+                    // Rolled back as a whole: nobody in the batch is told
+                    // their link is stored.
+                    stats.failed_batches.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(error = %e, rows = batch.len(), "PostgreSQL write batch failed");
+                    let (kind, why) = match &e {
+                        StoreError::Storage(kind, why) => (*kind, why.clone()),
+                        other => (crate::store::StorageFailure::Other, other.to_string()),
+                    };
+                    for (_, reply) in batch.drain(..) {
+                        let _ = reply.send(Err(StoreError::Storage(kind, why.clone())));
+                    }
+                }
+            }
+        }
+        if let Some(done) = shutdown {
+            rx.close();
+            while let Ok(Message::Create { reply, .. }) = rx.try_recv() {
+                let _ = reply.send(Err(StoreError::Closed));
+            }
+            let _ = done.send(());
+            return;
+        }
+    }
+}
+
+/// One transaction for the whole batch; each row's own outcome.
+async fn insert_batch(
+    pool: &Pool,
+    batch: &[&NewLink],
+    codes: &CodeGenerator,
+    stats: &Stats,
+) -> Result<Vec<Result<Link, StoreError>>, StoreError> {
+    let now = Timestamp::now();
+    let mut client = pool.get().await.map_err(pool_error)?;
+    let tx = client.transaction().await.map_err(store_error)?;
+    let insert = tx.prepare_cached(INSERT).await.map_err(store_error)?;
+    let mut out: Vec<Option<Result<Link, StoreError>>> = (0..batch.len()).map(|_| None).collect();
+    let mut pending: Vec<usize> = (0..batch.len()).collect();
+    let mut attempt = 0;
+    let mut sequence = 0u64;
+    while !pending.is_empty() {
+        attempt += 1;
+        let chosen: Vec<(usize, ShortCode)> = pending
+            .iter()
+            .map(|&i| {
+                let code = batch[i].code.clone().unwrap_or_else(|| {
+                    sequence += 1;
+                    codes.generate(sequence)
+                });
+                (i, code)
+            })
+            .collect();
+        let column = |f: &dyn Fn(&NewLink) -> Option<i64>| -> Vec<Option<i64>> {
+            chosen.iter().map(|(i, _)| f(batch[*i])).collect()
+        };
+        let code_col: Vec<&str> = chosen.iter().map(|(_, c)| c.as_str()).collect();
+        let target_col: Vec<&str> = chosen
+            .iter()
+            .map(|(i, _)| batch[*i].target.as_str())
+            .collect();
+        let created_col: Vec<i64> = vec![now.millis(); chosen.len()];
+        let expires_col = column(&|n| n.expires_at.map(Timestamp::millis));
+        let owner_col = column(&|n| n.owner.as_ref().map(|o| o.id.0));
+        let max_col = column(&|n| n.max_visits.map(|m| i64::try_from(m).unwrap_or(i64::MAX)));
+        let stored = tx
+            .query(
+                &insert,
+                &[
+                    &code_col,
+                    &target_col,
+                    &created_col,
+                    &expires_col,
+                    &owner_col,
+                    &max_col,
+                ],
+            )
+            .await
+            .map_err(store_error)?;
+        // Several requests of one batch may ask for the same alias: the
+        // first gets it.
+        let mut won: HashMap<String, usize> = HashMap::new();
+        for row in stored {
+            let code: String = row.get(0);
+            if let Some((i, _)) = chosen
+                .iter()
+                .find(|(i, c)| c.as_str() == code && out[*i].is_none() && !won.contains_key(&code))
+            {
+                won.insert(code, *i);
+            }
+        }
+        let mut retry = Vec::new();
+        for (i, code) in chosen {
+            let new = batch[i];
+            if won.get(code.as_str()) == Some(&i) {
+                out[i] = Some(Ok(Link {
+                    code,
+                    target: new.target.clone(),
+                    created_at: now,
+                    expires_at: new.expires_at,
+                    owner: new.owner.clone(),
+                    max_visits: new.max_visits,
+                    visits: 0,
+                }));
+            } else if new.code.is_some() {
+                out[i] = Some(Err(StoreError::CodeTaken(code.to_string())));
+            } else if attempt >= MAX_CODE_ATTEMPTS {
+                out[i] = Some(Err(StoreError::CodeSpaceExhausted(MAX_CODE_ATTEMPTS)));
+            } else {
+                stats.code_collisions.fetch_add(1, Ordering::Relaxed);
+                retry.push(i);
+            }
+        }
+        pending = retry;
+    }
+    let stored = out.iter().filter(|r| matches!(r, Some(Ok(_)))).count() as i64;
+    super::ops::count_live(&tx, stored).await?;
+    tx.commit().await.map_err(store_error)?;
+    Ok(out
+        .into_iter()
+        .map(|r| r.unwrap_or(Err(StoreError::Task("a create was not answered".into()))))
+        .collect())
+}

@@ -1,0 +1,261 @@
+//! What only a shared database has: several instances on one PostgreSQL
+//! database at once. (The API contract itself runs on both stores through
+//! `on_both_stores!` in the other files.)
+
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::helpers::{assert_error, fresh_postgres_db, spawn_app};
+use crate::valkey_server::ValkeyServer;
+
+/// Three instances start at once on a new database (one migrates, the
+/// others wait for it), and each sees what the others wrote.
+#[tokio::test]
+async fn instances_on_one_database_share_their_links_and_their_codes() {
+    let url = fresh_postgres_db().await;
+    let args = ["--store", url.as_str(), "--cache", "none"];
+    let (a, b, c) = tokio::join!(spawn_app(&args), spawn_app(&args), spawn_app(&args));
+    let code = a.create_ok("https://example.com/from-a").await;
+    for app in [&b, &c] {
+        let r = app.get(&format!("/link/{code}")).await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(
+            r.json::<Value>().await.expect("json")["link"],
+            "https://example.com/from-a"
+        );
+    }
+    // One key store: a key made through one instance's database works on
+    // all, and an alias taken on one is taken on the others.
+    let key = a.new_key("shared", false).await;
+    let body = json!({"url": "https://example.com/sale", "code": "shared-sale"});
+    let r = b
+        .api(
+            Method::POST,
+            "/api/v1/links",
+            Some(&key),
+            Some(body.clone()),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let r = c
+        .api(Method::POST, "/api/v1/links", Some(&key), Some(body))
+        .await;
+    assert_error(r, 409, "taken").await;
+    // A delete through one is seen by the others (no cache here: the
+    // invalidation between instances' caches is not built yet).
+    let r = c
+        .api(
+            Method::DELETE,
+            "/api/v1/links/shared-sale",
+            Some(&key),
+            None,
+        )
+        .await;
+    assert_eq!(r.status(), 204);
+    assert_eq!(a.get("/link/shared-sale").await.status(), 404);
+    // Creates from all three at once get distinct codes.
+    let mut codes = std::collections::HashSet::new();
+    for app in [&a, &b, &c] {
+        for created in app.create_concurrently("many", 50).await {
+            assert_eq!(created.status, 201, "{}", created.body);
+            assert!(codes.insert(created.code().to_owned()));
+        }
+    }
+    assert_eq!(codes.len(), 150);
+    for app in [a, b, c] {
+        app.stop().await;
+    }
+}
+
+/// Export from one PostgreSQL database, import into another, export
+/// again: the same file.
+#[tokio::test]
+async fn export_and_import_round_trip_between_postgres_databases() {
+    let from = fresh_postgres_db().await;
+    let app = spawn_app(&["--store", from.as_str()]).await;
+    let key = app.new_key("alice", false).await;
+    app.create_ok("https://example.com/one").await;
+    let r = app
+        .api(
+            Method::POST,
+            "/api/v1/links",
+            Some(&key),
+            Some(json!({"url": "https://example.com/two", "code": "two-alias", "max_visits": 3})),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let r = app
+        .api(Method::DELETE, "/api/v1/links/two-alias", Some(&key), None)
+        .await;
+    assert_eq!(r.status(), 204);
+    app.stop().await;
+
+    let to = fresh_postgres_db().await;
+    // The target needs a key of the same name for the owner to carry over.
+    let target = spawn_app(&["--store", to.as_str()]).await;
+    target.new_key("alice", false).await;
+    target.stop().await;
+
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_litelink"))
+            .args(args)
+            .output()
+            .expect("litelink");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8")
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("links.jsonl");
+    let exported = run(&["export", "--store", &from]);
+    assert_eq!(exported.lines().count(), 2, "{exported}");
+    std::fs::write(&file, &exported).expect("write");
+    run(&["import", "--store", &to, file.to_str().expect("path")]);
+    assert_eq!(run(&["export", "--store", &to]), exported);
+}
+
+/// Polls `GET path` on `app` every millisecond until it answers `status`;
+/// how long that took. Panics after 5 s.
+async fn until_status(app: &crate::helpers::TestApp, path: &str, status: u16) -> Duration {
+    let started = Instant::now();
+    loop {
+        if app.get(path).await.status() == status {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{path} never answered {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// With the in-process cache on, what one instance changes reaches the
+/// other's cache through the invalidation channel: a delete or an edit
+/// within 100 ms, a create of a code the other remembered as unknown at
+/// once; while the channel is down, the other's cache is off, so nothing
+/// stale is served then either.
+#[tokio::test]
+async fn caches_follow_changes_made_through_another_instance() {
+    let bus = ValkeyServer::start();
+    let url = fresh_postgres_db().await;
+    let bus_url = bus.url();
+    let args = [
+        "--store",
+        url.as_str(),
+        "--invalidations-url",
+        bus_url.as_str(),
+        "--cache-negative-ttl-ms",
+        "60000",
+    ];
+    let (a, b) = tokio::join!(spawn_app(&args), spawn_app(&args));
+    let key = a.new_key("k", false).await;
+    let admin = a.new_key("admin", true).await;
+    let stats = async |app: &crate::helpers::TestApp| -> Value {
+        let r = app.api(Method::GET, "/stats", Some(&admin), None).await;
+        r.json().await.expect("stats")
+    };
+    let wait_subscribed = async |app: &crate::helpers::TestApp| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while stats(app).await["invalidations"]["subscribed"] != true {
+            assert!(Instant::now() < deadline, "never subscribed");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    wait_subscribed(&a).await;
+    wait_subscribed(&b).await;
+
+    // B remembers an alias as unknown; A creates it; B resolves it.
+    assert_eq!(b.get("/link/team-page").await.status(), 404);
+    let r = a
+        .api(
+            Method::POST,
+            "/api/v1/links",
+            Some(&key),
+            Some(json!({"url": "https://example.com/v1", "code": "team-page"})),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let seen = until_status(&b, "/link/team-page", 200).await;
+    assert!(
+        seen < Duration::from_millis(100),
+        "create seen after {seen:?}"
+    );
+
+    // B now has it cached; A edits it, B follows.
+    let r = a
+        .api(
+            Method::PATCH,
+            "/api/v1/links/team-page",
+            Some(&key),
+            Some(json!({"url": "https://example.com/v2"})),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let started = Instant::now();
+    loop {
+        let r = b.get("/link/team-page").await;
+        let body: Value = r.json().await.expect("json");
+        if body["link"] == "https://example.com/v2" {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "edit never seen"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let edit = started.elapsed();
+    assert!(
+        edit < Duration::from_millis(100),
+        "edit seen after {edit:?}"
+    );
+
+    // A deletes it, B stops redirecting.
+    assert_eq!(b.get("/team-page").await.status(), 302);
+    let r = a
+        .api(Method::DELETE, "/api/v1/links/team-page", Some(&key), None)
+        .await;
+    assert_eq!(r.status(), 204);
+    let gone = until_status(&b, "/team-page", 404).await;
+    assert!(
+        gone < Duration::from_millis(100),
+        "delete seen after {gone:?}"
+    );
+    eprintln!("seen on the other instance: create {seen:?}, edit {edit:?}, delete {gone:?}");
+
+    // The channel goes down: B's cache turns off, so an edit made through
+    // A while it is down is still seen by B at once.
+    let code = a.create_ok("https://example.com/before").await;
+    assert_eq!(b.get(&format!("/link/{code}")).await.status(), 200);
+    drop(bus);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stats(&b).await["invalidations"]["subscribed"] != false {
+        assert!(
+            Instant::now() < deadline,
+            "the broken channel went unnoticed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = a
+        .api(
+            Method::PATCH,
+            &format!("/api/v1/links/{code}"),
+            Some(&admin),
+            Some(json!({"url": "https://example.com/after"})),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let r = b.get(&format!("/link/{code}")).await;
+    assert_eq!(
+        r.json::<Value>().await.expect("json")["link"],
+        "https://example.com/after"
+    );
+    a.stop().await;
+    b.stop().await;
+}
