@@ -40,6 +40,13 @@ pub struct BenchArgs {
     #[arg(long, env = "LITELINK_BENCH_VALKEY_SERVER")]
     pub valkey_server: Option<PathBuf>,
 
+    /// PostgreSQL server for the `postgres` experiment: a URL of a database
+    /// on it, from which one database per configuration is made
+    /// (`litelink_bench_*`, dropped and made again on every run).
+    #[arg(long, env = "LITELINK_BENCH_POSTGRES",
+          default_value = litelink_bench::DEFAULT_POSTGRES)]
+    pub postgres: String,
+
     /// Run only these experiments.
     #[arg(long, value_delimiter = ',', value_parser = PossibleValuesParser::new(experiment_ids()))]
     pub only: Vec<String>,
@@ -66,6 +73,7 @@ impl BenchArgs {
         }
         o.pin = !self.no_pin;
         o.valkey = self.valkey_server.clone();
+        o.postgres = self.postgres.clone();
         o.only = self.only.clone();
         Ok(o)
     }

@@ -73,7 +73,7 @@ pub struct StressArgs {
     #[arg(long)]
     pub duration: Option<f64>,
 
-    /// Stop after this many measured requests (read and create).
+    /// Stop after this many requests, the warm-up's included (read and create).
     #[arg(long)]
     pub requests: Option<u64>,
 

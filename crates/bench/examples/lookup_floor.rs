@@ -38,7 +38,10 @@ fn main() -> anyhow::Result<()> {
             dbs.push(PathBuf::from(a));
         }
     }
-    anyhow::ensure!(!dbs.is_empty(), "usage: lookup_floor DB [DB...] [--page-size N]");
+    anyhow::ensure!(
+        !dbs.is_empty(),
+        "usage: lookup_floor DB [DB...] [--page-size N]"
+    );
     litelink_bench::process::pin_current_thread(0)?;
     for db in dbs {
         let db = match page_size {

@@ -12,6 +12,9 @@ pub struct Config {
     pub args: Vec<String>,
     /// Needs a Valkey server; skipped (and said so) without one.
     pub needs_valkey: bool,
+    /// Served from a fresh PostgreSQL database (`--store`) instead of a
+    /// SQLite file.
+    pub postgres: bool,
     /// Ratios for this configuration are taken against this one, measured in
     /// the same round with the same workload.
     pub baseline: Option<String>,
@@ -89,6 +92,7 @@ fn config(name: &str, args: &[&str], baseline: Option<&str>) -> Config {
         name: name.to_owned(),
         args: args.iter().map(|s| s.to_string()).collect(),
         needs_valkey: args.contains(&"valkey") || args.contains(&"tiered"),
+        postgres: false,
         baseline: baseline.map(str::to_owned),
         pinned: true,
         exe: None,
@@ -484,7 +488,54 @@ pub fn all(quick: bool) -> Vec<Experiment> {
         },
         ceiling(),
         scale(quick),
+        postgres(quick),
     ]
+}
+
+/// The PostgreSQL store: reads against `/heart-beat` on the same server,
+/// and creates with group commit against one transaction per create.
+fn postgres(quick: bool) -> Experiment {
+    let heart = workload("heart-beat", Scenario::HeartBeat, 50);
+    let mut read = workload("read", Scenario::Read, 50);
+    read.baseline_workload = Some("heart-beat".into());
+    let mut creates = workload("creates, 64 connections", Scenario::Create, 64);
+    creates.requests = Some(if quick { 1_000 } else { 20_000 });
+    let pg = |mut c: Config| {
+        c.postgres = true;
+        c
+    };
+    let mut grouped = pg(config_running(
+        "group commit",
+        &["--cache", "none"],
+        &[&creates],
+    ));
+    grouped.baseline = Some("one transaction per create".into());
+    Experiment {
+        id: "postgres",
+        title: "The PostgreSQL store",
+        question: "How close do reads on the PostgreSQL store come to /heart-beat on the same \
+                   server, through the memory cache and without a cache, and what does group \
+                   commit buy over one transaction per create at 64 connections? litelink \
+                   pinned as always; the PostgreSQL server is the machine's own service, on \
+                   every CPU.",
+        configs: vec![
+            pg(config_running("memory cache", &[], &[&heart, &read])),
+            pg(config_running(
+                "no cache",
+                &["--cache", "none"],
+                &[&heart, &read],
+            )),
+            pg(config_running(
+                "one transaction per create",
+                &["--cache", "none", "--write-batch-max", "1"],
+                &[&creates],
+            )),
+            grouped,
+        ],
+        workloads: vec![heart, read, creates],
+        links: None,
+        reference: None,
+    }
 }
 
 /// Link counts of the `scale` experiment; the first is the baseline.

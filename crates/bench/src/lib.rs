@@ -42,6 +42,8 @@ pub struct BenchOptions {
     pub warmup: Duration,
     pub pin: bool,
     pub valkey: Option<PathBuf>,
+    /// A database URL on the PostgreSQL server of the `postgres` experiment.
+    pub postgres: String,
     /// Experiment ids to run ([`experiment_ids`]); empty runs all.
     pub only: Vec<String>,
 }
@@ -60,6 +62,7 @@ impl BenchOptions {
             warmup: Duration::from_secs_f64(warmup),
             pin: true,
             valkey: None,
+            postgres: DEFAULT_POSTGRES.into(),
             only: Vec::new(),
         }
     }
@@ -349,6 +352,28 @@ pub fn run(opts: &BenchOptions) -> anyhow::Result<PathBuf> {
     Ok(report_path)
 }
 
+/// The PostgreSQL of this machine kind (trust authentication on loopback).
+pub const DEFAULT_POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+/// Makes an empty database `name` on the server of `base` (dropping one of
+/// that name first) and returns its URL.
+async fn fresh_postgres(base: &str, name: &str) -> anyhow::Result<String> {
+    let (client, connection) = tokio_postgres::connect(base, tokio_postgres::NoTls).await?;
+    let task = tokio::spawn(connection);
+    client
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await?;
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await?;
+    drop(client);
+    let _ = task.await;
+    let (server, _) = base
+        .rsplit_once('/')
+        .ok_or_else(|| anyhow::anyhow!("{base} names no database"))?;
+    Ok(format!("{server}/{name}"))
+}
+
 fn links(opts: &BenchOptions) -> u64 {
     if opts.quick { 200 } else { experiments::LINKS }
 }
@@ -382,6 +407,21 @@ fn run_experiment(
                     skipped.push(Skipped {
                         config: config.name.clone(),
                         reason: "no Valkey server available".into(),
+                    });
+                    let runs = exp.workloads.iter().filter(|w| config.runs(w)).count();
+                    progress.skip((runs * opts.rounds) as u64);
+                    continue;
+                }
+            }
+        }
+        if config.postgres {
+            let name = format!("litelink_bench_{}_{i}", exp.id);
+            match runtime.block_on(fresh_postgres(&opts.postgres, &name)) {
+                Ok(url) => args.extend(["--store".into(), url]),
+                Err(e) => {
+                    skipped.push(Skipped {
+                        config: config.name.clone(),
+                        reason: format!("no PostgreSQL database could be made: {e}"),
                     });
                     let runs = exp.workloads.iter().filter(|w| config.runs(w)).count();
                     progress.skip((runs * opts.rounds) as u64);
