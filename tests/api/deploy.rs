@@ -1,0 +1,213 @@
+//! End to end: nginx (Debian's package) round-robin in front of three
+//! litelink processes on one PostgreSQL database, with Valkey carrying
+//! their cache invalidations; the configuration files are docs/deploy/'s.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use litelink_bench::process::ServerProcess;
+use serde_json::Value;
+
+use crate::helpers::fresh_postgres_db;
+use crate::valkey_server::ValkeyServer;
+
+const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/deploy");
+
+fn nginx_binary() -> PathBuf {
+    std::env::var_os("LITELINK_TEST_NGINX")
+        .map(PathBuf::from)
+        .or_else(|| {
+            ["/usr/sbin/nginx", "/usr/bin/nginx"]
+                .iter()
+                .map(PathBuf::from)
+                .find(|p| p.exists())
+        })
+        .expect("no nginx: run the tests through scripts/test, which installs Debian's nginx")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// nginx with docs/deploy/nginx.conf, its ports swapped for ours.
+struct Nginx {
+    child: Child,
+    url: String,
+}
+
+impl Nginx {
+    fn start(dir: &Path, upstreams: &[String]) -> Self {
+        let port = free_port();
+        let mut conf = std::fs::read_to_string(format!("{DEPLOY}/nginx.conf")).expect("nginx.conf");
+        conf = conf.replace(
+            "listen 127.0.0.1:8080;",
+            &format!("listen 127.0.0.1:{port};"),
+        );
+        for (i, up) in upstreams.iter().enumerate() {
+            let from = format!("server 127.0.0.1:{} ", 8081 + i);
+            assert!(conf.contains(&from), "nginx.conf names {from}");
+            conf = conf.replace(
+                &from,
+                &format!("server {} ", up.trim_start_matches("http://")),
+            );
+        }
+        std::fs::write(dir.join("nginx.conf"), conf).expect("write");
+        let mut globals = format!(
+            "daemon off; pid {0}/nginx.pid; error_log {0}/error.log;",
+            dir.display()
+        );
+        // As root, nginx's workers would become `nobody`, who cannot use
+        // this directory.
+        if unsafe { libc::geteuid() } == 0 {
+            globals.push_str(" user root;");
+        }
+        let child = Command::new(nginx_binary())
+            .arg("-p")
+            .arg(dir)
+            .arg("-c")
+            .arg(dir.join("nginx.conf"))
+            .args(["-g", &globals])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("nginx");
+        let url = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "nginx did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self { child, url }
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One litelink instance with docs/deploy/litelink-node.env, its store and
+/// bus swapped for the test's.
+fn instance(dir: &Path, i: usize, store: &str, bus: &str) -> ServerProcess {
+    let env_file = std::fs::read_to_string(format!("{DEPLOY}/litelink-node.env")).expect("env");
+    let mut env: Vec<(String, String)> = env_file
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains('='))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    for (k, v) in &mut env {
+        match k.as_str() {
+            "LITELINK_STORE" => *v = store.to_owned(),
+            "LITELINK_INVALIDATIONS_URL" => *v = bus.to_owned(),
+            "LITELINK_PUBLIC_URL" => *v = "http://127.0.0.1".into(),
+            _ => {}
+        }
+    }
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    ServerProcess::start_with_env(
+        Path::new(env!("CARGO_BIN_EXE_litelink")),
+        &dir.join(format!("unused-{i}.db")),
+        &[],
+        &env,
+        None,
+    )
+    .expect("litelink instance")
+}
+
+/// `litelink stress ARGS --json` against `url`, as a child process.
+fn stress(url: &str, args: &[&str]) -> std::thread::JoinHandle<Value> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_litelink"));
+    cmd.args(["stress", "--url", url, "--json", "--threads", "1"])
+        .args(args);
+    std::thread::spawn(move || {
+        let out = cmd.output().expect("stress");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("stress json")
+    })
+}
+
+#[test]
+fn three_instances_behind_nginx_lose_no_read_when_one_is_killed() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let store = runtime.block_on(fresh_postgres_db());
+    let bus = ValkeyServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut nodes: Vec<ServerProcess> = (0..3)
+        .map(|i| instance(dir.path(), i, &store, &bus.url()))
+        .collect();
+    let nginx = Nginx::start(
+        dir.path(),
+        &nodes.iter().map(ServerProcess::url).collect::<Vec<_>>(),
+    );
+
+    // The seed scenario through nginx: every create and read succeeds.
+    let seed = stress(
+        &nginx.url,
+        &[
+            "--scenario",
+            "seed",
+            "--tasks",
+            "60",
+            "--gets-per-task",
+            "20",
+        ],
+    )
+    .join()
+    .expect("seed");
+    assert_eq!(seed["failed"], 0, "{seed}");
+    assert_eq!(seed["successful"], 60 * 21, "{seed}");
+
+    // Reads while one instance is killed: nginx sends the GETs it had in
+    // flight there to the next instance, so none fails.
+    let reads = stress(
+        &nginx.url,
+        &[
+            "--scenario",
+            "read",
+            "--links",
+            "300",
+            "--workers",
+            "16",
+            "--duration",
+            "3",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    nodes[1].kill9();
+    let reads = reads.join().expect("reads");
+    assert_eq!(reads["failed"], 0, "{reads}");
+    assert!(reads["successful"].as_u64() > Some(1000), "{reads}");
+
+    // Creates while another is killed: only those in flight there at the
+    // kill may fail (a POST that reached it is not retried), at most one
+    // per connection; every other is stored.
+    let creates = stress(
+        &nginx.url,
+        &["--scenario", "create", "--workers", "16", "--duration", "3"],
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    nodes[2].kill9();
+    let creates = creates.join().expect("creates");
+    let failed = creates["failed"].as_u64().expect("failed");
+    eprintln!(
+        "through nginx: seed {} requests, 0 failed; reads {} with a kill, 0 failed; creates {} with a kill, {failed} failed",
+        seed["successful"], reads["successful"], creates["successful"]
+    );
+    assert!(
+        failed <= 16,
+        "only creates in flight at the kill fail: {creates}"
+    );
+    assert!(creates["successful"].as_u64() > Some(500), "{creates}");
+    drop(nginx);
+}
