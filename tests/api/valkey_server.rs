@@ -55,3 +55,103 @@ impl DerefMut for ValkeyServer {
         &mut self.0
     }
 }
+
+/// A Valkey Cluster of three primaries, each a private server with its
+/// data and cluster configuration in a directory of its own; slots are
+/// assigned with CLUSTER ADDSLOTSRANGE and the nodes joined with CLUSTER
+/// MEET, as an operator without the cluster CLI would.
+pub struct ValkeyCluster {
+    pub nodes: Vec<ValkeyServer>,
+    _dir: tempfile::TempDir,
+}
+
+impl ValkeyCluster {
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let nodes: Vec<ValkeyServer> = (0..3)
+            .map(|i| {
+                let node_dir = dir.path().join(format!("node{i}"));
+                std::fs::create_dir_all(&node_dir).expect("node dir");
+                ValkeyServer(
+                    ValkeyProcess::start_cluster_node(&binary(), &node_dir)
+                        .expect("start a cluster node"),
+                )
+            })
+            .collect();
+        let slots = [(0, 5460), (5461, 10922), (10923, 16383)];
+        for (node, (from, to)) in nodes.iter().zip(slots) {
+            let mut c = node.connection();
+            redis::cmd("CLUSTER")
+                .arg("ADDSLOTSRANGE")
+                .arg(from)
+                .arg(to)
+                .query::<()>(&mut c)
+                .expect("CLUSTER ADDSLOTSRANGE");
+        }
+        let mut first = nodes[0].connection();
+        for node in &nodes[1..] {
+            // Each node's bus is on a port of its own, not port + 10000.
+            let (_, bus): (String, u16) = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("cluster-port")
+                .query(&mut node.connection())
+                .expect("CONFIG GET cluster-port");
+            redis::cmd("CLUSTER")
+                .arg("MEET")
+                .arg("127.0.0.1")
+                .arg(node.port)
+                .arg(bus)
+                .query::<()>(&mut first)
+                .expect("CLUSTER MEET");
+        }
+        let cluster = Self { nodes, _dir: dir };
+        cluster.wait_ok();
+        cluster
+    }
+
+    /// Waits until every node that runs says the cluster is up.
+    pub fn wait_ok(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let ok = self.nodes.iter().all(|n| {
+                redis::Client::open(n.url())
+                    .and_then(|c| c.get_connection())
+                    .and_then(|mut c| redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut c))
+                    .is_ok_and(|info| {
+                        info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:3")
+                    })
+            });
+            if ok {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the cluster never came up"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// Every node's URL, comma-separated: a `--valkey-url` for a cluster.
+    pub fn urls(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| n.url())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Keys under `prefix` on each node.
+    pub fn keys_per_node(&self, prefix: &str) -> Vec<usize> {
+        self.nodes
+            .iter()
+            .map(|n| {
+                redis::cmd("KEYS")
+                    .arg(format!("{prefix}*"))
+                    .query::<Vec<String>>(&mut n.connection())
+                    .expect("KEYS")
+                    .len()
+            })
+            .collect()
+    }
+}

@@ -276,23 +276,49 @@ pub struct ValkeyProcess {
     /// Where it keeps an append-only file, synced on every write, so that
     /// a restart comes back with the data; `None`: nothing is kept.
     persist: Option<PathBuf>,
+    /// More options for the server (a cluster node's).
+    extra: Vec<String>,
     pub port: u16,
 }
 
 impl ValkeyProcess {
     pub fn start(binary: &Path, cpu: Option<usize>) -> anyhow::Result<Self> {
-        Self::start_in(binary, cpu, None)
+        Self::start_in(binary, cpu, None, Vec::new())
     }
 
     /// A server that keeps its data in `dir` across kills and restarts.
     pub fn start_persistent(binary: &Path, dir: &Path) -> anyhow::Result<Self> {
-        Self::start_in(binary, None, Some(dir.to_path_buf()))
+        Self::start_in(binary, None, Some(dir.to_path_buf()), Vec::new())
+    }
+
+    /// A node of a Valkey Cluster, keeping its data and its cluster
+    /// configuration in `dir` (so that it rejoins after a restart), its
+    /// cluster bus on a free port of its own. Its slots are assigned by
+    /// whoever builds the cluster.
+    pub fn start_cluster_node(binary: &Path, dir: &Path) -> anyhow::Result<Self> {
+        let bus = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let extra = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-port",
+            &bus.to_string(),
+            // Seconds, not the default 15 s, before a dead node fails the
+            // cluster (and a restarted one is taken back).
+            "--cluster-node-timeout",
+            "1000",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        Self::start_in(binary, None, Some(dir.to_path_buf()), extra)
     }
 
     fn start_in(
         binary: &Path,
         cpu: Option<usize>,
         persist: Option<PathBuf>,
+        extra: Vec<String>,
     ) -> anyhow::Result<Self> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let mut me = Self {
@@ -300,6 +326,7 @@ impl ValkeyProcess {
             cpu,
             child: None,
             persist,
+            extra,
             port,
         };
         me.restart()?;
@@ -323,7 +350,7 @@ impl ValkeyProcess {
                 cmd.args(["--appendonly", "no"]);
             }
         }
-        cmd
+        cmd.args(&self.extra)
             // DEBUG SLEEP lets the tests make a slow server.
             .args(["--enable-debug-command", "yes"])
             .stdin(Stdio::null())

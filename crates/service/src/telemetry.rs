@@ -5,8 +5,10 @@ use std::io::IsTerminal;
 use tracing_subscriber::EnvFilter;
 
 /// Default filter of the server: its own events at info, per-request spans
-/// of tower-http only when asked for (they cost on the hot path).
-pub const SERVER_FILTER: &str = "info,tower_http=warn";
+/// of tower-http only when asked for (they cost on the hot path); the
+/// Valkey client's own reconnect warnings off (the cache logs its failures
+/// at a limited rate).
+pub const SERVER_FILTER: &str = "info,tower_http=warn,redis=error";
 
 /// Default filter of the other commands, whose output is their own.
 pub const TOOL_FILTER: &str = "warn";

@@ -5,6 +5,10 @@
 //! costs a request at most one timeout and usually nothing: the lookup falls
 //! through to SQLite. redis-rs's `ConnectionManager` reconnects in the
 //! background, so hits come back by themselves when Valkey does.
+//!
+//! A Valkey Cluster works too (`--valkey-url` naming several nodes, or
+//! `--valkey-cluster`): redis-rs's cluster client sends each key to the
+//! primary that holds its slot, and a DEL of keys in several slots to each.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use redis::AsyncCommands;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use serde::Serialize;
 
 use super::{CacheMode, CacheStats, LinkCache, Lookup};
@@ -39,7 +45,10 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone)]
 pub struct ValkeySettings {
+    /// One server, or nodes of a cluster separated by commas.
     pub url: String,
+    /// A cluster even when `url` names one node (a seed of the cluster).
+    pub cluster: bool,
     /// Prefix of every key litelink writes.
     pub prefix: String,
     /// Expiry of cached links; `None` keeps them until evicted.
@@ -52,6 +61,7 @@ impl Default for ValkeySettings {
     fn default() -> Self {
         Self {
             url: "redis://127.0.0.1:6379".into(),
+            cluster: false,
             prefix: "litelink:".into(),
             ttl: Some(Duration::from_secs(86_400)),
             timeout: Duration::from_millis(50),
@@ -62,8 +72,9 @@ impl Default for ValkeySettings {
 /// `/stats` of the Valkey tier.
 #[derive(Debug, Clone, Serialize)]
 pub struct ValkeyStats {
-    /// The server's URL without its password.
+    /// The server's URL (or the cluster's nodes) without its password.
     pub url: String,
+    pub cluster: bool,
     pub hits: u64,
     pub negative_hits: u64,
     pub misses: u64,
@@ -85,8 +96,126 @@ struct Pending {
     drop_all: bool,
 }
 
+/// One server through a connection manager, or a cluster through the
+/// cluster client; either takes any command.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+impl Conn {
+    /// Deletes every key matching `pattern`: SCAN on the server, or on
+    /// each primary of the cluster (a SCAN cursor belongs to one node).
+    async fn delete_matching(self, pattern: String) -> redis::RedisResult<()> {
+        match self {
+            Conn::Single(_) => scan_delete(self, None, &pattern).await,
+            Conn::Cluster(ref c) => {
+                let mut c = c.clone();
+                let nodes: String = redis::cmd("CLUSTER")
+                    .arg("NODES")
+                    .query_async(&mut c)
+                    .await?;
+                for (host, port) in cluster_primaries(&nodes) {
+                    scan_delete(Conn::Cluster(c.clone()), Some((host, port)), &pattern).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The primaries of `CLUSTER NODES`' answer, as (host, port).
+fn cluster_primaries(nodes: &str) -> Vec<(String, u16)> {
+    nodes
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let address = fields.nth(1)?;
+            let flags = fields.next()?;
+            if !flags.split(',').any(|f| f == "master") || flags.contains("fail") {
+                return None;
+            }
+            // ip:port@cport[,hostname]
+            let hostport = address.split('@').next()?;
+            let (host, port) = hostport.rsplit_once(':')?;
+            Some((host.to_owned(), port.parse().ok()?))
+        })
+        .collect()
+}
+
+/// SCAN + DEL over one node: the connection's only server (`node`
+/// `None`), or the cluster's node at `node`.
+async fn scan_delete(
+    mut c: Conn,
+    node: Option<(String, u16)>,
+    pattern: &str,
+) -> redis::RedisResult<()> {
+    let mut cursor: u64 = 0;
+    loop {
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000);
+        let (next, keys): (u64, Vec<String>) = match (&mut c, &node) {
+            (Conn::Cluster(cluster), Some((host, port))) => {
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
+                });
+                redis::from_redis_value(cluster.route_command(scan, routing).await?)?
+            }
+            _ => scan.query_async(&mut c).await?,
+        };
+        if !keys.is_empty() {
+            // The cluster client splits a DEL by slot.
+            redis::cmd("DEL")
+                .arg(keys)
+                .query_async::<()>(&mut c)
+                .await?;
+        }
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
+    }
+}
+
 pub struct ValkeyCache {
-    conn: ConnectionManager,
+    conn: Conn,
     config: ValkeySettings,
     /// Expiry of "no such code" entries; zero disables them.
     negative_ttl: Duration,
@@ -136,18 +265,36 @@ impl ValkeyCache {
     /// Connects lazily: litelink starts, and serves from SQLite, even when
     /// Valkey is not up yet.
     pub fn new(config: ValkeySettings, negative_ttl: Duration) -> Result<Self, ValkeyError> {
-        let client =
-            redis::Client::open(config.url.as_str()).map_err(|source| ValkeyError::Url {
-                url: config.url.clone(),
-                source,
-            })?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.timeout.max(Duration::from_millis(200))))
-            .set_response_timeout(Some(config.timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_secs(1));
-        let conn = ConnectionManager::new_lazy_with_config(client, manager_config)
-            .map_err(ValkeyError::Manager)?;
+        let nodes = config.nodes();
+        let connect_timeout = config.timeout.max(Duration::from_millis(200));
+        let url_error = |source| ValkeyError::Url {
+            url: redact(&config.url),
+            source,
+        };
+        let conn = if config.is_cluster() {
+            let client = redis::cluster::ClusterClient::builder(nodes)
+                .connection_timeout(connect_timeout)
+                .response_timeout(config.timeout)
+                .retries(2)
+                .build()
+                .map_err(url_error)?;
+            let cluster_config = redis::cluster::ClusterConfig::new()
+                .set_connection_timeout(connect_timeout)
+                .set_response_timeout(config.timeout);
+            // Connects in the background, as the manager below does.
+            Conn::Cluster(client.get_pending_async_connection_with_config(cluster_config))
+        } else {
+            let client = redis::Client::open(config.url.as_str()).map_err(url_error)?;
+            let manager_config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(connect_timeout))
+                .set_response_timeout(Some(config.timeout))
+                .set_number_of_retries(2)
+                .set_max_delay(Duration::from_secs(1));
+            Conn::Single(
+                ConnectionManager::new_lazy_with_config(client, manager_config)
+                    .map_err(ValkeyError::Manager)?,
+            )
+        };
         Ok(Self {
             conn,
             config,
@@ -191,26 +338,7 @@ impl ValkeyCache {
         if drop_all {
             let pattern = format!("{}*", self.config.prefix);
             let dropped = self
-                .call_within("SCAN+DEL", DROP_ALL_TIMEOUT, |mut c| async move {
-                    let mut cursor: u64 = 0;
-                    loop {
-                        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                            .arg(cursor)
-                            .arg("MATCH")
-                            .arg(&pattern)
-                            .arg("COUNT")
-                            .arg(1000)
-                            .query_async(&mut c)
-                            .await?;
-                        if !keys.is_empty() {
-                            c.del::<_, ()>(keys).await?;
-                        }
-                        if next == 0 {
-                            return Ok(());
-                        }
-                        cursor = next;
-                    }
-                })
+                .call_within("SCAN+DEL", DROP_ALL_TIMEOUT, |c| c.delete_matching(pattern))
                 .await;
             if dropped.is_none() {
                 return false;
@@ -252,11 +380,7 @@ impl ValkeyCache {
 
     /// Runs one command under the timeout and the circuit breaker. `None`
     /// means the tier could not answer; the failure is counted and logged.
-    async fn call<T, F>(
-        &self,
-        what: &'static str,
-        f: impl FnOnce(ConnectionManager) -> F,
-    ) -> Option<T>
+    async fn call<T, F>(&self, what: &'static str, f: impl FnOnce(Conn) -> F) -> Option<T>
     where
         F: Future<Output = redis::RedisResult<T>>,
     {
@@ -267,7 +391,7 @@ impl ValkeyCache {
         &self,
         what: &'static str,
         timeout: Duration,
-        f: impl FnOnce(ConnectionManager) -> F,
+        f: impl FnOnce(Conn) -> F,
     ) -> Option<T>
     where
         F: Future<Output = redis::RedisResult<T>>,
@@ -341,6 +465,7 @@ impl ValkeyCache {
         let c = &self.counters;
         ValkeyStats {
             url: redact(&self.config.url),
+            cluster: self.config.is_cluster(),
             hits: c.hits.load(Ordering::Relaxed),
             negative_hits: c.negative_hits.load(Ordering::Relaxed),
             misses: c.misses.load(Ordering::Relaxed),
@@ -397,14 +522,35 @@ fn decode(value: &str) -> Option<Resolved> {
     })
 }
 
-/// Drops a password from `redis://user:pass@host` for display.
-fn redact(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
-        }
-        _ => url.to_owned(),
+/// Drops the password from each of `redis://user:pass@host[,...]` for
+/// display.
+fn redact(urls: &str) -> String {
+    urls.split(',')
+        .map(|url| match url::Url::parse(url.trim()) {
+            Ok(mut u) if u.password().is_some() => {
+                let _ = u.set_password(Some("***"));
+                u.to_string()
+            }
+            _ => url.trim().to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl ValkeySettings {
+    /// The URLs `url` names.
+    pub fn nodes(&self) -> Vec<String> {
+        self.url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// A cluster: asked for, or several nodes named.
+    pub fn is_cluster(&self) -> bool {
+        self.cluster || self.nodes().len() > 1
     }
 }
 
