@@ -235,6 +235,14 @@ pub struct StorageArgs {
           value_parser = clap::value_parser!(u64).range(0..=2048))]
     pub sqlite_mmap_mib: u64,
 
+    /// A streaming replica of the `--store` database: lookups and listings
+    /// read it, except a code changed (here, or by an instance that said
+    /// so over `--invalidations-url`) that it has not replayed yet, which
+    /// is read from the primary.
+    #[arg(long, env = "LITELINK_POSTGRES_READ_URL", value_parser = postgres_url,
+          requires = "store")]
+    pub postgres_read_url: Option<String>,
+
     /// Length of generated codes (characters of [A-Za-z0-9]).
     #[arg(long, env = "LITELINK_CODE_LENGTH", default_value_t = d().codes.length as u8,
           value_parser = clap::value_parser!(u8).range(MIN_GENERATED_LEN as i64..=MAX_GENERATED_LEN as i64))]
@@ -258,9 +266,16 @@ pub struct CacheArgs {
           default_value_t = d().cache.negative_ttl.as_millis() as u64)]
     pub cache_negative_ttl_ms: u64,
 
-    /// Valkey (or Redis) server for `--cache valkey|tiered`.
+    /// Valkey (or Redis) server for `--cache valkey|tiered`; several
+    /// `redis://` URLs separated by commas are the nodes of a Valkey
+    /// Cluster.
     #[arg(long, env = "LITELINK_VALKEY_URL", default_value_t = d().cache.valkey.url)]
     pub valkey_url: String,
+
+    /// `--valkey-url` names a node of a Valkey Cluster (the others are
+    /// found from it); implied when it names several.
+    #[arg(long, env = "LITELINK_VALKEY_CLUSTER")]
+    pub valkey_cluster: bool,
 
     /// Prefix of every key litelink writes to Valkey (and of the
     /// invalidation channel's name).
@@ -272,6 +287,14 @@ pub struct CacheArgs {
     /// (README, "Two stores"); unset: this instance is alone on its store.
     #[arg(long, env = "LITELINK_INVALIDATIONS_URL")]
     pub invalidations_url: Option<String>,
+
+    /// Milliseconds an in-process cache entry is served after it was
+    /// cached while the invalidation channel is down, so that another
+    /// instance's change is seen within this (0: the in-process cache is
+    /// off meanwhile). Back up, the cache starts empty.
+    #[arg(long, env = "LITELINK_INVALIDATIONS_DOWN_TTL_MS",
+          default_value_t = d().cache.unheard_ttl.as_millis() as u64)]
+    pub invalidations_down_ttl_ms: u64,
 
     /// Seconds a link stays in Valkey (0: until Valkey evicts it).
     #[arg(long, env = "LITELINK_VALKEY_TTL",
@@ -423,6 +446,7 @@ impl ServeArgs {
         if let Some(pg) = &mut s.store.postgres {
             pg.batch_max = sqlite.batch_max;
             pg.write_queue = sqlite.write_queue;
+            pg.read_url = storage.postgres_read_url.clone();
         }
         let sqlite = &mut s.store.sqlite;
         sqlite.busy_timeout = Duration::from_millis(storage.sqlite_busy_timeout_ms);
@@ -436,8 +460,10 @@ impl ServeArgs {
         s.cache.capacity = cache.cache_capacity;
         s.cache.negative_ttl = Duration::from_millis(cache.cache_negative_ttl_ms);
         s.cache.valkey.url = cache.valkey_url.clone();
+        s.cache.valkey.cluster = cache.valkey_cluster;
         s.cache.valkey.prefix = cache.valkey_prefix.clone();
         s.invalidations.url = cache.invalidations_url.clone();
+        s.cache.unheard_ttl = Duration::from_millis(cache.invalidations_down_ttl_ms);
         s.invalidations.channel = format!("{}invalidations", cache.valkey_prefix);
         s.cache.valkey.ttl = (cache.valkey_ttl > 0).then(|| Duration::from_secs(cache.valkey_ttl));
         s.cache.valkey.timeout = Duration::from_millis(cache.valkey_timeout_ms.max(1));

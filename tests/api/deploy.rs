@@ -1,6 +1,7 @@
 //! End to end: nginx (Debian's package) round-robin in front of three
-//! litelink processes on one PostgreSQL database, with Valkey carrying
-//! their cache invalidations; the configuration files are docs/deploy/'s.
+//! litelink processes on one PostgreSQL database and its streaming replica,
+//! with Valkey carrying their cache invalidations; the configuration files
+//! are docs/deploy/'s.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 use litelink_bench::process::ServerProcess;
 use serde_json::Value;
 
-use crate::helpers::fresh_postgres_db;
+use crate::helpers::fresh_replicated_db;
 use crate::valkey_server::ValkeyServer;
 
 const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/deploy");
@@ -92,9 +93,9 @@ impl Drop for Nginx {
     }
 }
 
-/// One litelink instance with docs/deploy/litelink-node.env, its store and
-/// bus swapped for the test's.
-fn instance(dir: &Path, i: usize, store: &str, bus: &str) -> ServerProcess {
+/// One litelink instance with docs/deploy/litelink-node.env, its store,
+/// replica and bus swapped for the test's.
+fn instance(dir: &Path, i: usize, (store, replica): &(String, String), bus: &str) -> ServerProcess {
     let env_file = std::fs::read_to_string(format!("{DEPLOY}/litelink-node.env")).expect("env");
     let mut env: Vec<(String, String)> = env_file
         .lines()
@@ -105,6 +106,7 @@ fn instance(dir: &Path, i: usize, store: &str, bus: &str) -> ServerProcess {
     for (k, v) in &mut env {
         match k.as_str() {
             "LITELINK_STORE" => *v = store.to_owned(),
+            "LITELINK_POSTGRES_READ_URL" => *v = replica.to_owned(),
             "LITELINK_INVALIDATIONS_URL" => *v = bus.to_owned(),
             "LITELINK_PUBLIC_URL" => *v = "http://127.0.0.1".into(),
             _ => {}
@@ -140,7 +142,8 @@ fn stress(url: &str, args: &[&str]) -> std::thread::JoinHandle<Value> {
 #[test]
 fn three_instances_behind_nginx_lose_no_read_when_one_is_killed() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let store = runtime.block_on(fresh_postgres_db());
+    let _replay = runtime.block_on(crate::replica::REPLAY.read());
+    let store = runtime.block_on(fresh_replicated_db());
     let bus = ValkeyServer::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let mut nodes: Vec<ServerProcess> = (0..3)
@@ -209,5 +212,12 @@ fn three_instances_behind_nginx_lose_no_read_when_one_is_killed() {
         "only creates in flight at the kill fail: {creates}"
     );
     assert!(creates["successful"].as_u64() > Some(500), "{creates}");
+    // The survivor read its links from the replica.
+    let stats = nodes[0].stats().expect("stats");
+    assert!(
+        stats["replica"]["reads"].as_u64() > Some(0),
+        "{}",
+        stats["replica"]
+    );
     drop(nginx);
 }

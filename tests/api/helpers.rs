@@ -213,23 +213,27 @@ impl TestApp {
             let mut first = self.admin.lock().unwrap_or_else(|e| e.into_inner());
             first.get_or_insert_with(|| key.clone());
         }
+        self.wait_for_key(&key).await;
+        key
+    }
+
+    /// Waits until this server accepts `key` (servers read the keys of
+    /// their store again every second).
+    pub async fn wait_for_key(&self, key: &str) {
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         loop {
             let r = self
                 .api(
                     reqwest::Method::GET,
                     "/api/v1/links?limit=1",
-                    Some(&key),
+                    Some(key),
                     None,
                 )
                 .await;
             if r.status() == 200 {
-                return key;
+                return;
             }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "key {name} never accepted"
-            );
+            assert!(std::time::Instant::now() < deadline, "key never accepted");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -503,4 +507,120 @@ macro_rules! on_both_stores {
             }
         }
     };
+}
+
+/// The private primary and its streaming replica that scripts/test makes
+/// (`scripts/provision-replica`).
+pub fn replica_pair() -> (String, String) {
+    let var = |name: &str| {
+        std::env::var(name).unwrap_or_else(|_| {
+            panic!("{name} is not set: run the tests through scripts/test, which makes a primary and a replica")
+        })
+    };
+    (
+        var("LITELINK_TEST_PG_PRIMARY"),
+        var("LITELINK_TEST_PG_REPLICA"),
+    )
+}
+
+/// A fresh database on the private primary, once its replica has it too:
+/// its URL on each.
+pub async fn fresh_replicated_db() -> (String, String) {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let (primary, replica) = replica_pair();
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("litelink_repl_{}_{n}", std::process::id());
+    let (client, connection) = tokio_postgres::connect(&primary, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("the test primary at {primary}: {e}"));
+    let task = tokio::spawn(connection);
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .expect("create the database");
+    drop(client);
+    let _ = task.await;
+    let on = |url: &str| match url.rsplit_once('/') {
+        Some((server, _)) => format!("{server}/{name}"),
+        None => panic!("no database part in {url}"),
+    };
+    let (primary_db, replica_db) = (on(&primary), on(&replica));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while tokio_postgres::connect(&replica_db, tokio_postgres::NoTls)
+        .await
+        .is_err()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name} never reached the replica"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (primary_db, replica_db)
+}
+
+/// A TCP relay from a free local port to `to`, which can be cut (every
+/// connection closed, nothing accepted) and restored on the same port:
+/// a network outage between litelink and a server.
+pub struct Relay {
+    pub port: u16,
+    to: SocketAddr,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Relay {
+    pub async fn start(to: SocketAddr) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let mut relay = Self {
+            port,
+            to,
+            task: None,
+        };
+        relay.task = Some(tokio::spawn(Self::serve(listener, to)));
+        relay
+    }
+
+    async fn serve(listener: tokio::net::TcpListener, to: SocketAddr) {
+        let mut tasks = tokio::task::JoinSet::new();
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            tasks.spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(to).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    }
+
+    /// Closes every relayed connection and stops accepting.
+    pub fn cut(&mut self) {
+        if let Some(task) = self.task.take() {
+            // Dropping the JoinSet with the task aborts every connection.
+            task.abort();
+        }
+    }
+
+    /// Accepts again, on the same port.
+    pub async fn restore(&mut self) {
+        self.cut();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let listener = loop {
+            match tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await {
+                Ok(l) => break l,
+                Err(e) => {
+                    assert!(std::time::Instant::now() < deadline, "rebind: {e}");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        };
+        self.task = Some(tokio::spawn(Self::serve(listener, self.to)));
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.cut();
+    }
 }

@@ -5,6 +5,7 @@ mod helpers;
 
 mod api;
 mod cache;
+mod cluster;
 mod connections;
 mod deploy;
 mod disks;
@@ -17,6 +18,7 @@ mod operations;
 mod postgres;
 mod process;
 mod promises;
+mod replica;
 mod snapshots;
 mod stress;
 mod valkey_server;

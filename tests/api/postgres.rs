@@ -29,6 +29,8 @@ async fn instances_on_one_database_share_their_links_and_their_codes() {
     // One key store: a key made through one instance's database works on
     // all, and an alias taken on one is taken on the others.
     let key = a.new_key("shared", false).await;
+    b.wait_for_key(&key).await;
+    c.wait_for_key(&key).await;
     let body = json!({"url": "https://example.com/sale", "code": "shared-sale"});
     let r = b
         .api(
@@ -138,11 +140,11 @@ async fn until_status(app: &crate::helpers::TestApp, path: &str, status: u16) ->
 /// With the in-process cache on, what one instance changes reaches the
 /// other's cache through the invalidation channel: a delete or an edit
 /// within 100 ms, a create of a code the other remembered as unknown at
-/// once; while the channel is down, the other's cache is off, so nothing
-/// stale is served then either.
+/// once; while the channel is down, the other's cache serves an entry
+/// only for its short down TTL, and starts empty when the channel is back.
 #[tokio::test]
 async fn caches_follow_changes_made_through_another_instance() {
-    let bus = ValkeyServer::start();
+    let mut bus = ValkeyServer::start();
     let url = fresh_postgres_db().await;
     let bus_url = bus.url();
     let args = [
@@ -152,8 +154,13 @@ async fn caches_follow_changes_made_through_another_instance() {
         bus_url.as_str(),
         "--cache-negative-ttl-ms",
         "60000",
+        "--invalidations-down-ttl-ms",
+        "500",
     ];
-    let (a, b) = tokio::join!(spawn_app(&args), spawn_app(&args));
+    let mut c_args = args.to_vec();
+    let last = c_args.len() - 1;
+    c_args[last] = "0";
+    let (a, b, c) = tokio::join!(spawn_app(&args), spawn_app(&args), spawn_app(&c_args));
     let key = a.new_key("k", false).await;
     let admin = a.new_key("admin", true).await;
     let stats = async |app: &crate::helpers::TestApp| -> Value {
@@ -169,6 +176,7 @@ async fn caches_follow_changes_made_through_another_instance() {
     };
     wait_subscribed(&a).await;
     wait_subscribed(&b).await;
+    wait_subscribed(&c).await;
 
     // B remembers an alias as unknown; A creates it; B resolves it.
     assert_eq!(b.get("/link/team-page").await.status(), 404);
@@ -229,19 +237,27 @@ async fn caches_follow_changes_made_through_another_instance() {
     );
     eprintln!("seen on the other instance: create {seen:?}, edit {edit:?}, delete {gone:?}");
 
-    // The channel goes down: B's cache turns off, so an edit made through
-    // A while it is down is still seen by B at once.
+    // The channel goes down: B serves what it cached for at most its
+    // down TTL (500 ms here), C (TTL 0) nothing, so an edit made through
+    // A meanwhile is seen by B within the TTL and by C at once.
     let code = a.create_ok("https://example.com/before").await;
-    assert_eq!(b.get(&format!("/link/{code}")).await.status(), 200);
-    drop(bus);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while stats(&b).await["invalidations"]["subscribed"] != false {
-        assert!(
-            Instant::now() < deadline,
-            "the broken channel went unnoticed"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    bus.kill();
+    for app in [&b, &c] {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while stats(app).await["invalidations"]["subscribed"] != false {
+            assert!(
+                Instant::now() < deadline,
+                "the broken channel went unnoticed"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
+    let link_on = async |app: &crate::helpers::TestApp| -> Value {
+        let r = app.get(&format!("/link/{code}")).await;
+        r.json::<Value>().await.expect("json")["link"].clone()
+    };
+    assert_eq!(link_on(&b).await, "https://example.com/before");
+    let cached = Instant::now();
     let r = a
         .api(
             Method::PATCH,
@@ -251,11 +267,50 @@ async fn caches_follow_changes_made_through_another_instance() {
         )
         .await;
     assert_eq!(r.status(), 200);
-    let r = b.get(&format!("/link/{code}")).await;
-    assert_eq!(
-        r.json::<Value>().await.expect("json")["link"],
-        "https://example.com/after"
-    );
+    assert_eq!(link_on(&c).await, "https://example.com/after");
+    loop {
+        let asked_at = cached.elapsed();
+        if link_on(&b).await == "https://example.com/after" {
+            break;
+        }
+        assert!(
+            asked_at < Duration::from_millis(500),
+            "B served the old target past its down TTL"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let stale_for = cached.elapsed();
+    for _ in 0..20 {
+        assert_eq!(link_on(&b).await, "https://example.com/after");
+    }
+    eprintln!("with the channel down, the edit was seen by B after {stale_for:?}");
+
+    // The channel comes back: B starts empty, and hears changes again.
+    bus.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stats(&b).await["invalidations"]["subscribed"] != true {
+        assert!(Instant::now() < deadline, "never subscribed again");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(link_on(&b).await, "https://example.com/after");
+    let r = a
+        .api(
+            Method::PATCH,
+            &format!("/api/v1/links/{code}"),
+            Some(&admin),
+            Some(json!({"url": "https://example.com/again"})),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let started = Instant::now();
+    while link_on(&b).await != "https://example.com/again" {
+        assert!(
+            started.elapsed() < Duration::from_millis(100),
+            "B did not hear the edit after the outage"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    c.stop().await;
     a.stop().await;
     b.stop().await;
 }

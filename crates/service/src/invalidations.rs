@@ -7,8 +7,10 @@
 //! the others within the time a message takes (under a millisecond on one
 //! network; docs/benchmarks.md), and a code created on one is no longer
 //! remembered as unknown on the others. While the subscription is down,
-//! the in-process tier is off (every read goes to the shared tier or the
-//! store) and starts empty when it comes back: no change can be missed.
+//! the in-process tier serves an entry only for a short TTL after it was
+//! cached (`--invalidations-down-ttl-ms`, 1 s; 0: the tier is off), so a
+//! change made elsewhere is seen within it, and it starts empty when the
+//! subscription comes back: nothing missed is served afterwards.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,6 +22,7 @@ use serde::Serialize;
 
 use crate::cache::LinkCache;
 use crate::domain::ShortCode;
+use crate::store::LinkStore;
 use crate::telemetry::Throttle;
 
 /// Where invalidations travel (`--invalidations-url`).
@@ -59,9 +62,39 @@ struct Counters {
 /// Invalidations still to be published after a failure.
 #[derive(Debug, Default)]
 struct Pending {
+    /// Whole messages, oldest first.
     codes: Vec<String>,
     /// Too many piled up: publish [`FORGET_ALL`] instead.
     all: bool,
+    /// The newest position among them, for that message.
+    newest: Option<u64>,
+}
+
+impl Pending {
+    fn forget_all_message(&self) -> String {
+        message(FORGET_ALL, self.newest)
+    }
+}
+
+/// A message: what changed, and where in the database's history.
+fn message(code: &str, position: Option<u64>) -> String {
+    match position {
+        Some(at) => format!("{code} {at}"),
+        None => code.to_owned(),
+    }
+}
+
+/// A message's code (or [`FORGET_ALL`]) and position; `None` when it is
+/// neither (another program's message on the channel).
+fn parse(payload: &str) -> Option<(Option<ShortCode>, Option<u64>)> {
+    let (what, position) = match payload.split_once(' ') {
+        Some((what, at)) => (what, Some(at.parse().ok()?)),
+        None => (payload, None),
+    };
+    if what == FORGET_ALL {
+        return Some((None, position));
+    }
+    Some((Some(ShortCode::parse(what).ok()?), position))
 }
 
 /// `/stats` of the invalidation channel.
@@ -87,11 +120,13 @@ pub struct Invalidations {
 
 impl Invalidations {
     /// Connects the publisher and starts the subscriber, which keeps
-    /// `cache`'s in-process tier off until it is subscribed.
+    /// `cache`'s in-process tier off (and `store`'s replica unread) until
+    /// it is subscribed.
     pub async fn start(
         url: &str,
         channel: String,
         cache: Arc<dyn LinkCache>,
+        store: Arc<dyn LinkStore>,
     ) -> Result<Self, redis::RedisError> {
         let client = redis::Client::open(url)?;
         let config = ConnectionManagerConfig::new()
@@ -100,10 +135,12 @@ impl Invalidations {
         let publisher = ConnectionManager::new_with_config(client.clone(), config).await?;
         let counters = Arc::new(Counters::default());
         cache.set_local(false);
+        store.hearing_others(false);
         let subscriber = tokio::spawn(subscribe(
             client,
             channel.clone(),
             cache,
+            store,
             Arc::clone(&counters),
         ));
         let retrier = tokio::spawn(retry(
@@ -120,20 +157,22 @@ impl Invalidations {
         })
     }
 
-    /// Tells every instance that `code` changed. A failure is counted,
-    /// logged (at a limited rate) and retried every 100 ms until Valkey
-    /// takes it; meanwhile another instance may serve the old version
-    /// from its in-process tier.
-    pub async fn publish(&self, code: &ShortCode) {
-        if let Err(why) = send(&self.publisher, &self.channel, code.as_str()).await {
+    /// Tells every instance that `code` changed at `position`. A failure
+    /// is counted, logged (at a limited rate) and retried every 100 ms
+    /// until Valkey takes it; meanwhile another instance may serve the old
+    /// version from its in-process tier.
+    pub async fn publish(&self, code: &ShortCode, position: Option<u64>) {
+        let message = message(code.as_str(), position);
+        if let Err(why) = send(&self.publisher, &self.channel, &message).await {
             self.counters.failed(&why);
             let mut pending = self
                 .counters
                 .pending
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
+            pending.newest = pending.newest.max(position);
             if pending.codes.len() < MAX_PENDING {
-                pending.codes.push(code.to_string());
+                pending.codes.push(message);
             } else {
                 pending.codes.clear();
                 pending.all = true;
@@ -195,12 +234,17 @@ async fn send(publisher: &ConnectionManager, channel: &str, message: &str) -> Re
 async fn retry(publisher: ConnectionManager, channel: String, counters: Arc<Counters>) {
     loop {
         tokio::time::sleep(RETRY_EVERY).await;
-        let (codes, all) = {
+        let (codes, all, everything) = {
             let mut p = counters.pending.lock().unwrap_or_else(|e| e.into_inner());
-            (std::mem::take(&mut p.codes), std::mem::take(&mut p.all))
+            let everything = p.forget_all_message();
+            (
+                std::mem::take(&mut p.codes),
+                std::mem::take(&mut p.all),
+                everything,
+            )
         };
         let messages: Vec<&str> = if all {
-            vec![FORGET_ALL]
+            vec![everything.as_str()]
         } else {
             codes.iter().map(String::as_str).collect()
         };
@@ -230,6 +274,7 @@ async fn subscribe(
     client: redis::Client,
     channel: String,
     cache: Arc<dyn LinkCache>,
+    store: Arc<dyn LinkStore>,
     counters: Arc<Counters>,
 ) {
     loop {
@@ -237,6 +282,7 @@ async fn subscribe(
             Ok(mut pubsub) => {
                 if pubsub.subscribe(&channel).await.is_ok() {
                     // From here on nothing can be missed: start empty.
+                    store.hearing_others(true);
                     cache.set_local(true);
                     counters.subscribed.store(true, Ordering::Relaxed);
                     let mut messages = pubsub.on_message();
@@ -245,18 +291,28 @@ async fn subscribe(
                         let Ok(payload) = msg.get_payload::<String>() else {
                             continue;
                         };
-                        if payload == FORGET_ALL {
-                            cache.set_local(false);
-                            cache.set_local(true);
-                        } else if let Ok(code) = ShortCode::parse(&payload) {
-                            cache.forget_local(&code);
+                        // The store first: a lookup after the cache has
+                        // forgotten must not read a replica behind it.
+                        match parse(&payload) {
+                            Some((None, position)) => {
+                                store.changed_elsewhere(None, position);
+                                cache.set_local(false);
+                                cache.set_local(true);
+                            }
+                            Some((Some(code), position)) => {
+                                store.changed_elsewhere(Some(&code), position);
+                                cache.forget_local(&code);
+                            }
+                            None => {}
                         }
                     }
                     cache.set_local(false);
+                    store.hearing_others(false);
                     counters.subscribed.store(false, Ordering::Relaxed);
                     counters.resubscribed.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(
-                        "the invalidation channel broke: the in-process cache is off until it is back"
+                        "the invalidation channel broke: the in-process cache serves entries only for \
+                         --invalidations-down-ttl-ms until it is back"
                     );
                 }
             }
@@ -265,5 +321,27 @@ async fn subscribe(
             }
         }
         tokio::time::sleep(RESUBSCRIBE_EVERY).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_carry_a_code_and_maybe_a_position() {
+        let code = ShortCode::parse("abc123").expect("code");
+        for position in [None, Some(0), Some(123_456_789)] {
+            assert_eq!(
+                parse(&message(code.as_str(), position)),
+                Some((Some(code.clone()), position))
+            );
+            assert_eq!(
+                parse(&message(FORGET_ALL, position)),
+                Some((None, position))
+            );
+        }
+        assert_eq!(parse("abc123 notanumber"), None);
+        assert_eq!(parse("not a code"), None);
     }
 }

@@ -107,9 +107,10 @@ impl Links {
         if let Some(reason) = self.inner.store.unwritable() {
             return Readiness::Unavailable(reason);
         }
-        match self.inner.cache.check().await {
-            Ok(()) => Readiness::Ready,
-            Err(reason) => Readiness::Degraded(reason),
+        match (self.inner.cache.check().await, self.inner.store.degraded()) {
+            (Ok(()), None) => Readiness::Ready,
+            (Err(reason), None) | (Ok(()), Some(reason)) => Readiness::Degraded(reason),
+            (Err(cache), Some(store)) => Readiness::Degraded(format!("{cache}; {store}")),
         }
     }
 
@@ -284,7 +285,7 @@ impl Links {
     /// of it.
     async fn announce(&self, code: &ShortCode) {
         if let Some(bus) = &self.inner.invalidations {
-            bus.publish(code).await;
+            bus.publish(code, self.inner.store.position()).await;
         }
     }
 

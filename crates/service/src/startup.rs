@@ -55,7 +55,12 @@ impl Application {
             Some(_) => None,
             None => Some(DbLock::acquire(&settings.store.db)?),
         };
-        let store = open_store(&settings.store, CodeGenerator::new(settings.codes)?).await?;
+        let mut store_settings = settings.store.clone();
+        if let Some(pg) = &mut store_settings.postgres {
+            // Other instances' replica reads wait for the positions sent.
+            pg.track_positions |= settings.invalidations.url.is_some();
+        }
+        let store = open_store(&store_settings, CodeGenerator::new(settings.codes)?).await?;
         let cache = cache::build(&settings.cache)?;
         tracing::info!(mode = %settings.cache.mode, "cache ready");
         let keys = Arc::new(KeyRegistry::load(Arc::clone(&store)).await?);
@@ -78,6 +83,7 @@ impl Application {
                     url,
                     settings.invalidations.channel.clone(),
                     Arc::clone(&cache),
+                    Arc::clone(&store),
                 )
                 .await
                 .context("cannot connect to the invalidation channel")?,

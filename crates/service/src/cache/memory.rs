@@ -1,6 +1,6 @@
 //! The in-process tier: a bounded, concurrent code -> URL map.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -11,11 +11,28 @@ use crate::domain::{Resolved, ShortCode};
 
 #[derive(Clone)]
 enum Entry {
-    Found(Resolved),
-    /// Unknown until this instant. Misses expire so that a code created by
-    /// another instance becomes visible here within the TTL.
-    Missing(Instant),
+    /// A link, and when it was put here.
+    Found(Resolved, Instant),
+    /// Unknown until this instant (and put here at the second). Misses
+    /// expire so that a code created by another instance becomes visible
+    /// here within the TTL.
+    Missing(Instant, Instant),
 }
+
+impl Entry {
+    fn put_at(&self) -> Instant {
+        match self {
+            Entry::Found(_, at) | Entry::Missing(_, at) => *at,
+        }
+    }
+}
+
+/// What the tier may serve: everything (other instances' changes reach
+/// it), only entries younger than the TTL (they cannot: the invalidation
+/// channel is down), or nothing.
+const SERVING: u8 = 0;
+const YOUNG_ONLY: u8 = 1;
+const OFF: u8 = 2;
 
 /// `/stats` of the in-process tier.
 #[derive(Debug, Clone, Serialize)]
@@ -38,9 +55,12 @@ pub struct MemoryCache {
     hits: AtomicU64,
     negative_hits: AtomicU64,
     misses: AtomicU64,
-    /// Cleared while changes made by other instances cannot reach this
-    /// one (invalidations.rs): then nothing is served from here or kept.
-    usable: AtomicBool,
+    /// [`SERVING`], or while changes made by other instances cannot reach
+    /// this one (invalidations.rs) [`YOUNG_ONLY`] (`unheard_ttl` > 0) or
+    /// [`OFF`].
+    state: AtomicU8,
+    /// How old an entry may be while other instances cannot be heard.
+    unheard_ttl: Duration,
     /// Counts forgets, so that a fill that raced with one is dropped.
     generation: AtomicU64,
 }
@@ -54,16 +74,33 @@ impl MemoryCache {
             hits: AtomicU64::new(0),
             negative_hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
-            usable: AtomicBool::new(true),
+            state: AtomicU8::new(SERVING),
+            unheard_ttl: Duration::ZERO,
             generation: AtomicU64::new(0),
         }
     }
 
-    /// Turns the tier on or off; either way it starts empty.
+    /// While other instances cannot be heard, entries are served for `ttl`
+    /// after they were put here (zero: none is served).
+    pub fn with_unheard_ttl(mut self, ttl: Duration) -> Self {
+        self.unheard_ttl = ttl;
+        self
+    }
+
+    /// Serves everything again (`true`: other instances are heard), or
+    /// only young entries, or nothing (`false`). Back to serving it starts
+    /// empty: what changed meanwhile was not heard.
     pub(super) fn set_usable(&self, on: bool) {
-        if self.usable.swap(on, Ordering::AcqRel) != on {
+        let state = match (on, self.unheard_ttl.is_zero()) {
+            (true, _) => SERVING,
+            (false, false) => YOUNG_ONLY,
+            (false, true) => OFF,
+        };
+        if self.state.swap(state, Ordering::AcqRel) != state {
             self.generation.fetch_add(1, Ordering::AcqRel);
-            self.map.clear();
+            if state != YOUNG_ONLY {
+                self.map.clear();
+            }
         }
     }
 
@@ -73,20 +110,28 @@ impl MemoryCache {
 
     /// The synchronous core, so the tiered cache can use it without awaits.
     pub(super) fn lookup(&self, code: &ShortCode) -> Lookup {
-        if !self.usable.load(Ordering::Relaxed) {
+        let state = self.state.load(Ordering::Relaxed);
+        if state == OFF {
             self.misses.fetch_add(1, Ordering::Relaxed);
             return Lookup::Unknown;
         }
-        match self.map.get(code) {
-            Some(Entry::Found(t)) => {
+        let entry = match self.map.get(code) {
+            Some(e) if state == YOUNG_ONLY && e.put_at().elapsed() >= self.unheard_ttl => {
+                self.map.remove(code);
+                None
+            }
+            other => other,
+        };
+        match entry {
+            Some(Entry::Found(t, _)) => {
                 self.hits.fetch_add(1, Ordering::Relaxed);
                 Lookup::Found(t)
             }
-            Some(Entry::Missing(until)) if Instant::now() < until => {
+            Some(Entry::Missing(until, _)) if Instant::now() < until => {
                 self.negative_hits.fetch_add(1, Ordering::Relaxed);
                 Lookup::Missing
             }
-            Some(Entry::Missing(_)) => {
+            Some(Entry::Missing(..)) => {
                 self.map.remove(code);
                 self.misses.fetch_add(1, Ordering::Relaxed);
                 Lookup::Unknown
@@ -99,15 +144,17 @@ impl MemoryCache {
     }
 
     pub(super) fn insert(&self, code: &ShortCode, link: &Resolved) {
-        if self.usable.load(Ordering::Acquire) {
-            self.map.insert(code.clone(), Entry::Found(link.clone()));
+        if self.state.load(Ordering::Acquire) != OFF {
+            self.map
+                .insert(code.clone(), Entry::Found(link.clone(), Instant::now()));
         }
     }
 
     pub(super) fn insert_missing(&self, code: &ShortCode) {
-        if !self.negative_ttl.is_zero() && self.usable.load(Ordering::Acquire) {
-            let until = Instant::now() + self.negative_ttl;
-            self.map.insert(code.clone(), Entry::Missing(until));
+        if !self.negative_ttl.is_zero() && self.state.load(Ordering::Acquire) != OFF {
+            let now = Instant::now();
+            self.map
+                .insert(code.clone(), Entry::Missing(now + self.negative_ttl, now));
         }
     }
 
@@ -190,6 +237,36 @@ mod tests {
         assert_eq!(c.lookup(&code("nope")), Lookup::Unknown);
         c.remove(&code("abc"));
         assert_eq!(c.lookup(&code("abc")), Lookup::Unknown);
+    }
+
+    #[test]
+    fn while_others_are_not_heard_only_young_entries_are_served() {
+        let t = Resolved {
+            target: crate::domain::TargetUrl::parse("https://example.com").unwrap(),
+            expires_at: None,
+            max_visits: None,
+        };
+        let c = MemoryCache::new(100, Duration::from_secs(60))
+            .with_unheard_ttl(Duration::from_millis(300));
+        c.insert(&code("before"), &t);
+        std::thread::sleep(Duration::from_millis(350));
+        c.set_usable(false);
+        assert_eq!(c.lookup(&code("before")), Lookup::Unknown, "too old");
+        c.insert(&code("during"), &t);
+        c.insert_missing(&code("nope"));
+        assert_eq!(c.lookup(&code("during")), Lookup::Found(t.clone()));
+        assert_eq!(c.lookup(&code("nope")), Lookup::Missing);
+        std::thread::sleep(Duration::from_millis(350));
+        assert_eq!(c.lookup(&code("during")), Lookup::Unknown);
+        assert_eq!(c.lookup(&code("nope")), Lookup::Unknown);
+        c.insert(&code("during"), &t);
+        c.set_usable(true);
+        assert_eq!(c.lookup(&code("during")), Lookup::Unknown, "starts empty");
+        // Without a TTL the tier is off while others are not heard.
+        let off = MemoryCache::new(100, Duration::from_secs(60));
+        off.set_usable(false);
+        off.insert(&code("x"), &t);
+        assert_eq!(off.lookup(&code("x")), Lookup::Unknown);
     }
 
     #[test]

@@ -47,6 +47,9 @@ pub struct CacheSettings {
     pub capacity: usize,
     /// How long an unknown code is remembered as unknown; zero: never.
     pub negative_ttl: Duration,
+    /// While the invalidation channel is down, in-process entries are
+    /// served only this long after they were cached (zero: not at all).
+    pub unheard_ttl: Duration,
     pub valkey: ValkeySettings,
 }
 
@@ -56,6 +59,7 @@ impl Default for CacheSettings {
             mode: CacheMode::Memory,
             capacity: 100_000,
             negative_ttl: Duration::from_secs(5),
+            unheard_ttl: Duration::from_secs(1),
             valkey: ValkeySettings::default(),
         }
     }
@@ -74,7 +78,10 @@ pub struct CacheStats {
 /// Builds the cache `settings` ask for. Valkey connects lazily, so this
 /// fails only on a malformed URL.
 pub fn build(settings: &CacheSettings) -> Result<Arc<dyn LinkCache>, ValkeyError> {
-    let memory = || MemoryCache::new(settings.capacity, settings.negative_ttl);
+    let memory = || {
+        MemoryCache::new(settings.capacity, settings.negative_ttl)
+            .with_unheard_ttl(settings.unheard_ttl)
+    };
     let valkey = || ValkeyCache::new(settings.valkey.clone(), settings.negative_ttl);
     Ok(match settings.mode {
         CacheMode::None => Arc::new(NoCache),

@@ -215,6 +215,28 @@ pub trait LinkStore: Send + Sync + 'static {
     /// gone, the disk full), or `None`: the readiness check.
     fn unwritable(&self) -> Option<String>;
 
+    /// Serving, but a part is missing (a read replica that does not
+    /// answer): the readiness check's "degraded".
+    fn degraded(&self) -> Option<String> {
+        None
+    }
+
+    /// Where the newest change this instance knows of is in the database's
+    /// history (PostgreSQL: a WAL position), sent with invalidations so
+    /// that other instances do not read the change's code from a replica
+    /// that has not replayed it; `None`: no positions are kept.
+    fn position(&self) -> Option<u64> {
+        None
+    }
+
+    /// Another instance changed `code` (`None`: any code) at `position`
+    /// (`None`: unknown).
+    fn changed_elsewhere(&self, _code: Option<&ShortCode>, _position: Option<u64>) {}
+
+    /// Whether other instances' changes can be heard (the invalidation
+    /// channel is up); while they cannot, nothing is read from a replica.
+    fn hearing_others(&self, _on: bool) {}
+
     /// Finishes queued writes and closes the database. Later calls fail with
     /// [`StoreError::Closed`].
     async fn close(&self);

@@ -11,7 +11,11 @@
 
 pub mod migrations;
 mod ops;
+mod replica;
 mod writer;
+
+pub use replica::ReplicaStats;
+use replica::{Positions, Replica};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,6 +48,12 @@ pub struct PostgresSettings {
     pub write_queue: usize,
     /// `statement_timeout` of every connection: no query runs longer.
     pub statement_timeout: Duration,
+    /// A streaming replica of the same database for lookups and listings
+    /// (`--postgres-read-url`); the pool has `pool_size` connections too.
+    pub read_url: Option<String>,
+    /// Read the WAL position after every write, to announce it with the
+    /// change (set with `--invalidations-url`; always with a replica).
+    pub track_positions: bool,
 }
 
 impl Default for PostgresSettings {
@@ -55,6 +65,8 @@ impl Default for PostgresSettings {
             batch_max: 512,
             write_queue: 4096,
             statement_timeout: Duration::from_secs(5),
+            read_url: None,
+            track_positions: false,
         }
     }
 }
@@ -84,6 +96,17 @@ pub enum OpenError {
     Migrate(#[from] migrations::MigrationError),
     #[error("cannot set up the PostgreSQL pool: {0}")]
     Pool(String),
+    #[error("cannot connect to the PostgreSQL read replica at {host}: {source}")]
+    ReplicaConnect {
+        host: String,
+        source: deadpool_postgres::PoolError,
+    },
+    #[error(
+        "the --postgres-read-url server at {0} is not a standby (pg_is_in_recovery() is false)"
+    )]
+    NotAReplica(String),
+    #[error("PostgreSQL read replica: {0}")]
+    Replica(tokio_postgres::Error),
 }
 
 /// The number of live links for `/stats`, which runs no query: this
@@ -133,6 +156,9 @@ pub struct PostgresStats {
     pub pool_idle: usize,
     pub pool_waiting: usize,
     pub writer: writer::WriterCounts,
+    /// Present with `--postgres-read-url`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replica: Option<ReplicaStats>,
 }
 
 pub struct PostgresStore {
@@ -141,6 +167,9 @@ pub struct PostgresStore {
 
 pub(super) struct Inner {
     pool: Pool,
+    /// Where this instance's reads may go, and the positions that decide.
+    positions: Arc<Positions>,
+    replica: Option<Replica>,
     settings: PostgresSettings,
     writer: writer::Writer,
     server_version: String,
@@ -198,42 +227,77 @@ pub(super) fn is_unique_violation(e: &tokio_postgres::Error) -> bool {
     e.code() == Some(&SqlState::UNIQUE_VIOLATION)
 }
 
+/// A pool of connections to `url` with `settings`' bounds, and the
+/// host(s) it names, for errors (never shown to clients).
+fn pool(url: &str, settings: &PostgresSettings) -> Result<(Pool, String), OpenError> {
+    let mut config: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e: tokio_postgres::Error| OpenError::Url(e.to_string()))?;
+    config.connect_timeout(settings.wait);
+    config.options(format!(
+        "-c statement_timeout={}",
+        settings.statement_timeout.as_millis()
+    ));
+    config.application_name("litelink");
+    let host = config
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            tokio_postgres::config::Host::Tcp(h) => h.clone(),
+            tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    let pool = Pool::builder(manager)
+        .max_size(settings.pool_size)
+        .wait_timeout(Some(settings.wait))
+        .create_timeout(Some(settings.wait))
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
+        .map_err(|e| OpenError::Pool(e.to_string()))?;
+    Ok((pool, host))
+}
+
+/// Connects to the read replica, checks that it is a standby, and starts
+/// following its replay position.
+async fn open_replica(
+    url: &str,
+    settings: &PostgresSettings,
+    primary: &Pool,
+    positions: &Arc<Positions>,
+) -> Result<Replica, OpenError> {
+    let (pool, host) = pool(url, settings)?;
+    let client = pool
+        .get()
+        .await
+        .map_err(|source| OpenError::ReplicaConnect {
+            host: host.clone(),
+            source,
+        })?;
+    let standby: bool = client
+        .query_one("SELECT pg_is_in_recovery()", &[])
+        .await
+        .map_err(OpenError::Replica)?
+        .get(0);
+    if !standby {
+        return Err(OpenError::NotAReplica(host));
+    }
+    drop(client);
+    Ok(Replica::start(pool, primary.clone(), Arc::clone(positions)))
+}
+
 impl PostgresStore {
-    /// Connects, migrates (one instance at a time) and starts the writer.
+    /// Connects, migrates (one instance at a time) and starts the writer;
+    /// with a read URL, connects to the replica and checks it is one.
     pub async fn open(settings: PostgresSettings, codes: CodeGenerator) -> Result<Self, OpenError> {
-        let mut config: tokio_postgres::Config = settings
-            .url
-            .parse()
-            .map_err(|e: tokio_postgres::Error| OpenError::Url(e.to_string()))?;
-        config.connect_timeout(settings.wait);
-        config.options(format!(
-            "-c statement_timeout={}",
-            settings.statement_timeout.as_millis()
-        ));
-        config.application_name("litelink");
-        let host = config
-            .get_hosts()
-            .iter()
-            .map(|h| match h {
-                tokio_postgres::config::Host::Tcp(h) => h.clone(),
-                tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
-            })
-            .collect::<Vec<_>>()
-            .join(",");
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(settings.pool_size)
-            .wait_timeout(Some(settings.wait))
-            .create_timeout(Some(settings.wait))
-            .runtime(deadpool_postgres::Runtime::Tokio1)
-            .build()
-            .map_err(|e| OpenError::Pool(e.to_string()))?;
+        let (pool, host) = pool(&settings.url, &settings)?;
         let mut client = pool.get().await.map_err(|source| OpenError::Connect {
             host: host.clone(),
             source,
@@ -250,6 +314,14 @@ impl PostgresStore {
             Ordering::Release,
         );
         drop(client);
+        let positions = Arc::new(Positions::new(
+            settings.track_positions,
+            settings.read_url.is_some(),
+        ));
+        let replica = match &settings.read_url {
+            Some(url) => Some(open_replica(url, &settings, &pool, &positions).await?),
+            None => None,
+        };
         let refresher = {
             let (live, pool) = (Arc::downgrade(&live), pool.clone());
             tokio::spawn(async move {
@@ -262,10 +334,13 @@ impl PostgresStore {
                 }
             })
         };
-        let writer = writer::Writer::start(pool.clone(), &settings, codes, live);
+        let writer =
+            writer::Writer::start(pool.clone(), &settings, codes, live, Arc::clone(&positions));
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
+                positions,
+                replica,
                 settings,
                 writer,
                 server_version,
@@ -289,6 +364,7 @@ impl PostgresStore {
             pool_idle: status.available,
             pool_waiting: status.waiting,
             writer: self.inner.writer.counts(),
+            replica: self.inner.replica.as_ref().map(Replica::stats),
         }
     }
 
@@ -315,6 +391,32 @@ macro_rules! with_client {
     }};
 }
 
+/// Runs a read on the replica when it has replayed every change of `$code`
+/// this instance knows of (`None`: of any code, for a listing), else, or
+/// when the replica fails, on the primary. With `misses: primary`, a code
+/// the replica does not have is asked of the primary too: it may have been
+/// created a moment ago through another instance that this one has not
+/// heard from yet, and a link must resolve everywhere once its 201 is out.
+macro_rules! read {
+    ($store:expr, $code:expr, misses: $misses:ident, |$c:ident| $op:expr) => {{
+        if let Some(replica) = &$store.inner.replica
+            && let Some($c) = replica.client($code).await
+        {
+            match $op.await {
+                Ok(found) if read!(@keep $misses, found) => {
+                    replica.served();
+                    return Ok(found);
+                }
+                Ok(_) => replica.missed(),
+                Err(e) => replica.failed(&e),
+            }
+        }
+        with_client!($store, |$c| $op)
+    }};
+    (@keep primary, $found:expr) => { $found.is_some() };
+    (@keep replica, $found:expr) => { true };
+}
+
 impl Inner {
     pub(super) fn note<T>(&self, result: &Result<T, StoreError>) {
         match result {
@@ -337,7 +439,7 @@ impl Inner {
 #[async_trait]
 impl LinkStore for PostgresStore {
     async fn get(&self, code: &ShortCode) -> Result<Option<Resolved>, StoreError> {
-        with_client!(self, |c| ops::get(&c, code))
+        read!(self, Some(code), misses: primary, |c| ops::get(&c, code))
     }
 
     async fn create(&self, new: NewLink) -> Result<Link, StoreError> {
@@ -347,15 +449,23 @@ impl LinkStore for PostgresStore {
     }
 
     async fn link(&self, code: &ShortCode) -> Result<Option<Link>, StoreError> {
-        with_client!(self, |c| ops::link(&c, code))
+        read!(self, Some(code), misses: primary, |c| ops::link(&c, code))
     }
 
     async fn update(&self, code: &ShortCode, patch: LinkPatch) -> Result<Option<Link>, StoreError> {
-        with_client!(self, |c| ops::update(&c, code, &patch))
+        with_client!(self, |c| async {
+            let updated = ops::update(&c, code, &patch).await?;
+            self.inner.positions.after_write(&c, [code]).await;
+            Ok(updated)
+        })
     }
 
     async fn delete(&self, code: &ShortCode) -> Result<bool, StoreError> {
-        let deleted = with_client!(self, |c| ops::delete(&c, code))?;
+        let deleted = with_client!(self, |c| async {
+            let deleted = ops::delete(&c, code).await?;
+            self.inner.positions.after_write(&c, [code]).await;
+            Ok(deleted)
+        })?;
         if deleted {
             self.inner.writer.live.add(-1);
         }
@@ -363,14 +473,23 @@ impl LinkStore for PostgresStore {
     }
 
     async fn list(&self, query: ListQuery) -> Result<ListPage, StoreError> {
-        with_client!(self, |c| ops::list(&c, &query))
+        read!(self, None, misses: replica, |c| ops::list(&c, &query))
     }
 
     async fn record_visits(
         &self,
         visits: Arc<[(ShortCode, VisitCounts)]>,
     ) -> Result<(), StoreError> {
-        with_client!(self, |c| ops::record_visits(&mut c, &visits))
+        // The counts a visit limit is checked against must not be read
+        // back from a replica that has not replayed them.
+        with_client!(self, |c| async {
+            ops::record_visits(&mut c, &visits).await?;
+            self.inner
+                .positions
+                .after_write(&c, visits.iter().map(|(code, _)| code))
+                .await;
+            Ok(())
+        })
     }
 
     async fn visit_counts(&self, code: &ShortCode) -> Result<Option<VisitCounts>, StoreError> {
@@ -419,6 +538,26 @@ impl LinkStore for PostgresStore {
         StoreStats::Postgres(self.postgres_stats())
     }
 
+    fn position(&self) -> Option<u64> {
+        self.inner.positions.newest()
+    }
+
+    fn changed_elsewhere(&self, code: Option<&ShortCode>, position: Option<u64>) {
+        self.inner.positions.heard(code, position);
+    }
+
+    fn hearing_others(&self, on: bool) {
+        self.inner.positions.hearing(on);
+    }
+
+    fn degraded(&self) -> Option<String> {
+        self.inner
+            .replica
+            .as_ref()
+            .filter(|r| !r.is_up())
+            .map(|_| "read replica: not available; reads go to the primary".to_owned())
+    }
+
     fn unwritable(&self) -> Option<String> {
         self.inner
             .failing
@@ -430,6 +569,9 @@ impl LinkStore for PostgresStore {
     async fn close(&self) {
         self.inner.writer.close().await;
         self.inner.refresher.abort();
+        if let Some(replica) = &self.inner.replica {
+            replica.close();
+        }
         self.inner.pool.close();
     }
 }

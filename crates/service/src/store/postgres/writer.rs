@@ -13,6 +13,7 @@ use deadpool_postgres::Pool;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
+use super::replica::Positions;
 use super::{PostgresSettings, pool_error, store_error};
 use crate::domain::{CodeGenerator, Link, ShortCode, Timestamp};
 use crate::store::{NewLink, StoreError};
@@ -64,6 +65,7 @@ pub(super) struct Writer {
     batch_max: usize,
     capacity: usize,
     codes: CodeGenerator,
+    positions: Arc<Positions>,
 }
 
 impl Writer {
@@ -72,6 +74,7 @@ impl Writer {
         settings: &PostgresSettings,
         codes: CodeGenerator,
         live: Arc<super::LiveCount>,
+        positions: Arc<Positions>,
     ) -> Self {
         let (tx, rx) = mpsc::channel(settings.write_queue);
         let stats = Arc::new(Stats::default());
@@ -83,6 +86,7 @@ impl Writer {
             codes,
             Arc::clone(&stats),
             Arc::clone(&live),
+            Arc::clone(&positions),
         ));
         Self {
             tx,
@@ -92,6 +96,7 @@ impl Writer {
             batch_max,
             capacity: settings.write_queue,
             codes,
+            positions,
         }
     }
 
@@ -104,7 +109,14 @@ impl Writer {
             // Without group commit: each create is a transaction of its own
             // on the pool, concurrent with the others (PostgreSQL still
             // shares WAL flushes between concurrent commits).
-            let stored = insert_batch(&self.pool, &[&new], &self.codes, &self.stats).await?;
+            let stored = insert_batch(
+                &self.pool,
+                &[&new],
+                &self.codes,
+                &self.stats,
+                &self.positions,
+            )
+            .await?;
             let row = stored
                 .into_iter()
                 .next()
@@ -160,6 +172,7 @@ async fn run(
     codes: CodeGenerator,
     stats: Arc<Stats>,
     live: Arc<super::LiveCount>,
+    positions: Arc<Positions>,
 ) {
     let mut batch: Vec<(NewLink, Reply)> = Vec::with_capacity(batch_max);
     while let Some(first) = rx.recv().await {
@@ -179,7 +192,7 @@ async fn run(
         }
         if !batch.is_empty() {
             let links: Vec<&NewLink> = batch.iter().map(|(new, _)| new).collect();
-            let answers = insert_batch(&pool, &links, &codes, &stats).await;
+            let answers = insert_batch(&pool, &links, &codes, &stats, &positions).await;
             match answers {
                 Ok(rows) => {
                     let n = rows.iter().filter(|r| r.is_ok()).count() as u64;
@@ -224,6 +237,7 @@ async fn insert_batch(
     batch: &[&NewLink],
     codes: &CodeGenerator,
     stats: &Stats,
+    positions: &Positions,
 ) -> Result<Vec<Result<Link, StoreError>>, StoreError> {
     let now = Timestamp::now();
     let mut client = pool.get().await.map_err(pool_error)?;
@@ -310,6 +324,15 @@ async fn insert_batch(
     let stored = out.iter().filter(|r| matches!(r, Some(Ok(_)))).count() as i64;
     super::ops::count_live(&tx, stored).await?;
     tx.commit().await.map_err(store_error)?;
+    positions
+        .after_write(
+            &client,
+            out.iter().filter_map(|r| match r {
+                Some(Ok(link)) => Some(&link.code),
+                _ => None,
+            }),
+        )
+        .await;
     Ok(out
         .into_iter()
         .map(|r| r.unwrap_or(Err(StoreError::Task("a create was not answered".into()))))
