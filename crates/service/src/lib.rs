@@ -14,9 +14,12 @@
 //!             the watchdog of timeouts, connection cap, drain), limit (rate limits)
 //! links       the application service: cache, then store; who may manage what
 //! keys        API keys: making them, and recognising them (reloaded every second)
-//! cache/      the LinkCache trait; none, memory, valkey, tiered
+//! invalidations  changes told to the other instances on one store (Valkey pub/sub),
+//!             with their WAL positions
+//! cache/      the LinkCache trait; none, memory, valkey (one server or a cluster), tiered
 //! store/      the LinkStore trait; sqlite/ (readers, writer, find, walsync, checkpointer, ...);
-//!             postgres/ (ops, grouped-create writer, migrations under an advisory lock)
+//!             postgres/ (ops, grouped-create writer, migrations under an advisory lock,
+//!             replica: reads from a streaming replica, held back by WAL positions)
 //! visits      counting redirects in memory, flushed to the store; max_visits
 //! transfer    export and import records (JSON lines, CSV)
 //! observe     Prometheus metrics: the recorder, per-request cells, gauges read at a scrape
