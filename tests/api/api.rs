@@ -31,9 +31,11 @@ pub async fn exercise_api(app: &TestApp) {
     assert_eq!(r.status(), 200);
     assert_eq!(r.json::<Value>().await.unwrap(), json!({ "link": target }));
 
+    // A redirect has no body, and says so, to a HEAD too.
     let r = app.get(&format!("/{code}")).await;
     assert_eq!(r.status(), 302);
     assert_eq!(r.headers()["location"], target);
+    assert_eq!(r.headers()["content-length"], "0");
     let r = app
         .client
         .head(app.url(&format!("/{code}")))
@@ -42,6 +44,7 @@ pub async fn exercise_api(app: &TestApp) {
         .unwrap();
     assert_eq!(r.status(), 302);
     assert_eq!(r.headers()["location"], target);
+    assert_eq!(r.headers()["content-length"], "0");
 
     // a link limited to two visits: HEAD and GET /link/{code} are not
     // visits; the third redirect is 410, and so is every look after it

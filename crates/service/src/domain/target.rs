@@ -4,6 +4,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
+use bytes::Bytes;
 use url::{Host, Url};
 
 /// Longest target URL accepted, in bytes. 4,096 is twice what every browser
@@ -20,9 +21,11 @@ pub const MAX_URL_BYTES: usize = 4096;
 /// so the host a browser or proxy reads in `Location` is the host that was
 /// checked. `https://example.com` becomes `https://example.com/`.
 ///
-/// Cloning is a reference-count bump, so caches can hand out copies freely.
+/// Cloning is a reference-count bump, so caches can hand out copies freely,
+/// and the bytes can become a `Location` header without a copy
+/// ([`TargetUrl::shared_bytes`]).
 #[derive(Clone, PartialEq, Eq)]
-pub struct TargetUrl(Arc<str>);
+pub struct TargetUrl(Bytes);
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TargetUrlError {
@@ -48,7 +51,7 @@ pub enum TargetUrlError {
 
 impl TargetUrl {
     pub fn parse(raw: &str) -> Result<Self, TargetUrlError> {
-        Self::parse_url(raw).map(|url| Self(url.as_str().into()))
+        Self::parse_url(raw).map(|url| Self::of(url.as_str()))
     }
 
     /// The checks of [`parse`](Self::parse), giving the parsed URL.
@@ -92,15 +95,27 @@ impl TargetUrl {
 
     /// Wraps a value read back from the store, which was checked on the way in.
     pub(crate) fn from_trusted(stored: &str) -> Self {
-        Self(stored.into())
+        Self::of(stored)
+    }
+
+    /// The only way in: the bytes are always a whole `str`.
+    fn of(url: &str) -> Self {
+        Self(Bytes::copy_from_slice(url.as_bytes()))
     }
 
     pub fn as_str(&self) -> &str {
-        &self.0
+        // SAFETY: every TargetUrl is made by `of`, from a `str`, and the
+        // bytes are never changed: they are valid UTF-8.
+        unsafe { std::str::from_utf8_unchecked(&self.0) }
+    }
+
+    /// The URL's bytes, shared (a reference-count bump, no copy).
+    pub fn shared_bytes(&self) -> Bytes {
+        self.0.clone()
     }
 
     fn host(&self) -> Option<Host<String>> {
-        Url::parse(&self.0).ok()?.host().map(|h| h.to_owned())
+        Url::parse(self.as_str()).ok()?.host().map(|h| h.to_owned())
     }
 }
 
@@ -245,13 +260,13 @@ pub fn is_private_ip(ip: IpAddr) -> bool {
 
 impl fmt::Display for TargetUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
 impl fmt::Debug for TargetUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "TargetUrl({})", self.0)
+        write!(f, "TargetUrl({})", self.as_str())
     }
 }
 

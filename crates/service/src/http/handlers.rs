@@ -267,7 +267,7 @@ pub async fn redirect(
 ) -> Result<Response, ApiError> {
     let how = redirect_use(request.method(), request.headers());
     let target = resolve(&state, &code, how).await?;
-    redirect_answer(&state, &target)
+    redirect_answer(&state, &target, request.method() == Method::HEAD)
 }
 
 /// What a redirect request is: a GET is a visit, with its User-Agent and
@@ -288,10 +288,12 @@ pub(super) fn redirect_use<'a>(method: &Method, headers: &'a HeaderMap) -> Use<'
 pub(super) fn redirect_answer<B: Default>(
     state: &AppState,
     target: &TargetUrl,
+    head: bool,
 ) -> Result<axum::http::Response<B>, ApiError> {
     // TargetUrl is ASCII without controls by construction, so this only
-    // fails if that invariant is broken: a 500, not a panic.
-    let location = header::HeaderValue::from_str(target.as_str())
+    // fails if that invariant is broken: a 500, not a panic. The value
+    // shares the URL's bytes: no copy.
+    let location = header::HeaderValue::from_maybe_shared(target.shared_bytes())
         .map_err(|e| ApiError::Internal(format!("stored URL is not a valid header: {e}")))?;
     let mut response = axum::http::Response::new(B::default());
     *response.status_mut() = state.redirect_status;
@@ -306,8 +308,11 @@ pub(super) fn redirect_answer<B: Default>(
     if let Some(policy) = &state.referrer_policy {
         headers.insert(header::REFERRER_POLICY, policy.clone());
     }
-    // Said even to a HEAD, which gets no body to measure.
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+    // Said to a HEAD too, which gets no body for hyper to measure (hyper
+    // writes it for a GET's empty body itself).
+    if head {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+    }
     Ok(response)
 }
 

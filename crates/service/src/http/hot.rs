@@ -32,8 +32,9 @@ use crate::telemetry::REQUEST_ID;
 /// router's.
 pub type Body = Either<Full<Bytes>, axum::body::Body>;
 
-/// How a found link is answered (a redirect, or its JSON).
-type Reply = fn(&AppState, &TargetUrl) -> Result<Response<Full<Bytes>>, ApiError>;
+/// How a found link is answered (a redirect, or its JSON), to a HEAD
+/// request or not.
+type Reply = fn(&AppState, &TargetUrl, bool) -> Result<Response<Full<Bytes>>, ApiError>;
 
 const HEART_BEAT: &[u8] = br#"{"OK":true}"#;
 
@@ -140,13 +141,16 @@ impl Hot {
             }
             Route::Link(code) => {
                 let answer = self
-                    .resolved(&id, &code, Use::Look, |_, target| Ok(link_answer(target)))
+                    .resolved(&id, &code, Use::Look, false, |_, target, _| {
+                        Ok(link_answer(target))
+                    })
                     .await;
                 (self.metrics.map(|(_, l)| l.link), answer)
             }
             Route::Redirect(code) => {
                 let how = redirect_use(req.method(), req.headers());
-                let answer = self.resolved(&id, &code, how, redirect_answer).await;
+                let head = req.method() == Method::HEAD;
+                let answer = self.resolved(&id, &code, how, head, redirect_answer).await;
                 (self.metrics.map(|(_, l)| l.redirect), answer)
             }
         };
@@ -171,6 +175,7 @@ impl Hot {
         id: &HeaderValue,
         code: &ShortCode,
         how: Use<'_>,
+        head: bool,
         reply: Reply,
     ) -> Response<Body> {
         let links = &self.state.links;
@@ -185,7 +190,7 @@ impl Hot {
                 }
             }
         };
-        match done.and_then(|target| reply(&self.state, &target)) {
+        match done.and_then(|target| reply(&self.state, &target, head)) {
             Ok(response) => response.map(Either::Left),
             Err(e) => axum::response::IntoResponse::into_response(e).map(Either::Right),
         }

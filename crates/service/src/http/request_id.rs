@@ -31,7 +31,23 @@ fn make() -> HeaderValue {
     id[8] = b'-';
     let digits = (64 - n.leading_zeros()).div_ceil(4).max(1) as usize;
     hex(n, &mut id[9..9 + digits]);
-    HeaderValue::from_bytes(&id[..9 + digits]).unwrap_or_else(|_| HeaderValue::from_static("-"))
+    HeaderValue::from_maybe_shared(cut(&id[..9 + digits]))
+        .unwrap_or_else(|_| HeaderValue::from_static("-"))
+}
+
+/// Ids are cut from a 4 KiB buffer per thread (each a reference to it),
+/// not allocated one by one: the buffer is freed once its last id is.
+fn cut(id: &[u8]) -> bytes::Bytes {
+    thread_local! {
+        static ARENA: std::cell::RefCell<bytes::BytesMut> = std::cell::RefCell::new(bytes::BytesMut::new());
+    }
+    ARENA.with_borrow_mut(|arena| {
+        if arena.capacity() < id.len() {
+            *arena = bytes::BytesMut::with_capacity(4096);
+        }
+        arena.extend_from_slice(id);
+        arena.split().freeze()
+    })
 }
 
 /// `n`'s lowest `out.len()` hex digits, zero-padded, into `out`.
