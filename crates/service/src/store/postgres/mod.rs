@@ -142,6 +142,9 @@ impl LiveCount {
     }
 }
 
+/// Longest wait for a replica connection (connecting included).
+const REPLICA_WAIT: Duration = Duration::from_secs(1);
+
 /// How often the live count is read back from the database.
 const LIVE_COUNT_REFRESH: Duration = Duration::from_secs(1);
 
@@ -273,7 +276,13 @@ async fn open_replica(
     primary: &Pool,
     positions: &Arc<Positions>,
 ) -> Result<Replica, OpenError> {
-    let (pool, host) = pool(url, settings)?;
+    // A replica that does not answer costs a read at most this before it
+    // goes to the primary (then the replica is left alone for a second).
+    let settings = PostgresSettings {
+        wait: settings.wait.min(REPLICA_WAIT),
+        ..settings.clone()
+    };
+    let (pool, host) = pool(url, &settings)?;
     let client = pool
         .get()
         .await

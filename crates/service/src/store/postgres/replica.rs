@@ -209,16 +209,22 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-async fn primary_position(client: &impl GenericClient) -> Result<u64, StoreError> {
+/// A WAL position that `sql` reads on `client` (`None`: NULL, not known
+/// there).
+async fn ask_position(client: &impl GenericClient, sql: &str) -> Result<Option<u64>, StoreError> {
     let stmt = client
-        .prepare_cached(PRIMARY_POSITION)
+        .prepare_cached(sql)
         .await
         .map_err(super::store_error)?;
     let row = client
         .query_one(&stmt, &[])
         .await
         .map_err(super::store_error)?;
-    Ok(row.get::<_, i64>(0).max(0) as u64)
+    Ok(row.get::<_, Option<i64>>(0).map(|at| at.max(0) as u64))
+}
+
+async fn primary_position(client: &impl GenericClient) -> Result<u64, StoreError> {
+    Ok(ask_position(client, PRIMARY_POSITION).await?.unwrap_or(0))
 }
 
 /// `/stats` of the read replica. No address: `/stats` may be public.
@@ -354,22 +360,13 @@ async fn poll(replica: Pool, primary: Pool, positions: Arc<Positions>) {
             positions.newest.fetch_max(at, Ordering::AcqRel);
             positions.resolved.store(epoch, Ordering::Release);
         }
-        let replayed = async {
-            let client = replica.get().await.map_err(super::pool_error)?;
-            let stmt = client
-                .prepare_cached(REPLAYED)
-                .await
-                .map_err(super::store_error)?;
-            let row = client
-                .query_one(&stmt, &[])
-                .await
-                .map_err(super::store_error)?;
-            Ok::<_, StoreError>(row.get::<_, Option<i64>>(0))
-        }
-        .await;
+        let replayed = match replica.get().await {
+            Ok(client) => ask_position(&client, REPLAYED).await,
+            Err(e) => Err(super::pool_error(e)),
+        };
         let idle = match replayed {
             Ok(Some(at)) => {
-                positions.replayed_to(at.max(0) as u64);
+                positions.replayed_to(at);
                 positions.up.store(true, Ordering::Release);
                 if positions.behind() {
                     tokio::time::sleep(POLL_BEHIND).await;
