@@ -22,10 +22,15 @@ pub const MAX_URL_BYTES: usize = 4096;
 /// checked. `https://example.com` becomes `https://example.com/`.
 ///
 /// Cloning is a reference-count bump, so caches can hand out copies freely,
-/// and the bytes can become a `Location` header without a copy
-/// ([`TargetUrl::shared_bytes`]).
+/// and the bytes can become a `Location` header without a copy or a second
+/// check ([`TargetUrl::location`]).
 #[derive(Clone, PartialEq, Eq)]
-pub struct TargetUrl(Bytes);
+pub struct TargetUrl {
+    bytes: Bytes,
+    /// Whether the bytes may stand in a header as they are: checked once,
+    /// when the value is made, not on every redirect from the cache.
+    header_safe: bool,
+}
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TargetUrlError {
@@ -100,18 +105,32 @@ impl TargetUrl {
 
     /// The only way in: the bytes are always a whole `str`.
     fn of(url: &str) -> Self {
-        Self(Bytes::copy_from_slice(url.as_bytes()))
+        // http's own rule for header values. A parsed URL always passes
+        // (its serialization escapes controls and spaces); a stored one that
+        // does not is answered with an error, never written as a header.
+        let header_safe = url.bytes().all(|b| (b >= 32 && b != 127) || b == b'\t');
+        Self {
+            bytes: Bytes::copy_from_slice(url.as_bytes()),
+            header_safe,
+        }
     }
 
     pub fn as_str(&self) -> &str {
         // SAFETY: every TargetUrl is made by `of`, from a `str`, and the
         // bytes are never changed: they are valid UTF-8.
-        unsafe { std::str::from_utf8_unchecked(&self.0) }
+        unsafe { std::str::from_utf8_unchecked(&self.bytes) }
     }
 
-    /// The URL's bytes, shared (a reference-count bump, no copy).
-    pub fn shared_bytes(&self) -> Bytes {
-        self.0.clone()
+    /// The URL as a `Location` value sharing its bytes (a reference-count
+    /// bump, no copy, no second check), or `None` if it may not stand in a
+    /// header (a stored value that no parse made).
+    pub fn location(&self) -> Option<axum::http::HeaderValue> {
+        // SAFETY: `header_safe` says every byte passed the check
+        // `HeaderValue::from_maybe_shared` would make, and the bytes never
+        // change after `of` checked them.
+        self.header_safe.then(|| unsafe {
+            axum::http::HeaderValue::from_maybe_shared_unchecked(self.bytes.clone())
+        })
     }
 
     fn host(&self) -> Option<Host<String>> {
@@ -273,6 +292,36 @@ impl fmt::Debug for TargetUrl {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `location` skips the header check on every redirect because `of`
+    /// made it once: a value that fails it must never become a header.
+    #[test]
+    fn only_header_safe_urls_become_a_location() {
+        let parsed = TargetUrl::parse("https://example.com/a?b=c d").unwrap_err();
+        assert_eq!(parsed, TargetUrlError::ControlCharacter);
+        let url = TargetUrl::parse("https://example.com/ä?q=1").unwrap();
+        let location = url.location().expect("a parsed URL is a header");
+        assert_eq!(location.as_bytes(), url.as_str().as_bytes());
+        assert_eq!(
+            axum::http::HeaderValue::from_bytes(url.as_str().as_bytes()).ok(),
+            Some(location)
+        );
+        for stored in [
+            "https://a.example/\r\nSet-Cookie: x=1",
+            "https://a.example/\0",
+            "https://a.example/\x7f",
+        ] {
+            let url = TargetUrl::from_trusted(stored);
+            assert!(url.location().is_none(), "{stored:?}");
+            assert!(axum::http::HeaderValue::from_str(stored).is_err());
+        }
+        // Tabs and bytes above ASCII are what `HeaderValue` takes too.
+        assert!(
+            TargetUrl::from_trusted("https://a.example/\tx")
+                .location()
+                .is_some()
+        );
+    }
 
     #[test]
     fn keeps_canonical_urls_as_they_are() {

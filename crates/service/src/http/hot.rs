@@ -13,9 +13,12 @@
 //! request to the same handler with the same code. A unit test checks
 //! that against the router's matcher.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::{HeaderValue, Method, Request, Response, header};
+use axum::http::{HeaderMap, HeaderValue, Method, Request, Response, header};
 use bytes::Bytes;
 use http_body_util::{Either, Full};
 
@@ -24,9 +27,10 @@ use super::error::ApiError;
 use super::handlers::{link_answer, redirect_answer, redirect_use, target_of};
 use super::request_id;
 use crate::domain::{ShortCode, TargetUrl};
-use crate::links::Use;
+use crate::links::{Later, Use};
 use crate::observe::Requests;
 use crate::telemetry::REQUEST_ID;
+use crate::visits::Visit;
 
 /// What both paths answer with: the hot path's flat bodies, or the
 /// router's.
@@ -79,7 +83,13 @@ impl Table {
 
     fn route_of(&self, path: &str) -> Option<Route> {
         let rest = path.strip_prefix('/')?;
-        match rest.split_once('/') {
+        // Split at a byte: '/' is ASCII, and a char pattern's searcher
+        // costs more than the whole short scan.
+        let split = rest
+            .bytes()
+            .position(|b| b == b'/')
+            .map(|i| (&rest[..i], &rest[i + 1..]));
+        match split {
             None if rest == "heart-beat" => Some(Route::HeartBeat),
             None if self.fixed.contains(&rest) => None,
             None => ShortCode::parse(rest).ok().map(Route::Redirect),
@@ -125,12 +135,15 @@ impl Hot {
         self.table.route_of(req.uri().path())
     }
 
-    /// The answer to `req` on `route`: everything the router's layers add
-    /// included (see the module documentation).
-    pub async fn answer<B>(&self, route: Route, req: Request<B>) -> Response<Body> {
+    /// The answer to `req` on `route`, with everything the router's layers
+    /// add (see the module documentation): made at once when the cache
+    /// knows the code, so that a hit builds no future at all; otherwise
+    /// the rest runs boxed.
+    pub fn answer<B: Send + 'static>(self: &Arc<Self>, route: Route, req: Request<B>) -> Answered {
         let started = self.metrics.map(|_| quanta::Instant::now());
-        let id = request_id::of(req.headers());
-        let (label, mut response) = match route {
+        let sent = Sent::of(req.headers());
+        let id = request_id::from(sent.id);
+        let (label, response) = match route {
             Route::HeartBeat => {
                 let mut r = Response::new(Either::Left(Full::new(Bytes::from_static(HEART_BEAT))));
                 r.headers_mut().insert(
@@ -140,20 +153,116 @@ impl Hot {
                 (self.metrics.map(|(_, l)| l.heart_beat), r)
             }
             Route::Link(code) => {
-                let answer = self
-                    .resolved(&id, &code, Use::Look, false, |_, target, _| {
-                        Ok(link_answer(target))
-                    })
-                    .await;
-                (self.metrics.map(|(_, l)| l.link), answer)
+                let label = self.metrics.map(|(_, l)| l.link);
+                match self.state.links.resolve_now(&code, Use::Look) {
+                    Ok(found) => (
+                        label,
+                        self.reply(target_of(&code, found), false, link_reply),
+                    ),
+                    Err(later) => {
+                        let rest = Rest {
+                            label,
+                            started,
+                            id,
+                            code,
+                            visit: false,
+                            head: false,
+                            reply: link_reply,
+                        };
+                        return self.later(rest, req, later);
+                    }
+                }
             }
             Route::Redirect(code) => {
-                let how = redirect_use(req.method(), req.headers());
+                let label = self.metrics.map(|(_, l)| l.redirect);
                 let head = req.method() == Method::HEAD;
-                let answer = self.resolved(&id, &code, how, head, redirect_answer).await;
-                (self.metrics.map(|(_, l)| l.redirect), answer)
+                let how = if head {
+                    Use::Look
+                } else {
+                    Use::Visit(Visit {
+                        user_agent: sent.user_agent.map(HeaderValue::as_bytes),
+                        referer: sent.referer.map(HeaderValue::as_bytes),
+                    })
+                };
+                match self.state.links.resolve_now(&code, how) {
+                    Ok(found) => (
+                        label,
+                        self.reply(target_of(&code, found), head, redirect_answer),
+                    ),
+                    Err(later) => {
+                        let rest = Rest {
+                            label,
+                            started,
+                            id,
+                            code,
+                            visit: true,
+                            head,
+                            reply: redirect_answer,
+                        };
+                        return self.later(rest, req, later);
+                    }
+                }
             }
         };
+        Answered::Now(self.finish(label, started, id, response))
+    }
+
+    /// The boxed rest of an answer the cache could not give at once: under
+    /// the request timeout, with the request's id known to the log.
+    fn later<B: Send + 'static>(
+        self: &Arc<Self>,
+        rest: Rest,
+        req: Request<B>,
+        later: Later,
+    ) -> Answered {
+        let this = Arc::clone(self);
+        Answered::Later(Box::pin(async move {
+            let Rest {
+                label,
+                started,
+                id,
+                code,
+                visit,
+                head,
+                reply,
+            } = rest;
+            let how = if visit {
+                redirect_use(req.method(), req.headers())
+            } else {
+                Use::Look
+            };
+            let links = &this.state.links;
+            let found = async { target_of(&code, links.resolve_later(&code, how, later).await?) };
+            let timed = tokio::time::timeout(this.request_timeout, found);
+            let response = match REQUEST_ID.scope(id.clone(), timed).await {
+                Ok(done) => this.reply(done, head, reply),
+                Err(_) => super::error::timed_out().map(Either::Right),
+            };
+            this.finish(label, started, id, response)
+        }))
+    }
+
+    fn reply(
+        &self,
+        target: Result<TargetUrl, ApiError>,
+        head: bool,
+        reply: Reply,
+    ) -> Response<Body> {
+        match target.and_then(|target| reply(&self.state, &target, head)) {
+            Ok(response) => response.map(Either::Left),
+            Err(e) => axum::response::IntoResponse::into_response(e).map(Either::Right),
+        }
+    }
+
+    /// What the router's layers add to every answer: `nosniff`, the
+    /// request id, the metrics.
+    fn finish(
+        &self,
+        label: Option<usize>,
+        started: Option<quanta::Instant>,
+        id: HeaderValue,
+        mut response: Response<Body>,
+    ) -> Response<Body> {
         let headers = response.headers_mut();
         headers.insert(
             header::X_CONTENT_TYPE_OPTIONS,
@@ -165,36 +274,61 @@ impl Hot {
         }
         response
     }
+}
 
-    /// `reply` to where `code` leads. When the cache knows at once, no
-    /// future is made; otherwise the rest runs boxed (so that every
-    /// request's future stays small), with the request's id known to the
-    /// log and under the request timeout.
-    async fn resolved(
-        &self,
-        id: &HeaderValue,
-        code: &ShortCode,
-        how: Use<'_>,
-        head: bool,
-        reply: Reply,
-    ) -> Response<Body> {
-        let links = &self.state.links;
-        let done = match links.resolve_now(code, how) {
-            Ok(resolution) => target_of(code, resolution),
-            Err(later) => {
-                let rest = async { target_of(code, links.resolve_later(code, how, later).await?) };
-                let timed = tokio::time::timeout(self.request_timeout, rest);
-                match Box::pin(REQUEST_ID.scope(id.clone(), timed)).await {
-                    Ok(done) => done,
-                    Err(_) => return super::error::timed_out().map(Either::Right),
-                }
-            }
-        };
-        match done.and_then(|target| reply(&self.state, &target, head)) {
-            Ok(response) => response.map(Either::Left),
-            Err(e) => axum::response::IntoResponse::into_response(e).map(Either::Right),
+/// The request headers the hot path reads, found in one pass over the
+/// request's headers instead of a hashed lookup each. Each is the first
+/// value sent, as `HeaderMap::get` would give.
+#[derive(Default)]
+struct Sent<'a> {
+    id: Option<&'a HeaderValue>,
+    user_agent: Option<&'a HeaderValue>,
+    referer: Option<&'a HeaderValue>,
+}
+
+impl<'a> Sent<'a> {
+    fn of(headers: &'a HeaderMap) -> Self {
+        let mut sent = Self::default();
+        for (name, value) in headers {
+            let slot = if name == header::USER_AGENT {
+                &mut sent.user_agent
+            } else if name == header::REFERER {
+                &mut sent.referer
+            } else if name == request_id::X_REQUEST_ID {
+                &mut sent.id
+            } else {
+                continue;
+            };
+            slot.get_or_insert(value);
         }
+        sent
     }
+}
+
+/// What the boxed rest of an answer needs to finish it.
+struct Rest {
+    label: Option<usize>,
+    started: Option<quanta::Instant>,
+    id: HeaderValue,
+    code: ShortCode,
+    /// A redirect (counted as a visit when it is a GET), not a look.
+    visit: bool,
+    head: bool,
+    reply: Reply,
+}
+
+fn link_reply(
+    _: &AppState,
+    target: &TargetUrl,
+    _: bool,
+) -> Result<Response<Full<Bytes>>, ApiError> {
+    Ok(link_answer(target))
+}
+
+/// A hot answer: made at once, or the boxed rest of one.
+pub enum Answered {
+    Now(Response<Body>),
+    Later(Pin<Box<dyn Future<Output = Response<Body>> + Send>>),
 }
 
 #[cfg(test)]
@@ -271,5 +405,27 @@ mod tests {
         assert!(matches!(hot.route_of("/link/abc"), Some(Route::Link(_))));
         assert_eq!(hot.route_of("/stats"), None);
         assert_eq!(hot.route_of("/a%62c"), None);
+    }
+
+    /// One pass finds what `HeaderMap::get` would: the first value sent.
+    #[test]
+    fn the_header_scan_finds_the_first_value_of_each() {
+        let mut headers = HeaderMap::new();
+        headers.append(header::HOST, HeaderValue::from_static("x"));
+        headers.append("x-other", HeaderValue::from_static("o"));
+        headers.append(header::REFERER, HeaderValue::from_static("https://r1/"));
+        headers.append(header::USER_AGENT, HeaderValue::from_static("ua1"));
+        headers.append(header::REFERER, HeaderValue::from_static("https://r2/"));
+        headers.append("x-request-id", HeaderValue::from_static("id1"));
+        headers.append(header::USER_AGENT, HeaderValue::from_static("ua2"));
+        headers.append("x-request-id", HeaderValue::from_static("id2"));
+        let sent = Sent::of(&headers);
+        assert_eq!(sent.user_agent, headers.get(header::USER_AGENT));
+        assert_eq!(sent.referer, headers.get(header::REFERER));
+        assert_eq!(sent.id, headers.get("x-request-id"));
+        assert_eq!(sent.id.unwrap(), "id1");
+        let empty = HeaderMap::new();
+        let none = Sent::of(&empty);
+        assert!(none.id.is_none() && none.user_agent.is_none() && none.referer.is_none());
     }
 }

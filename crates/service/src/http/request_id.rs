@@ -31,8 +31,8 @@ fn make() -> HeaderValue {
     id[8] = b'-';
     let digits = (64 - n.leading_zeros()).div_ceil(4).max(1) as usize;
     hex(n, &mut id[9..9 + digits]);
-    HeaderValue::from_maybe_shared(cut(&id[..9 + digits]))
-        .unwrap_or_else(|_| HeaderValue::from_static("-"))
+    // SAFETY: hex digits and a '-': visible ASCII, a valid header value.
+    unsafe { HeaderValue::from_maybe_shared_unchecked(cut(&id[..9 + digits])) }
 }
 
 /// Ids are cut from a 4 KiB buffer per thread (each a reference to it),
@@ -61,7 +61,12 @@ fn hex(mut n: u64, out: &mut [u8]) {
 /// The id of a request with these headers: the client's when sane, else
 /// a new one.
 pub fn of(headers: &axum::http::HeaderMap) -> HeaderValue {
-    match headers.get(&X_REQUEST_ID) {
+    from(headers.get(&X_REQUEST_ID))
+}
+
+/// The id of a request whose `x-request-id` is `sent`.
+pub fn from(sent: Option<&HeaderValue>) -> HeaderValue {
+    match sent {
         Some(v) if accept(v) => v.clone(),
         _ => make(),
     }

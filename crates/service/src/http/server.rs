@@ -42,7 +42,7 @@ use tokio::task::JoinSet;
 use tower::Service;
 
 use super::HttpSettings;
-use super::hot::{self, Hot};
+use super::hot;
 use crate::telemetry::Throttle;
 use crate::throttled;
 
@@ -386,10 +386,42 @@ impl Drop for Busy {
     }
 }
 
-/// What a request on a connection is answered by.
-enum Job<B> {
-    Hot(Arc<Hot>, hot::Route, hyper::Request<B>),
-    Routed(RouteFuture<Infallible>),
+/// What a request on a connection is answered by: a hot answer made at
+/// once (so that the future hyper keeps for a request is no larger than
+/// the answer), or a boxed future that marks the connection busy until it
+/// is done.
+enum Answer {
+    Now(Option<hyper::Response<hot::Body>>),
+    Later {
+        answer: Pin<Box<dyn Future<Output = hyper::Response<hot::Body>> + Send>>,
+        _busy: Busy,
+    },
+    Routed {
+        answer: Pin<Box<RouteFuture<Infallible>>>,
+        _busy: Busy,
+    },
+}
+
+impl Future for Answer {
+    type Output = Result<hyper::Response<hot::Body>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Poll::Ready(Ok(match self.get_mut() {
+            // hyper polls a future once it is ready no more; if it did,
+            // a 500 is the answer, not a panic.
+            Answer::Now(answer) => answer.take().unwrap_or_else(|| {
+                axum::response::IntoResponse::into_response(super::error::ApiError::Internal(
+                    "an answer was polled after it was given".into(),
+                ))
+                .map(Either::Right)
+            }),
+            Answer::Later { answer, .. } => ready!(answer.as_mut().poll(cx)),
+            Answer::Routed { answer, .. } => match ready!(answer.as_mut().poll(cx)) {
+                Ok(response) => response.map(Either::Right),
+                Err(never) => match never {},
+            },
+        }))
+    }
 }
 
 /// Serves one connection until it closes, the watchdog closes it, or the
@@ -405,29 +437,29 @@ fn connection(
     let service = {
         let activity = Arc::clone(&activity);
         hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
-            let busy = Busy::new(&activity);
-            let job = match hot.as_ref().and_then(|h| Some((h, h.route(&req)?))) {
-                Some((h, route)) => Job::Hot(Arc::clone(h), route, req),
-                None => {
-                    // Only creates read the client's address (rate limits);
-                    // an extension costs an allocation, which reads need
-                    // not pay.
-                    if req.method() == hyper::Method::POST {
-                        req.extensions_mut().insert(ConnectInfo(peer));
+            if let Some((h, route)) = hot.as_ref().and_then(|h| Some((h, h.route(&req)?))) {
+                return match h.answer(route, req) {
+                    hot::Answered::Now(answer) => {
+                        // Answered before the watchdog could look: it only
+                        // needs to know that a request came.
+                        activity.started.fetch_add(1, Ordering::Relaxed);
+                        Answer::Now(Some(answer))
                     }
-                    Job::Routed(router.clone().call(req))
-                }
-            };
-            async move {
-                let answer = match job {
-                    Job::Hot(h, route, req) => h.answer(route, req).await,
-                    Job::Routed(routed) => match routed.await {
-                        Ok(response) => response.map(Either::Right),
-                        Err(never) => match never {},
+                    hot::Answered::Later(answer) => Answer::Later {
+                        answer,
+                        _busy: Busy::new(&activity),
                     },
                 };
-                drop(busy);
-                Ok::<_, Infallible>(answer)
+            }
+            let busy = Busy::new(&activity);
+            // Only creates read the client's address (rate limits); an
+            // extension costs an allocation, which reads need not pay.
+            if req.method() == hyper::Method::POST {
+                req.extensions_mut().insert(ConnectInfo(peer));
+            }
+            Answer::Routed {
+                answer: Box::pin(router.clone().call(req)),
+                _busy: busy,
             }
         })
     };
