@@ -85,15 +85,17 @@ impl Table {
         let rest = path.strip_prefix('/')?;
         // Split at a byte: '/' is ASCII, and a char pattern's searcher
         // costs more than the whole short scan.
-        let split = rest
-            .bytes()
-            .position(|b| b == b'/')
-            .map(|i| (&rest[..i], &rest[i + 1..]));
-        match split {
+        match rest.bytes().position(|b| b == b'/') {
             None if rest == "heart-beat" => Some(Route::HeartBeat),
-            None if self.fixed.contains(&rest) => None,
-            None => ShortCode::parse(rest).ok().map(Route::Redirect),
-            Some(("link", code)) => ShortCode::parse(code).ok().map(Route::Link),
+            None => {
+                // Checked as a code first: most paths are, and a fixed
+                // route's name is looked for only then.
+                let code = ShortCode::parse(rest).ok()?;
+                (!self.fixed.contains(&rest)).then_some(Route::Redirect(code))
+            }
+            Some(4) if rest.starts_with("link") => {
+                ShortCode::parse(&rest[5..]).ok().map(Route::Link)
+            }
             Some(_) => None,
         }
     }

@@ -21,14 +21,18 @@ use crate::telemetry::REQUEST_ID;
 /// Ids made here: a random per-process prefix and a counter, unique
 /// without a random draw per request.
 fn make() -> HeaderValue {
-    static PREFIX: std::sync::LazyLock<u32> = std::sync::LazyLock::new(rand::random);
+    // The prefix's hex digits and the dash, written once per process.
+    static PREFIX: std::sync::LazyLock<[u8; 9]> = std::sync::LazyLock::new(|| {
+        let mut p = [b'-'; 9];
+        hex(u64::from(rand::random::<u32>()), &mut p[..8]);
+        p
+    });
     static NEXT: AtomicU64 = AtomicU64::new(1);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     // Written in place: `format!` would allocate once more than the
     // header value's own copy.
     let mut id = [0u8; 8 + 1 + 16];
-    hex(u64::from(*PREFIX), &mut id[..8]);
-    id[8] = b'-';
+    id[..9].copy_from_slice(&*PREFIX);
     let digits = (64 - n.leading_zeros()).div_ceil(4).max(1) as usize;
     hex(n, &mut id[9..9 + digits]);
     // SAFETY: hex digits and a '-': visible ASCII, a valid header value.

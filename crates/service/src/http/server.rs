@@ -25,13 +25,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
-use std::task::{Context, Poll, Waker, ready};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use std::convert::Infallible;
 
 use axum::extract::ConnectInfo;
 use axum::routing::future::RouteFuture;
+use futures_util::task::AtomicWaker;
 use http_body_util::Either;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -258,7 +259,7 @@ struct Activity {
     /// watchdog.
     verdict: AtomicU8,
     /// The connection's task, woken when the verdict changes.
-    waker: Mutex<Option<Waker>>,
+    waker: AtomicWaker,
 }
 
 const TIMED_OUT: u8 = 1;
@@ -267,10 +268,7 @@ const SHUTTING_DOWN: u8 = 2;
 impl Activity {
     fn tell(&self, verdict: u8) {
         self.verdict.store(verdict, Ordering::Release);
-        let waker = self.waker.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(w) = waker {
-            w.wake();
-        }
+        self.waker.wake();
     }
 }
 
@@ -467,12 +465,9 @@ fn connection(
     let mut conn = Box::pin(limits.builder.serve_connection(io, service));
     let mut closing = false;
     std::future::poll_fn(move |cx| {
-        {
-            let mut waker = activity.waker.lock().unwrap_or_else(|e| e.into_inner());
-            if !waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                *waker = Some(cx.waker().clone());
-            }
-        }
+        // Registered before the verdict is read: a verdict told after
+        // this read wakes the task again.
+        activity.waker.register(cx.waker());
         match activity.verdict.load(Ordering::Acquire) {
             TIMED_OUT => return Poll::Ready(()),
             SHUTTING_DOWN if !closing => {
