@@ -2,7 +2,9 @@
 //! `GET|HEAD /heart-beat` answered in front of the router, with what the
 //! router's layers would do for them done inline: the request id, the
 //! metrics, the request timeout (armed only when the answer is not ready
-//! at once, i.e. not on a cache hit), `nosniff`. Everything else, and
+//! at once, i.e. not on a cache hit), `nosniff`. A cache hit is answered
+//! inside the service call ([`Answered::Now`]), so hyper keeps no future
+//! for it; only the rest of a miss is a (boxed) future. Everything else, and
 //! these routes too when debug logging wants the router's trace spans,
 //! falls through to the router.
 //!
