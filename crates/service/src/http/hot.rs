@@ -147,35 +147,19 @@ impl Hot {
         let started = self.metrics.map(|_| quanta::Instant::now());
         let sent = Sent::of(req.headers());
         let id = request_id::from(sent.id);
-        let (label, response) = match route {
+        let (code, label, how, visit, head, reply): (_, _, _, _, _, Reply) = match route {
             Route::HeartBeat => {
                 let mut r = Response::new(Either::Left(Full::new(Bytes::from_static(HEART_BEAT))));
                 r.headers_mut().insert(
                     header::CONTENT_TYPE,
                     HeaderValue::from_static("application/json"),
                 );
-                (self.metrics.map(|(_, l)| l.heart_beat), r)
+                let label = self.metrics.map(|(_, l)| l.heart_beat);
+                return Answered::Now(self.finish(label, started, id, r));
             }
             Route::Link(code) => {
                 let label = self.metrics.map(|(_, l)| l.link);
-                match self.state.links.resolve_now(&code, Use::Look) {
-                    Ok(found) => (
-                        label,
-                        self.reply(target_of(&code, found), false, link_reply),
-                    ),
-                    Err(later) => {
-                        let rest = Rest {
-                            label,
-                            started,
-                            id,
-                            code,
-                            visit: false,
-                            head: false,
-                            reply: link_reply,
-                        };
-                        return self.later(rest, req, later);
-                    }
-                }
+                (code, label, Use::Look, false, false, link_reply)
             }
             Route::Redirect(code) => {
                 let label = self.metrics.map(|(_, l)| l.redirect);
@@ -188,24 +172,22 @@ impl Hot {
                         referer: sent.referer.map(HeaderValue::as_bytes),
                     })
                 };
-                match self.state.links.resolve_now(&code, how) {
-                    Ok(found) => (
-                        label,
-                        self.reply(target_of(&code, found), head, redirect_answer),
-                    ),
-                    Err(later) => {
-                        let rest = Rest {
-                            label,
-                            started,
-                            id,
-                            code,
-                            visit: true,
-                            head,
-                            reply: redirect_answer,
-                        };
-                        return self.later(rest, req, later);
-                    }
-                }
+                (code, label, how, true, head, redirect_answer)
+            }
+        };
+        let response = match self.state.links.resolve_now(&code, how) {
+            Ok(found) => self.reply(target_of(&code, found), head, reply),
+            Err(later) => {
+                let rest = Rest {
+                    label,
+                    started,
+                    id,
+                    code,
+                    visit,
+                    head,
+                    reply,
+                };
+                return self.later(rest, req, later);
             }
         };
         Answered::Now(self.finish(label, started, id, response))
