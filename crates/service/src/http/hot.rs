@@ -203,28 +203,20 @@ impl Hot {
     ) -> Answered {
         let this = Arc::clone(self);
         Answered::Later(Box::pin(async move {
-            let Rest {
-                label,
-                started,
-                id,
-                code,
-                visit,
-                head,
-                reply,
-            } = rest;
-            let how = if visit {
+            let how = if rest.visit {
                 redirect_use(req.method(), req.headers())
             } else {
                 Use::Look
             };
             let links = &this.state.links;
-            let found = async { target_of(&code, links.resolve_later(&code, how, later).await?) };
+            let code = &rest.code;
+            let found = async { target_of(code, links.resolve_later(code, how, later).await?) };
             let timed = tokio::time::timeout(this.request_timeout, found);
-            let response = match REQUEST_ID.scope(id.clone(), timed).await {
-                Ok(done) => this.reply(done, head, reply),
+            let response = match REQUEST_ID.scope(rest.id.clone(), timed).await {
+                Ok(done) => this.reply(done, rest.head, rest.reply),
                 Err(_) => super::error::timed_out().map(Either::Right),
             };
-            this.finish(label, started, id, response)
+            this.finish(rest.label, rest.started, rest.id, response)
         }))
     }
 
