@@ -11,8 +11,12 @@ pub const MAX_CODE_LEN: usize = 64;
 /// Holding a `ShortCode` means the string was checked: 1 to 64 characters of
 /// `[A-Za-z0-9_-]`. Generated codes only use `[A-Za-z0-9]`; `-` and `_` are
 /// accepted so that custom aliases can use them later without a migration.
+///
+/// Held inline up to 24 bytes (every generated code): a cache or tally
+/// lookup compares the key without following a pointer, which on a random
+/// code is a cache miss (measured in docs/benchmarks.md).
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct ShortCode(Box<str>);
+pub struct ShortCode(compact_str::CompactString);
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ShortCodeError {
