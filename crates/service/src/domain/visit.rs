@@ -83,11 +83,11 @@ impl HourCount {
 }
 
 /// Counts of one link: those waiting in memory, those stored, or both.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
 ///
 /// One hour and one host are held inline (so are short hosts), so that
 /// counting a redirect touches the tally's own memory only: each pointer
 /// followed on a random link is a cache miss (docs/benchmarks.md).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VisitCounts {
     pub hours: SmallVec<[HourCount; 1]>,
     /// `(day, host, count)`.
