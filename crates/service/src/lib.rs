@@ -31,8 +31,8 @@
 //! `/heart-beat` to `http::hot` (everything else to the router, and its
 //! handlers such as `handlers::redirect` take the same steps) ->
 //! `Links::resolve_now` -> `LinkCache::get_now` (an in-process tier answers
-//! at once, inside hyper's service call: no future, no timer) -> or else, boxed and under the request
-//! timeout, `Links::resolve_later` -> `LinkCache::get_rest` -> (on a miss)
+//! at once, inside hyper's service call: no future, no timer) -> or else,
+//! boxed and under the request timeout, `Links::resolve_later` -> `LinkCache::get_rest` -> (on a miss)
 //! `LinkStore::get` -> `sqlite::readers` on the worker thread; the visit is
 //! counted in memory (`visits`), and a flush every second hands the
 //! tallies to the writer as an `Op`.
