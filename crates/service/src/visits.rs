@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use compact_str::CompactString;
 use serde::Serialize;
 use tokio::sync::{RwLock, RwLockReadGuard, watch};
 
@@ -61,11 +60,6 @@ const SHARDS: usize = 16;
 /// its first bytes.
 const AGENTS_PER_SHARD: usize = 1024;
 const AGENT_MAX_BYTES: usize = 512;
-
-/// The same for `Referer` values and their hosts: a longer value is parsed
-/// on every visit instead of remembered.
-const REFERERS_PER_SHARD: usize = 1024;
-const REFERER_MAX_BYTES: usize = 512;
 
 /// A failing flush is logged at most this often, with the count since.
 const LOG_EVERY: Duration = Duration::from_secs(10);
@@ -108,17 +102,12 @@ struct Counters {
 /// user agents, hashed on every redirect.
 type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
-/// One worker's tallies, the classes of the user agents it has seen and
-/// the hosts of the `Referer` values it has seen: all under the one lock a
-/// redirect takes.
+/// One worker's tallies, and the classes of the user agents it has seen:
+/// both under the one lock a redirect takes.
 #[derive(Default)]
 struct Shard {
     tallies: FastMap<ShortCode, VisitCounts>,
     agents: FastMap<Box<[u8]>, AgentClass>,
-    /// Hashing a value and comparing it once costs a fifth of parsing it
-    /// again (callgrind, a browser's redirect), and a link's visitors
-    /// mostly come from a few pages.
-    referers: FastMap<Box<[u8]>, CompactString>,
     /// Visits counted here since start (under the lock already held, so
     /// no atomic operation per redirect).
     counted: u64,
@@ -303,7 +292,7 @@ impl Visits {
 
     fn add(&self, code: &ShortCode, visit: Visit<'_>) {
         let agent = agent_key(visit.user_agent);
-        let referer = visit.referer.map(<[u8]>::trim_ascii);
+        let host = referrer_host(visit.referer);
         let now = coarse_now();
         let shard = &self.shards[shard_index()];
         let mut s = lock(shard);
@@ -324,39 +313,15 @@ impl Visits {
                 }
             },
         };
-        let Shard {
-            tallies,
-            referers,
-            counted,
-            ..
-        } = &mut *s;
-        let parsed;
-        let host: &str = match referer {
-            Some(r) if !r.is_empty() && r.len() <= REFERER_MAX_BYTES => match referers.get(r) {
-                Some(host) => host,
-                None => {
-                    if referers.len() >= REFERERS_PER_SHARD {
-                        referers.clear();
-                    }
-                    referers
-                        .entry(r.into())
-                        .or_insert_with(|| referrer_host(Some(r)).as_ref().into())
-                }
-            },
-            _ => {
-                parsed = referrer_host(referer);
-                &parsed
-            }
-        };
-        match tallies.get_mut(code.as_str()) {
-            Some(counts) => counts.add(now, class, host),
+        match s.tallies.get_mut(code.as_str()) {
+            Some(counts) => counts.add(now, class, &host),
             None => {
                 let mut counts = VisitCounts::default();
-                counts.add(now, class, host);
-                tallies.insert(code.clone(), counts);
+                counts.add(now, class, &host);
+                s.tallies.insert(code.clone(), counts);
             }
         }
-        *counted += 1;
+        s.counted += 1;
     }
 
     /// A redirect of a link limited to `max` visits: counted and `true`,
@@ -747,69 +712,6 @@ mod tests {
         assert_eq!(referrer_host(Some("http:/x.example/")), OTHER_HOST);
         let raw: &[u8] = b"https://a\xff.example/";
         assert_eq!(super::referrer_host(Some(raw)), OTHER_HOST);
-    }
-
-    /// A remembered `Referer` counts under the host a parse gives, also
-    /// after the memory was cleared for being full, and values too long to
-    /// remember, padded or empty, count as a parse says.
-    #[tokio::test]
-    async fn remembered_referers_count_under_their_parsed_hosts() {
-        use crate::domain::CodeSettings;
-        use crate::domain::code::CodeGenerator;
-        use crate::store::sqlite::{SqliteSettings, SqliteStore};
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = SqliteStore::open(
-            dir.path().join("l.db"),
-            SqliteSettings::default(),
-            CodeGenerator::new(CodeSettings::default()).expect("generator"),
-        )
-        .expect("open");
-        let visits = Visits::new(VisitSettings::default(), Arc::new(store));
-        let code = ShortCode::parse("memo").expect("code");
-        let long = format!("https://Long.example/{}", "x".repeat(REFERER_MAX_BYTES));
-        let mut sent: Vec<String> = vec![
-            "https://News.Example.com/a".into(),
-            "https://news.example.com/b".into(),
-            "  https://News.Example.com/a  ".into(),
-            "https://News.Example.com/a".into(),
-            long.clone(),
-            long,
-            "not a url".into(),
-            "not a url".into(),
-            "".into(),
-            "   ".into(),
-        ];
-        // Enough distinct values to fill a shard's memory and clear it, with
-        // the first ones sent again after.
-        sent.extend(
-            (0..REFERERS_PER_SHARD + 10).map(|i| format!("https://h{}.example/{i}", i % 7)),
-        );
-        sent.extend((0..20).map(|i| format!("https://h{}.example/{i}", i % 7)));
-        let mut expected = VisitCounts::default();
-        let now = coarse_now();
-        for r in &sent {
-            visits.add(
-                &code,
-                Visit {
-                    user_agent: None,
-                    referer: Some(r.as_bytes()),
-                },
-            );
-            expected.add(now, AgentClass::Other, &referrer_host(Some(r.as_bytes())));
-        }
-        visits.add(&code, Visit::default());
-        expected.add(now, AgentClass::Other, DIRECT_HOST);
-        let mut got = visits.pending(&code).referrers.to_vec();
-        let mut want = expected.referrers.to_vec();
-        got.sort();
-        want.sort();
-        assert_eq!(got, want);
-        assert!(
-            want.iter()
-                .any(|(_, h, n)| h == "news.example.com" && *n == 4)
-        );
-        assert!(want.iter().any(|(_, h, n)| h == "long.example" && *n == 2));
-        assert!(want.iter().any(|(_, h, n)| h == DIRECT_HOST && *n == 3));
     }
 
     #[test]
