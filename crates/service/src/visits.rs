@@ -138,15 +138,37 @@ fn shard_index() -> usize {
     INDEX.with(|i| *i)
 }
 
-/// Bytes a host may hold: letters, digits, `-`, `.`, `_`, and the `[`, `]`
-/// and `:` of an IPv6 literal.
-const HOST_BYTES: [bool; 256] = {
-    let mut table = [false; 256];
+/// What a byte of a `Referer` is to [`referrer_host`], as bit flags, so
+/// that the scan of the authority does one table lookup a byte instead of
+/// a match and two tests (about a third of the instructions, callgrind).
+const HOST: u8 = 1; // may be in a host: letters, digits, `-._`, and `[]:` of IPv6
+const UPPER: u8 = 2; // an upper-case letter
+const END: u8 = 4; // `/`, `?`, `#`: the authority ends
+const AT: u8 = 8; // `@`: what came before was user info
+const SCHEME: u8 = 16; // may be in a scheme after its first letter
+
+const REFERER_BYTES: [u8; 256] = {
+    let mut table = [0; 256];
     let mut i = 0;
     while i < 256 {
         let b = i as u8;
-        table[i] =
-            b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'[' | b']' | b':');
+        let mut f = 0;
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'[' | b']' | b':') {
+            f |= HOST;
+        }
+        if b.is_ascii_uppercase() {
+            f |= UPPER;
+        }
+        if matches!(b, b'/' | b'?' | b'#') {
+            f |= END;
+        }
+        if b == b'@' {
+            f |= AT;
+        }
+        if b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.') {
+            f |= SCHEME;
+        }
+        table[i] = f;
         i += 1;
     }
     table
@@ -173,26 +195,28 @@ pub fn referrer_host(referer: Option<&[u8]>) -> Cow<'_, str> {
     let scheme_ok = scheme.first().is_some_and(u8::is_ascii_alphabetic)
         && scheme
             .iter()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'));
+            .all(|b| REFERER_BYTES[usize::from(*b)] & SCHEME != 0);
     if !scheme_ok || raw.get(colon + 1..colon + 3) != Some(&b"//"[..]) {
         return Cow::Borrowed(OTHER_HOST);
     }
     let rest = &raw[colon + 3..];
     let (mut start, mut end) = (0, rest.len());
-    let (mut valid, mut upper) = (true, false);
+    // `all` keeps HOST while every byte is a host byte; `any` gets UPPER
+    // from any upper-case letter. User info (up to an `@`) starts both over.
+    let (mut all, mut any) = (HOST, 0);
     for (i, &b) in rest.iter().enumerate() {
-        match b {
-            b'/' | b'?' | b'#' => {
-                end = i;
-                break;
-            }
-            b'@' => (start, valid, upper) = (i + 1, true, false),
-            _ => {
-                valid &= HOST_BYTES[usize::from(b)];
-                upper |= b.is_ascii_uppercase();
-            }
+        let f = REFERER_BYTES[usize::from(b)];
+        if f & (END | AT) == 0 {
+            all &= f;
+            any |= f;
+        } else if f & END != 0 {
+            end = i;
+            break;
+        } else {
+            (start, all, any) = (i + 1, HOST, 0);
         }
     }
+    let (valid, upper) = (all & HOST != 0, any & UPPER != 0);
     let host_port = &rest[start..end];
     let host = if host_port.first() == Some(&b'[') {
         // An IPv6 literal keeps its brackets and loses only the port.
@@ -207,8 +231,8 @@ pub fn referrer_host(referer: Option<&[u8]>) -> Cow<'_, str> {
     if !valid || host.is_empty() || host.len() > 255 {
         return Cow::Borrowed(OTHER_HOST);
     }
-    // SAFETY: every byte of `host` passed HOST_BYTES, which holds ASCII
-    // bytes only, and ASCII is valid UTF-8. (The checked conversion cost a
+    // SAFETY: every byte of `host` has HOST in REFERER_BYTES, which only
+    // ASCII bytes have, and ASCII is valid UTF-8. (The checked conversion cost a
     // fifth of this function on the redirect path.)
     let host = unsafe { std::str::from_utf8_unchecked(host) };
     if upper {
@@ -712,6 +736,76 @@ mod tests {
         assert_eq!(referrer_host(Some("http:/x.example/")), OTHER_HOST);
         let raw: &[u8] = b"https://a\xff.example/";
         assert_eq!(super::referrer_host(Some(raw)), OTHER_HOST);
+    }
+
+    /// The table-driven scan finds what a plain match on each byte finds
+    /// (the scan as it was before the table), on values made of the bytes
+    /// that matter to it.
+    fn referrer_host_by_match(referer: Option<&[u8]>) -> Cow<'_, str> {
+        let Some(raw) = referer.map(<[u8]>::trim_ascii).filter(|r| !r.is_empty()) else {
+            return Cow::Borrowed(DIRECT_HOST);
+        };
+        let Some(colon) = raw.iter().position(|b| *b == b':') else {
+            return Cow::Borrowed(OTHER_HOST);
+        };
+        let scheme = &raw[..colon];
+        let scheme_ok = scheme.first().is_some_and(u8::is_ascii_alphabetic)
+            && scheme
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'));
+        if !scheme_ok || raw.get(colon + 1..colon + 3) != Some(&b"//"[..]) {
+            return Cow::Borrowed(OTHER_HOST);
+        }
+        let rest = &raw[colon + 3..];
+        let (mut start, mut end) = (0, rest.len());
+        let (mut valid, mut upper) = (true, false);
+        for (i, &b) in rest.iter().enumerate() {
+            match b {
+                b'/' | b'?' | b'#' => {
+                    end = i;
+                    break;
+                }
+                b'@' => (start, valid, upper) = (i + 1, true, false),
+                _ => {
+                    valid &= b.is_ascii_alphanumeric()
+                        || matches!(b, b'-' | b'.' | b'_' | b'[' | b']' | b':');
+                    upper |= b.is_ascii_uppercase();
+                }
+            }
+        }
+        let host_port = &rest[start..end];
+        let host = if host_port.first() == Some(&b'[') {
+            match host_port.iter().position(|b| *b == b']') {
+                Some(close) => &host_port[..=close],
+                None => &[][..],
+            }
+        } else {
+            let port = host_port.iter().position(|b| *b == b':');
+            &host_port[..port.unwrap_or(host_port.len())]
+        };
+        if !valid || host.is_empty() || host.len() > 255 {
+            return Cow::Borrowed(OTHER_HOST);
+        }
+        let host = String::from_utf8_lossy(host);
+        if upper {
+            Cow::Owned(host.to_ascii_lowercase())
+        } else {
+            host
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_referrer_scan_agrees_with_a_match_per_byte(
+            scheme in "(https?|[a-zA-Z][a-zA-Z0-9+.-]{0,6}|1x|h_x|)",
+            sep in "(://|:/|:|//|)",
+            user in "([a-zA-Z0-9 %é:]{0,6}@)?",
+            body in "[a-zA-Z0-9:/?#@.\\[\\]_+ %é-]{0,40}",
+        ) {
+            let raw = format!(" {scheme}{sep}{user}{body} ");
+            let want = referrer_host_by_match(Some(raw.as_bytes()));
+            proptest::prop_assert_eq!(referrer_host(Some(raw.as_bytes())), want);
+        }
     }
 
     #[test]
