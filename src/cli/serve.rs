@@ -235,6 +235,16 @@ pub struct StorageArgs {
           value_parser = clap::value_parser!(u64).range(0..=2048))]
     pub sqlite_mmap_mib: u64,
 
+    /// Link slots: every generated link's lookup fields (a target of up to
+    /// 72 bytes) in a slot by row id, in an unnamed file beside the
+    /// database, built from the table at start (lookups read SQLite until
+    /// it is built). A lookup then reads one slot instead of searching the
+    /// table: what keeps it as fast at ten million links as at ten
+    /// thousand. 128 bytes a link on disk.
+    #[arg(long, env = "LITELINK_SQLITE_SLOTS", value_enum,
+          default_value = on_off(d().store.sqlite.slots))]
+    pub sqlite_slots: OnOff,
+
     /// A streaming replica of the `--store` database: lookups and listings
     /// read it, except a code changed (here, or by an instance that said
     /// so over `--invalidations-url`) that it has not replayed yet, which
@@ -451,6 +461,7 @@ impl ServeArgs {
         let sqlite = &mut s.store.sqlite;
         sqlite.busy_timeout = Duration::from_millis(storage.sqlite_busy_timeout_ms);
         sqlite.mmap_mib = storage.sqlite_mmap_mib;
+        sqlite.slots = storage.sqlite_slots.is_on();
         sqlite.connections = lab.sqlite_connections;
         sqlite.read_on = lab.sqlite_read_on;
         sqlite.page_cache = lab.sqlite_page_cache.is_on();

@@ -14,7 +14,16 @@ fn applied<'a>(s: &'a Value, side: &str) -> &'a Value {
 
 #[tokio::test]
 async fn per_request_connections_open_one_per_lookup() {
-    let app = spawn_app(&["--sqlite-connections", "per-request", "--cache", "none"]).await;
+    // SQLite's lookups, not the link slots, which open no connection.
+    let app = spawn_app(&[
+        "--sqlite-connections",
+        "per-request",
+        "--cache",
+        "none",
+        "--sqlite-slots",
+        "off",
+    ])
+    .await;
     exercise_api(&app).await;
     let s = app.stats().await;
     let r = &s["readers"];
@@ -29,7 +38,7 @@ async fn per_request_connections_open_one_per_lookup() {
 
 #[tokio::test]
 async fn pooled_connections_are_reused() {
-    let app = spawn_app(&["--cache", "none"]).await;
+    let app = spawn_app(&["--cache", "none", "--sqlite-slots", "off"]).await;
     let code = app.create_ok("https://example.com/pooled").await;
     for _ in 0..50 {
         assert_eq!(app.get(&format!("/link/{code}")).await.status(), 200);
@@ -38,6 +47,35 @@ async fn pooled_connections_are_reused() {
     let opened = s["readers"]["connections_opened"].as_u64().expect("opened");
     assert!((1..=4).contains(&opened), "{s}");
     assert_eq!(applied(&s, "reader")["query_only"], true, "{s}");
+}
+
+/// The API is the same with the link slots and without them, and with
+/// them the lookups of generated codes are answered from the slots.
+#[tokio::test]
+async fn link_slots_answer_generated_codes_and_off_reads_the_table() {
+    let on = spawn_app(&["--cache", "none"]).await;
+    exercise_api(&on).await;
+    let code = on.create_ok("https://example.com/slot").await;
+    let before = on.stats().await["slots"]["hits"].as_u64().expect("hits");
+    for _ in 0..20 {
+        assert_eq!(on.get(&format!("/link/{code}")).await.status(), 200);
+        assert_eq!(on.get(&format!("/{code}")).await.status(), 302);
+    }
+    let s = on.stats().await;
+    assert_eq!(s["slots"]["state"], "ready", "{s}");
+    assert!(
+        s["slots"]["hits"].as_u64().expect("hits") >= before + 40,
+        "{s}"
+    );
+
+    let off = spawn_app(&["--cache", "none", "--sqlite-slots", "off"]).await;
+    exercise_api(&off).await;
+    let s = off.stats().await;
+    assert_eq!(s["slots"], Value::Null, "{s}");
+    assert!(
+        s["readers"]["lookups"].as_u64().expect("lookups") > 0,
+        "{s}"
+    );
 }
 
 #[tokio::test]

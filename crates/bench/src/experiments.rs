@@ -167,7 +167,8 @@ fn memstatus_configs() -> Vec<Config> {
             ("pooled", &[][..]),
         ] {
             for status in ["on", "off"] {
-                let mut args = vec!["--cache", "none"];
+                // SQLite's own lookups: the link slots would answer them.
+                let mut args = vec!["--cache", "none", "--sqlite-slots", "off"];
                 args.extend_from_slice(mode_args);
                 args.extend(["--sqlite-memstatus", status]);
                 let baseline = format!("{mode}, memstatus on{placement}");
@@ -239,7 +240,11 @@ fn ceiling() -> Experiment {
         configs: vec![
             bare,
             config_running("litelink", &[], &hot),
-            config_running("litelink, no cache", &["--cache", "none"], &[&uncached]),
+            config_running(
+                "litelink, no cache",
+                &["--cache", "none", "--sqlite-slots", "off"],
+                &[&uncached],
+            ),
             config_running("litelink, router only", &["--hot-path", "off"], &hot),
         ],
         workloads: vec![fixed.clone(), heart.clone(), redirect, link, uncached],
@@ -283,18 +288,26 @@ pub fn all(quick: bool) -> Vec<Experiment> {
             id: "reads",
             title: "Point reads against /heart-beat",
             question: "How close do GET /link/{code} and the redirect GET /{code} come to the \
-                       trivial endpoint, with pooled connections, with the memory cache in front \
-                       of them, and with a connection per request (MEMSTATUS on and off)? 50 \
+                       trivial endpoint, with SQLite's pooled connections, with the link slots \
+                       (the default without a cache), with the memory cache in front of them, \
+                       and with a connection per request (MEMSTATUS on and off)? 50 \
                        connections; each ratio is to /heart-beat on the same server in the same \
                        round.",
             configs: vec![
-                config("pooled", &["--cache", "none"], None),
+                config(
+                    "pooled",
+                    &["--cache", "none", "--sqlite-slots", "off"],
+                    None,
+                ),
+                config("link slots", &["--cache", "none"], None),
                 config("memory cache", &["--cache", "memory"], None),
                 config(
                     "per-request, memstatus off",
                     &[
                         "--cache",
                         "none",
+                        "--sqlite-slots",
+                        "off",
                         "--sqlite-connections",
                         "per-request",
                         "--sqlite-memstatus",
@@ -307,6 +320,8 @@ pub fn all(quick: bool) -> Vec<Experiment> {
                     &[
                         "--cache",
                         "none",
+                        "--sqlite-slots",
+                        "off",
                         "--sqlite-connections",
                         "per-request",
                         "--sqlite-memstatus",
@@ -340,10 +355,18 @@ pub fn all(quick: bool) -> Vec<Experiment> {
                        on the article's seed scenario and on a zipf read mix, as a ratio to \
                        /heart-beat on the same server in the same round.",
             configs: vec![
-                config("none", &["--cache", "none"], None),
+                // SQLite's own caching, as in the article: no link slots.
+                config("none", &["--cache", "none", "--sqlite-slots", "off"], None),
                 config(
                     "none, page cache off",
-                    &["--cache", "none", "--sqlite-page-cache", "off"],
+                    &[
+                        "--cache",
+                        "none",
+                        "--sqlite-slots",
+                        "off",
+                        "--sqlite-page-cache",
+                        "off",
+                    ],
                     None,
                 ),
                 config("memory", &["--cache", "memory"], None),
@@ -474,7 +497,11 @@ pub fn all(quick: bool) -> Vec<Experiment> {
             id: "concurrency",
             title: "Throughput and p99 against concurrency",
             question: "GET /link/{code} (pooled connections, no cache) with 1 to 256 connections.",
-            configs: vec![config("pooled, no cache", &["--cache", "none"], None)],
+            configs: vec![config(
+                "pooled, no cache",
+                &["--cache", "none", "--sqlite-slots", "off"],
+                None,
+            )],
             workloads: levels
                 .iter()
                 .map(|&c| {
@@ -578,10 +605,18 @@ fn scale(quick: bool) -> Experiment {
         );
         none.baseline = (!is_base).then(|| format!("{base} links, no cache"));
         none.preload = Some(n);
+        // What the link slots buy: the same reads on SQLite's B-tree.
+        let mut table = config_running(
+            &format!("{label} links, no cache, no slots"),
+            &["--cache", "none", "--sqlite-slots", "off"],
+            &[&uncached],
+        );
+        table.baseline = (!is_base).then(|| format!("{base} links, no cache, no slots"));
+        table.preload = Some(n);
         let mut memory = config_running(&format!("{label} links, memory cache"), &[], &[&zipf]);
         memory.baseline = (!is_base).then(|| format!("{base} links, memory cache"));
         memory.preload = Some(n);
-        configs.extend([none, memory]);
+        configs.extend([none, table, memory]);
     }
     Experiment {
         id: "scale",
@@ -590,7 +625,8 @@ fn scale(quick: bool) -> Experiment {
                    are loaded with `litelink import` (records without codes, so that each \
                    link gets its generated code, as a create would), then served: uniform \
                    point reads \
-                   with `--cache none` and zipf reads through the memory cache (default \
+                   with `--cache none` (from the link slots, and from SQLite's table with \
+                   `--sqlite-slots off`) and zipf reads through the memory cache (default \
                    capacity), both over codes sampled from the whole loaded set, and durable \
                    creates (64 connections, a bounded count, no warm-up). Each ratio is to \
                    the smallest database in the same round.",

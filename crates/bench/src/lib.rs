@@ -378,6 +378,30 @@ fn links(opts: &BenchOptions) -> u64 {
     if opts.quick { 200 } else { experiments::LINKS }
 }
 
+/// Longest a server may take to build its link slots before it is
+/// measured (ten million links take a few seconds).
+const SLOTS_BUILD_LIMIT: Duration = Duration::from_secs(300);
+
+/// Waits until the server's link slots are built, so that no round
+/// measures reads that go to SQLite meanwhile. A server without them
+/// (`--sqlite-slots off`, PostgreSQL, an older build) is not waited for.
+fn wait_for_slots(server: &ServerProcess) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    loop {
+        let stats = server.stats()?;
+        match stats["slots"]["state"].as_str() {
+            Some("building") => {}
+            _ => return Ok(()),
+        }
+        anyhow::ensure!(
+            started.elapsed() < SLOTS_BUILD_LIMIT,
+            "the server's link slots were not built within {} s",
+            SLOTS_BUILD_LIMIT.as_secs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_experiment(
     runtime: &tokio::runtime::Runtime,
@@ -463,6 +487,9 @@ fn run_experiment(
                 s["sqlite_version"].as_str().unwrap_or("").to_owned(),
                 options,
             ));
+        }
+        if !config.reference {
+            wait_for_slots(&server)?;
         }
         let needs_links = !config.reference
             && exp

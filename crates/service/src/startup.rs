@@ -197,7 +197,10 @@ fn spawn_deny_list_reloader(
 /// Opens the store for a command that works beside a running server
 /// (`keys`, `export`; `import` takes the [`DbLock`] first).
 pub async fn open_tool_store(settings: &StoreSettings) -> anyhow::Result<Arc<dyn LinkStore>> {
-    open_store(settings, CodeGenerator::new(Default::default())?).await
+    let mut settings = settings.clone();
+    // A tool serves no lookups: no link slots to build.
+    settings.sqlite.slots = false;
+    open_store(&settings, CodeGenerator::new(Default::default())?).await
 }
 
 /// Opens the SQLite store on the blocking pool. MEMSTATUS is set first,

@@ -49,7 +49,18 @@ pub(super) fn by_code<T, S: AsRef<str>>(
     sql: &Statements<S>,
     map: impl Fn(&Row<'_>) -> rusqlite::Result<T>,
 ) -> rusqlite::Result<Option<T>> {
-    if let Some(id) = book.id_of(code).and_then(|id| i64::try_from(id).ok()) {
+    by_code_with_id(conn, book.id_of(code), code, sql, map)
+}
+
+/// [`by_code`] for a code already decrypted to `id` (`book.id_of(code)`).
+pub(super) fn by_code_with_id<T, S: AsRef<str>>(
+    conn: &Connection,
+    id: Option<u64>,
+    code: &str,
+    sql: &Statements<S>,
+    map: impl Fn(&Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<Option<T>> {
+    if let Some(id) = id.and_then(|id| i64::try_from(id).ok()) {
         let found = query(conn, sql.by_id.as_ref(), (id, code), &map)?;
         if found.is_some() {
             return Ok(found);

@@ -4,7 +4,9 @@
 //! Modules, in the order a create meets them: `writer` (queue, batches,
 //! inserts), `walsync` (one fdatasync per group at full durability),
 //! `replies` (answers go back to the runtime as one task). Lookups go
-//! through `readers`; `checkpointer` copies the WAL back on its own thread;
+//! through `readers`, which answer a generated code from its row's slot
+//! (`slots`, kept by the writer) when they can; `checkpointer` copies the
+//! WAL back on its own thread;
 //! `connection` opens connections alike; `migrations` holds the schema;
 //! `memstatus` and `build_info` are SQLite's process and build facts.
 
@@ -20,6 +22,7 @@ mod ops;
 mod readers;
 mod replies;
 mod rows;
+mod slots;
 mod walsync;
 mod writer;
 
@@ -36,6 +39,7 @@ use self::connection::Role;
 use self::ops::Op;
 use self::readers::{Epoch, Readers};
 use self::replies::Done;
+use self::slots::Slots;
 use self::writer::Writer;
 use super::{
     ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, NewLink, Record, StorageFailure,
@@ -118,6 +122,10 @@ pub struct SqliteSettings {
     /// `pread` calls. SQLite caps it at 2 GiB less 64 KiB (its build's
     /// `SQLITE_MAX_MMAP_SIZE`); the rest of a larger file is read as usual.
     pub mmap_mib: u64,
+    /// Keep every generated link's lookup fields in a slot by row id, in a
+    /// file beside the database (slots.rs): a lookup reads one slot instead
+    /// of searching the table's B-tree.
+    pub slots: bool,
 }
 
 impl SqliteSettings {
@@ -153,6 +161,7 @@ impl Default for SqliteSettings {
             wal_preallocate: 64 << 20,
             writer_cache_mib: 0,
             mmap_mib: 2048,
+            slots: true,
         }
     }
 }
@@ -270,6 +279,8 @@ pub struct SqliteStats {
     /// Rows in `links`: counted once at open, then kept by the writer.
     pub links: u64,
     pub readers: readers::ReaderCounts,
+    /// The link slots (`null` when off).
+    pub slots: Option<slots::SlotCounts>,
     pub writer: WriterReport,
     /// What the connections run with, as SQLite reports it.
     pub applied: AppliedReport,
@@ -318,6 +329,23 @@ struct Inner {
     memstatus: bool,
     /// Whether generated codes share a bucket prefix (CodeGenerator).
     code_locality: bool,
+    slots: Option<Arc<Slots>>,
+}
+
+/// The link slots' file, beside the database; without it (a file system
+/// that cannot hold it, no address space) lookups read SQLite as before.
+fn open_slots(db: &Path) -> Option<Arc<Slots>> {
+    let dir = match db.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    match Slots::create(dir) {
+        Ok(s) => Some(Arc::new(s)),
+        Err(e) => {
+            tracing::warn!(error = %e, "no link slots: lookups search the table");
+            None
+        }
+    }
 }
 
 impl SqliteStore {
@@ -347,18 +375,28 @@ impl SqliteStore {
         let compile_options = build_info::compile_options(&conn).map_err(open_err)?;
         let memstatus = memstatus::active();
         let epoch = Arc::new(Epoch::default());
+        let slots = settings.slots.then(|| open_slots(&path)).flatten();
         let readers = Arc::new(Readers::new(
             path.clone(),
             settings.clone(),
             Arc::clone(&epoch),
             Arc::clone(&book),
+            slots.clone(),
         ));
         // Checkpoints run on their own thread (checkpointer.rs), not inside
         // the writer's commits.
         conn.pragma_update(None, "wal_autocheckpoint", 0)
             .map_err(open_err)?;
         let code_locality = codes.has_locality();
-        let writer = Writer::start(conn, &path, &settings, codes, book, Arc::clone(&epoch))?;
+        let writer = Writer::start(
+            conn,
+            &path,
+            &settings,
+            codes,
+            book,
+            Arc::clone(&epoch),
+            slots.clone(),
+        )?;
         let checkpoints = Arc::new(checkpointer::CheckpointStats::default());
         let checkpointer = Checkpointer::start(
             path.clone(),
@@ -380,6 +418,7 @@ impl SqliteStore {
                 compile_options,
                 memstatus,
                 code_locality,
+                slots,
             }),
         })
     }
@@ -420,6 +459,7 @@ impl SqliteStore {
             durability: c.durability,
             links: inner.writer.links(),
             readers: inner.readers.counts(),
+            slots: inner.slots.as_ref().map(|s| s.counts()),
             applied: AppliedReport {
                 writer: inner.writer.applied(),
                 reader: inner.readers.applied(),
@@ -673,6 +713,154 @@ mod tests {
         // The second create was committed before its sync failed; the
         // third never reached the database.
         assert_eq!(stats.writes.rows, 2);
+        store.close().await;
+    }
+
+    /// Every lookup a slot answers is the one the table gives, through
+    /// creates, edits, visits, deletes, a change by another process and a
+    /// restart; and the slots do answer the generated codes they can.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn slots_answer_as_the_table_does_through_every_change() {
+        use crate::domain::{AgentClass, VisitCounts};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = open(dir.path());
+        let target = |s: &str| TargetUrl::parse(s).expect("url");
+        let create = |new: NewLink| {
+            let store = &store;
+            async move { store.create(new).await.expect("create").code }
+        };
+        let short = create(url(1)).await;
+        let limited = create(NewLink {
+            expires_at: Some(Timestamp::from_millis(4_102_444_800_000)),
+            max_visits: Some(3),
+            ..url(2)
+        })
+        .await;
+        let long_url = format!("https://example.com/{}", "x".repeat(slots::TARGET_MAX));
+        let long = create(NewLink::to(target(&long_url))).await;
+        let alias = create(NewLink {
+            code: Some(ShortCode::parse("my-alias").expect("alias")),
+            ..url(4)
+        })
+        .await;
+        let nobody = ShortCode::parse("ZZZZZZZZZZ").expect("code");
+        let codes = [&short, &limited, &long, &alias, &nobody];
+        let check = |store: &SqliteStore, when: &str| {
+            let table = store.inner.readers.of_the_table();
+            for code in codes {
+                let from_slots = store.inner.readers.get(code).expect("get");
+                assert_eq!(
+                    from_slots
+                        .as_ref()
+                        .map(|r| (&r.target, r.expires_at, r.max_visits)),
+                    table.get(code).expect("table get").as_ref().map(|r| (
+                        &r.target,
+                        r.expires_at,
+                        r.max_visits
+                    )),
+                    "{when}: get {code}"
+                );
+                assert_eq!(
+                    store.inner.readers.link(code).expect("link"),
+                    table.link(code).expect("table link"),
+                    "{when}: link {code}"
+                );
+            }
+        };
+        let hits = |store: &SqliteStore| store.sqlite_stats().slots.expect("slots on").hits;
+        check(&store, "created");
+        let before = hits(&store);
+        check(&store, "again");
+        // `short` and `limited` twice each (get, link): the long target and
+        // the alias are read from the table.
+        assert_eq!(hits(&store) - before, 4);
+
+        let patch = |t: Option<&str>, max: Option<Option<u64>>| LinkPatch {
+            target: t.map(target),
+            expires_at: Some(None),
+            max_visits: max,
+        };
+        store
+            .update(&short, patch(Some("https://example.com/edited"), None))
+            .await
+            .expect("edit");
+        store
+            .update(
+                &long,
+                patch(Some("https://example.com/short-now"), Some(Some(9))),
+            )
+            .await
+            .expect("edit");
+        store
+            .update(&limited, patch(None, Some(None)))
+            .await
+            .expect("edit");
+        check(&store, "edited");
+        assert!(matches!(
+            store.inner.readers.get(&long).expect("get"),
+            Some(r) if r.target.as_str() == "https://example.com/short-now"
+        ));
+
+        let mut counts = VisitCounts::default();
+        for _ in 0..5 {
+            counts.add(Timestamp::now(), AgentClass::Browser, "");
+        }
+        let visits: Arc<[(ShortCode, VisitCounts)]> =
+            vec![(short.clone(), counts.clone()), (limited.clone(), counts)].into();
+        store.record_visits(visits).await.expect("visits");
+        check(&store, "visited");
+        assert_eq!(
+            store
+                .inner
+                .readers
+                .link(&short)
+                .expect("link")
+                .map(|l| l.visits),
+            Some(5)
+        );
+
+        assert!(store.delete(&short).await.expect("delete"));
+        check(&store, "deleted");
+        assert!(store.inner.readers.get(&short).expect("get").is_none());
+
+        // Another process edits a row: the slots are built again from the
+        // table, and the edit is served within a few ticks.
+        let other = Connection::open(dir.path().join("l.db")).expect("open");
+        other
+            .execute(
+                "UPDATE links SET target = 'https://example.com/by-sqlite3' WHERE code = ?1",
+                [limited.as_str()],
+            )
+            .expect("update");
+        drop(other);
+        let readers = Arc::clone(&store.inner.readers);
+        let code = limited.clone();
+        wait_for("the other process's edit", move || {
+            readers
+                .get(&code)
+                .ok()
+                .flatten()
+                .is_some_and(|r| r.target.as_str() == "https://example.com/by-sqlite3")
+        })
+        .await;
+        let slots = || store.sqlite_stats().slots.expect("slots on");
+        wait_for("the slots built again", || slots().state == "ready").await;
+        assert_eq!(slots().builds, 2);
+        check(&store, "changed by another process");
+
+        // A restart builds them from the table.
+        store.close().await;
+        store = open(dir.path());
+        check(&store, "reopened");
+        wait_for("the slots built", || {
+            store.sqlite_stats().slots.expect("slots").state == "ready"
+        })
+        .await;
+        let before = hits(&store);
+        check(&store, "reopened and built");
+        // Twice each: `limited`, `long` (its target is short now) and the
+        // deleted `short`, whose slot says it is gone.
+        assert_eq!(hits(&store) - before, 6);
         store.close().await;
     }
 

@@ -49,10 +49,23 @@ pub(super) fn clamp(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// What an op did: its answer, and how the number of live links changed.
+/// What an op did: its answer, how the number of live links changed, and
+/// which rows it changed.
 pub(super) struct Applied {
     pub done: Done,
     pub links_added: i64,
+    pub changed: Changed,
+}
+
+/// The rows an op changed, for their slots (slots.rs).
+#[derive(Debug, Default)]
+pub(super) enum Changed {
+    #[default]
+    Nothing,
+    /// Rows to copy again from the table.
+    Rows(Vec<i64>),
+    /// Visits added to each row's count.
+    Visits(Vec<(i64, i64)>),
 }
 
 pub(super) fn apply(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError> {
@@ -85,6 +98,7 @@ fn applied(done: Done) -> Applied {
     Applied {
         done,
         links_added: 0,
+        changed: Changed::Nothing,
     }
 }
 
@@ -121,7 +135,10 @@ fn run(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError
                 ))?
                 .query_row([id], rows::link)
                 .optional()?;
-            Ok(applied(Done::MaybeLink(link)))
+            Ok(Applied {
+                changed: Changed::Rows(vec![id]),
+                ..applied(Done::MaybeLink(link))
+            })
         }
         Op::Delete { code } => {
             // The row stays as a tombstone, without its target, so that the
@@ -142,6 +159,7 @@ fn run(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError
             Ok(Applied {
                 done: Done::Found(deleted > 0),
                 links_added: -(deleted as i64),
+                changed: Changed::Rows(vec![id]),
             })
         }
         Op::CreateKey { name, admin, hash } => {
@@ -194,6 +212,7 @@ fn run(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError
             let mut collisions = 0;
             let mut skipped = Vec::new();
             let mut live = 0;
+            let mut ids = Vec::new();
             for row in rows {
                 // A row keeps its code as a named one, unless a generated
                 // row has it; a row without one gets the next generated.
@@ -233,6 +252,7 @@ fn run(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError
                     Ok(_) => {
                         next_id = next_id.max(id + 1);
                         live += i64::from(row.deleted_at.is_none());
+                        ids.push(id);
                     }
                     Err(e) if named && is_unique_violation(&e) => skipped.push(row.line),
                     Err(e) => return Err(e.into()),
@@ -241,29 +261,35 @@ fn run(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError
             Ok(Applied {
                 done: Done::Skipped(skipped),
                 links_added: live,
+                changed: Changed::Rows(ids),
             })
         }
         Op::RecordVisits(visits) => {
+            let mut added = Vec::with_capacity(visits.len());
             for (code, counts) in visits.iter() {
-                record_visits(conn, book, code, counts)?;
+                added.extend(record_visits(conn, book, code, counts)?);
             }
-            Ok(applied(Done::Nothing))
+            Ok(Applied {
+                changed: Changed::Visits(added),
+                ..applied(Done::Nothing)
+            })
         }
     }
 }
 
 /// Adds one link's counts to its total and its aggregates: three
 /// statements for a link with one hour and one referrer already seen.
+/// The row's id and the visits added to its total, if it is live.
 fn record_visits(
     conn: &Connection,
     book: &Codebook,
     code: &ShortCode,
     counts: &VisitCounts,
-) -> Result<(), StoreError> {
+) -> Result<Option<(i64, i64)>, StoreError> {
     let total = counts.total();
     // Only a live link: one deleted since these were counted keeps none.
     let Some(id) = find::id(conn, book, code.as_str(), Rows::Live)? else {
-        return Ok(());
+        return Ok(None);
     };
     conn.prepare_cached("UPDATE links SET visits = visits + ?2 WHERE id = ?1")?
         .execute((id, clamp(total)))?;
@@ -302,5 +328,5 @@ fn record_visits(
         let host: &str = if full { OTHER_HOST } else { host };
         new_host.execute((id, day, host, clamp(*n)))?;
     }
-    Ok(())
+    Ok(Some((id, clamp(total))))
 }

@@ -18,6 +18,7 @@ use rusqlite::Connection;
 use super::connection::{self, Applied, Role};
 use super::find::{self, Rows, Statements};
 use super::rows;
+use super::slots::{Found, Slots};
 use super::{ConnectionMode, SqliteSettings};
 use crate::domain::{
     Codebook, HourCount, Link, Resolved, ShortCode, TargetUrl, Timestamp, VisitCounts,
@@ -152,6 +153,8 @@ pub(super) struct Readers {
     reuse: AtomicBool,
     stats: ReaderStats,
     book: std::sync::Arc<Codebook>,
+    /// Generated links' lookup fields by row id (slots.rs), when on.
+    slots: Option<std::sync::Arc<Slots>>,
 }
 
 impl Readers {
@@ -160,6 +163,7 @@ impl Readers {
         settings: SqliteSettings,
         epoch: std::sync::Arc<Epoch>,
         book: std::sync::Arc<Codebook>,
+        slots: Option<std::sync::Arc<Slots>>,
     ) -> Self {
         let max_idle = settings.max_readers;
         Self {
@@ -171,13 +175,44 @@ impl Readers {
             reuse: AtomicBool::new(true),
             stats: ReaderStats::default(),
             book,
+            slots,
         }
+    }
+
+    /// Tests only: readers of the same database that always ask SQLite,
+    /// with a connection per read (never a snapshot older than the call).
+    #[cfg(test)]
+    pub(super) fn of_the_table(&self) -> Self {
+        let settings = SqliteSettings {
+            connections: ConnectionMode::PerRequest,
+            slots: false,
+            ..self.settings.clone()
+        };
+        Self::new(
+            self.path.clone(),
+            settings,
+            std::sync::Arc::default(),
+            std::sync::Arc::clone(&self.book),
+            None,
+        )
     }
 
     pub(super) fn get(&self, code: &ShortCode) -> rusqlite::Result<Option<Resolved>> {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
+        let id = self.book.id_of(code.as_str());
+        match self.slot(id, code) {
+            Found::Live(slot) => {
+                return Ok(Some(Resolved {
+                    target: TargetUrl::from_trusted(&slot.target),
+                    expires_at: slot.expires_at.map(Timestamp::from_millis),
+                    max_visits: slot.max_visits,
+                }));
+            }
+            Found::Gone => return Ok(None),
+            Found::Unknown => {}
+        }
         self.with_connection(|conn| {
-            find::by_code(conn, &self.book, code.as_str(), &SELECT_TARGET, |r| {
+            find::by_code_with_id(conn, id, code.as_str(), &SELECT_TARGET, |r| {
                 Ok(Resolved {
                     target: TargetUrl::from_trusted(r.get_ref(0)?.as_str()?),
                     expires_at: r.get::<_, Option<i64>>(1)?.map(Timestamp::from_millis),
@@ -189,10 +224,36 @@ impl Readers {
 
     /// The live link with `code`, for management.
     pub(super) fn link(&self, code: &ShortCode) -> rusqlite::Result<Option<Link>> {
+        let id = self.book.id_of(code.as_str());
+        match self.slot(id, code) {
+            // A link with an owner is read whole: the owner's name is in
+            // `keys`, not in the slot.
+            Found::Live(slot) if !slot.has_owner => {
+                return Ok(Some(Link {
+                    code: code.clone(),
+                    target: TargetUrl::from_trusted(&slot.target),
+                    created_at: Timestamp::from_millis(slot.created_at),
+                    expires_at: slot.expires_at.map(Timestamp::from_millis),
+                    owner: None,
+                    max_visits: slot.max_visits,
+                    visits: slot.visits,
+                }));
+            }
+            Found::Gone => return Ok(None),
+            Found::Live(_) | Found::Unknown => {}
+        }
         self.with_connection(|conn| {
             let sql = find::statements(rows::LINK_COLUMNS, rows::LINK_FROM, Rows::Live);
-            find::by_code(conn, &self.book, code.as_str(), &sql, rows::link)
+            find::by_code_with_id(conn, id, code.as_str(), &sql, rows::link)
         })
+    }
+
+    /// What the slot of the row `code` decrypts to (`id`) says of it.
+    fn slot(&self, id: Option<u64>, code: &ShortCode) -> Found {
+        match (&self.slots, id) {
+            (Some(slots), Some(id)) => slots.find(id, code.as_str().len()),
+            _ => Found::Unknown,
+        }
     }
 
     /// One page of live links, newest first (by id, so that links created

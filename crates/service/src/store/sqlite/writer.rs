@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
-use rusqlite::{Connection, ErrorCode};
+use rusqlite::{Connection, ErrorCode, OptionalExtension};
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
@@ -26,6 +26,7 @@ use super::find;
 use super::ops::{self, Op};
 use super::readers::Epoch;
 use super::replies::{Done, Replies, Reply};
+use super::slots::{self, Image, Slots};
 use super::walsync::{self, SyncCounts, SyncStats, WalSync};
 use crate::domain::{CodeGenerator, Codebook, Link, ShortCode, Timestamp};
 use crate::store::StorageFailure;
@@ -42,8 +43,16 @@ const INSERT: &str = "INSERT INTO links (id, code, target, created_at, expires_a
                       max_visits, named) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
 
 enum Message {
-    Create { new: NewLink, reply: Reply },
-    Op { op: Op, reply: Reply },
+    Create {
+        new: NewLink,
+        reply: Reply,
+    },
+    Op {
+        op: Op,
+        reply: Reply,
+    },
+    /// Time to look for changes made by another process (slots.rs).
+    Tick,
     Shutdown,
 }
 
@@ -120,6 +129,7 @@ impl Writer {
         codes: CodeGenerator,
         book: Arc<Codebook>,
         epoch: Arc<Epoch>,
+        slots: Option<Arc<Slots>>,
     ) -> std::io::Result<Self> {
         let applied = connection::applied(&conn).map_err(std::io::Error::other)?;
         let (tx, rx) = mpsc::channel(settings.write_queue);
@@ -158,6 +168,8 @@ impl Writer {
         let thread_sync_stats = Arc::clone(&sync_stats);
         let capacity = settings.write_queue;
         let batch_max = settings.batch_max;
+        let data_version = data_version(&conn).map_err(std::io::Error::other)?;
+        let build = slots.as_ref().map(|_| 0);
         let thread = std::thread::Builder::new()
             .name("litelink-writer".into())
             .spawn(move || {
@@ -173,9 +185,28 @@ impl Writer {
                     epoch,
                     replies,
                     guard: thread_guard,
+                    slots,
+                    build,
+                    data_version,
                 };
                 w.run(rx);
             })?;
+        if build.is_some() {
+            // The ticks that let the writer notice another process's
+            // changes; the thread ends with the writer's queue.
+            let ticks = tx.clone();
+            std::thread::Builder::new()
+                .name("litelink-slot-ticks".into())
+                .spawn(move || {
+                    loop {
+                        std::thread::sleep(slots::TICK);
+                        match ticks.try_send(Message::Tick) {
+                            Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => {}
+                            Err(mpsc::error::TrySendError::Closed(_)) => break,
+                        }
+                    }
+                })?;
+        }
         Ok(Self {
             tx,
             thread: std::sync::Mutex::new(Some(thread)),
@@ -324,6 +355,20 @@ struct WriterThread {
     epoch: Arc<Epoch>,
     replies: Replies,
     guard: Arc<FileGuard>,
+    /// The link slots, when on, and the next row id to copy into them
+    /// while they are being built (`None`: built).
+    slots: Option<Arc<Slots>>,
+    build: Option<i64>,
+    /// SQLite's `data_version` on this connection: it moves only when
+    /// another connection commits, and the writer is the only one of ours
+    /// that does.
+    data_version: i64,
+}
+
+/// `PRAGMA data_version` of `conn`.
+fn data_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.prepare_cached("PRAGMA data_version")?
+        .query_row([], |r| r.get(0))
 }
 
 impl WriterThread {
@@ -331,7 +376,21 @@ impl WriterThread {
         let mut batch: Vec<(NewLink, Reply)> = Vec::with_capacity(self.batch_max);
         let mut shutting_down = false;
         while !shutting_down {
-            let Some(first) = rx.blocking_recv() else {
+            // While the slots are being built, a step of it runs whenever
+            // the queue is empty: a write waits at most one step.
+            let first = if self.build.is_some() {
+                match rx.try_recv() {
+                    Ok(m) => Some(m),
+                    Err(mpsc::error::TryRecvError::Empty) => {
+                        self.build_step();
+                        continue;
+                    }
+                    Err(mpsc::error::TryRecvError::Disconnected) => None,
+                }
+            } else {
+                rx.blocking_recv()
+            };
+            let Some(first) = first else {
                 break;
             };
             // Let the request threads run once before taking the batch:
@@ -351,6 +410,7 @@ impl WriterThread {
                         }
                         self.apply(op, reply);
                     }
+                    Message::Tick => self.look_for_other_writers(),
                     Message::Shutdown => {
                         shutting_down = true;
                         break;
@@ -378,8 +438,10 @@ impl WriterThread {
         rx.close();
         // Anything still queued after a shutdown was sent after close():
         // answer it rather than leave its caller hanging.
-        while let Ok(Message::Create { reply, .. } | Message::Op { reply, .. }) = rx.try_recv() {
-            let _ = reply.send(Err(StoreError::Closed));
+        while let Ok(message) = rx.try_recv() {
+            if let Message::Create { reply, .. } | Message::Op { reply, .. } = message {
+                let _ = reply.send(Err(StoreError::Closed));
+            }
         }
         tracing::debug!("writer stopped");
     }
@@ -406,6 +468,13 @@ impl WriterThread {
         );
         match outcome {
             Ok(rows) => {
+                // Before anyone hears of the rows: a reader told of one finds
+                // its slot written.
+                if let Some(slots) = &self.slots {
+                    for stored in rows.iter().flatten() {
+                        slots.put(&stored.image());
+                    }
+                }
                 self.epoch.advance();
                 // A row that could not be stored (its alias is taken, or no
                 // free code was found) fails alone; the rest of its batch
@@ -419,7 +488,7 @@ impl WriterThread {
                     self.replies.send(
                         unstored
                             .into_iter()
-                            .map(|(reply, row)| (reply, row.map(Done::Link)))
+                            .map(|(reply, row)| (reply, row.map(|s| Done::Link(s.link))))
                             .collect(),
                     );
                 }
@@ -446,7 +515,7 @@ impl WriterThread {
                 self.stats.largest_batch.fetch_max(n, Ordering::Relaxed);
                 let acks = stored
                     .into_iter()
-                    .filter_map(|(reply, row)| row.ok().map(|link| (reply, Done::Link(link))));
+                    .filter_map(|(reply, row)| row.ok().map(|s| (reply, Done::Link(s.link))));
                 self.acknowledge(acks);
             }
             Err(e) => {
@@ -501,6 +570,7 @@ impl WriterThread {
                 let _ = reply.send(Err(StoreError::WritesStopped(why)));
             }
             Ok(applied) => {
+                self.copy_to_slots(applied.changed);
                 self.epoch.advance();
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
                 if applied.links_added >= 0 {
@@ -528,6 +598,106 @@ impl WriterThread {
     }
 }
 
+impl WriterThread {
+    /// Copies the next rows into the slots; the slots are built once a
+    /// step finds fewer rows than it asked for.
+    fn build_step(&mut self) {
+        let (Some(slots), Some(from)) = (&self.slots, self.build) else {
+            return;
+        };
+        let step = || -> rusqlite::Result<Option<i64>> {
+            let mut stmt = self.conn.prepare_cached(&format!(
+                "SELECT {} FROM links WHERE id >= ?1 ORDER BY id LIMIT ?2",
+                slots::IMAGE_COLUMNS
+            ))?;
+            let mut rows = stmt.query((from, slots::BUILD_STEP))?;
+            let (mut n, mut last) = (0, from - 1);
+            while let Some(row) = rows.next()? {
+                let image = Image::of_row(row)?;
+                slots.put(&image);
+                last = image.id;
+                n += 1;
+            }
+            Ok((n == slots::BUILD_STEP).then_some(last + 1))
+        };
+        match step() {
+            Ok(Some(next)) => {
+                slots.built_below(next.max(0) as u64);
+                self.build = Some(next);
+            }
+            Ok(None) => {
+                // Every row is copied, and every later one is written as it
+                // is committed.
+                slots.built_below(u64::MAX);
+                slots.stats.builds.fetch_add(1, Ordering::Relaxed);
+                self.build = None;
+                tracing::debug!("link slots built");
+            }
+            Err(e) => {
+                // Reads keep going to SQLite for the rows not copied; the
+                // build starts over at the next tick.
+                throttled!(FAILED_WRITES, warn, error = %e, "building the link slots failed");
+                slots.forget();
+                self.build = None;
+                self.data_version = -1;
+            }
+        }
+    }
+
+    /// Another process committed (an operator's `sqlite3`, `litelink
+    /// keys`): the slots may no longer match the rows, so they are
+    /// forgotten and built again.
+    fn look_for_other_writers(&mut self) {
+        let Some(slots) = &self.slots else {
+            return;
+        };
+        let version = data_version(&self.conn).unwrap_or(-1);
+        if version == self.data_version && version != -1 {
+            return;
+        }
+        slots.forget();
+        self.data_version = version;
+        self.build = Some(0);
+        tracing::debug!("another process changed the database: building the link slots again");
+    }
+
+    /// Brings the slots of the rows an op changed up to date.
+    fn copy_to_slots(&mut self, changed: ops::Changed) {
+        let Some(slots) = &self.slots else {
+            return;
+        };
+        match changed {
+            ops::Changed::Nothing => {}
+            ops::Changed::Visits(added) => {
+                for (id, n) in added {
+                    slots.add_visits(id, n);
+                }
+            }
+            ops::Changed::Rows(ids) => {
+                let copy = || -> rusqlite::Result<()> {
+                    let mut stmt = self.conn.prepare_cached(&format!(
+                        "SELECT {} FROM links WHERE id = ?1",
+                        slots::IMAGE_COLUMNS
+                    ))?;
+                    for id in ids {
+                        if let Some(image) = stmt.query_row([id], Image::of_row).optional()? {
+                            slots.put(&image);
+                        }
+                    }
+                    Ok(())
+                };
+                if let Err(e) = copy() {
+                    // A slot that may be stale is never read: all are
+                    // forgotten and built again.
+                    throttled!(FAILED_WRITES, warn, error = %e, "copying rows to the link slots failed");
+                    slots.forget();
+                    self.build = Some(0);
+                }
+            }
+        }
+    }
+}
+
 /// How a create without an alias gets its code: the codebook's code of
 /// its row id, or, with `--code-locality`, a random draw.
 struct Codes<'a> {
@@ -539,7 +709,32 @@ struct Codes<'a> {
 /// cannot be stored (alias taken, no free code) is an `Err` of its own and
 /// the others are still stored: a failed INSERT undoes only its own
 /// statement, not the transaction.
-type Row = Result<Link, StoreError>;
+type Row = Result<Stored, StoreError>;
+
+/// A stored row: its link, and what its slot needs (slots.rs).
+struct Stored {
+    link: Link,
+    id: i64,
+    named: bool,
+}
+
+impl Stored {
+    fn image(&self) -> Image {
+        let l = &self.link;
+        Image {
+            id: self.id,
+            code_len: l.code.as_str().len(),
+            named: self.named,
+            deleted: false,
+            target: l.target.as_str().to_owned(),
+            created_at: l.created_at.millis(),
+            expires_at: l.expires_at.map(Timestamp::millis),
+            max_visits: l.max_visits.map(super::ops::clamp),
+            visits: 0,
+            owner: l.owner.as_ref().map(|o| o.id.0),
+        }
+    }
+}
 
 fn insert_all(
     conn: &Connection,
@@ -617,24 +812,29 @@ fn insert_one(
     };
     // A named code (an alias, or a random draw): the partial unique index
     // decides among named codes, and no generated row may have it.
-    let mut insert_named = |code: &ShortCode| -> Result<bool, StoreError> {
+    let mut insert_named = |code: &ShortCode| -> Result<Option<i64>, StoreError> {
         if find::generated_taken(conn, codes.book, code.as_str())? {
-            return Ok(false);
+            return Ok(None);
         }
-        match insert(*next_id, code, true) {
+        let id = *next_id;
+        match insert(id, code, true) {
             Ok(_) => {
                 *next_id += 1;
-                Ok(true)
+                Ok(Some(id))
             }
-            Err(e) if is_unique_violation(&e) => Ok(false),
+            Err(e) if is_unique_violation(&e) => Ok(None),
             Err(e) => Err(e.into()),
         }
     };
+    let stored = |code: ShortCode, id: i64, named: bool| Stored {
+        link: link(code),
+        id,
+        named,
+    };
     if let Some(alias) = &new.code {
-        return Ok(if insert_named(alias)? {
-            Ok(link(alias.clone()))
-        } else {
-            Err(StoreError::CodeTaken(alias.to_string()))
+        return Ok(match insert_named(alias)? {
+            Some(id) => Ok(stored(alias.clone(), id, true)),
+            None => Err(StoreError::CodeTaken(alias.to_string())),
         });
     }
     // Tests script codes to force collisions: each draw takes one.
@@ -656,8 +856,8 @@ fn insert_one(
                 .take()
                 .or_else(scripted)
                 .unwrap_or_else(|| codes.generator.generate(*sequence));
-            if insert_named(&code)? {
-                return Ok(Ok(link(code)));
+            if let Some(id) = insert_named(&code)? {
+                return Ok(Ok(stored(code, id, true)));
             }
             stats.code_collisions.fetch_add(1, Ordering::Relaxed);
         }
@@ -675,7 +875,7 @@ fn insert_one(
             .fetch_add(collisions, Ordering::Relaxed);
         if let Some(find::Fresh { id, code }) = fresh {
             insert(id, &code, false)?;
-            return Ok(Ok(link(code)));
+            return Ok(Ok(stored(code, id, false)));
         }
     }
     tracing::warn!("no free short code found; consider a longer --code-length");

@@ -1,0 +1,616 @@
+//! Link slots: what a lookup needs of each generated link, in a fixed slot
+//! of 128 bytes at its row id, in a file mapped into memory beside SQLite.
+//!
+//! A generated code decrypts to its row id (find.rs), so its slot is found
+//! by one multiplication: one cache line at random where SQLite's B-tree
+//! search costs about eight at ten million links (docs/benchmarks.md,
+//! *Link slots*). SQLite stays the truth; the slots are a copy that only
+//! the writer thread writes, after each commit and before the commit is
+//! answered, so a client that was told of a change never reads an older
+//! slot. Readers take a slot only when they can prove it is this code's
+//! row; in every other case (a named code, a target longer than a slot
+//! holds, a slot not built yet) they ask SQLite as before.
+//!
+//! The file has no name (`O_TMPFILE` in the database's directory, or a
+//! name unlinked at once): it is built anew from the table at every start,
+//! in the writer's idle time, and reads go to SQLite until it is built. So
+//! no crash, no restore of an older database and no other process can
+//! leave a slot behind that does not match its row. A change made by
+//! another process while the server runs (an operator's `sqlite3`, say)
+//! is noticed within [`TICK`] through SQLite's `data_version`, and the
+//! slots are then forgotten and built again.
+//!
+//! Concurrency: each slot is a sequence lock. The writer makes its counter
+//! odd, writes the words, and makes it even again; a reader copies the
+//! words between two reads of the counter and keeps the copy only if both
+//! saw the same even value. Every word is an atomic, so a torn copy is
+//! detected, never undefined.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+use std::time::Duration;
+
+use rusqlite::Row;
+
+/// Bytes of one slot: two cache lines, which the CPU fetches as a pair.
+pub(super) const SLOT_BYTES: usize = 128;
+const WORDS: usize = SLOT_BYTES / 8;
+/// Words before the target's bytes.
+const HEAD: usize = 7;
+/// Longest target a slot holds; a longer one is read from SQLite.
+pub(super) const TARGET_MAX: usize = (WORDS - HEAD) * 8;
+/// Address space reserved for the mapping: 2^29 slots (536M row ids).
+/// Only the part the file covers is ever touched.
+const RESERVED_SLOTS: u64 = 1 << 29;
+/// The file grows by this many slots (8 MiB) at a time, allocated on disk
+/// at once so that a full disk fails the growth, not a write to the
+/// mapping.
+const GROW_SLOTS: u64 = 1 << 16;
+/// How often the writer checks whether another process changed the
+/// database (SQLite's `data_version` on the writer's connection).
+pub(super) const TICK: Duration = Duration::from_millis(100);
+/// Rows a build step copies before the writer looks at its queue again.
+pub(super) const BUILD_STEP: i64 = 20_000;
+/// Copies a reader tries before it asks SQLite instead.
+const READ_TRIES: usize = 16;
+
+// Slot word 1: the state and the lengths. State 0: never written: ask
+// SQLite.
+const STATE_MASK: u64 = 0b11;
+/// A live generated link whose target fits.
+const LIVE: u64 = 1;
+/// A deleted generated link (a tombstone): its code names no link.
+const GONE: u64 = 2;
+/// A row the slot cannot answer for (named code, long target): ask SQLite.
+const OTHER: u64 = 3;
+const HAS_EXPIRY: u64 = 1 << 2;
+const HAS_MAX: u64 = 1 << 3;
+const HAS_OWNER: u64 = 1 << 4;
+const CODE_LEN_SHIFT: u32 = 8;
+const TARGET_LEN_SHIFT: u32 = 16;
+
+/// The columns [`Image::of_row`] reads, from `links`.
+pub(super) const IMAGE_COLUMNS: &str = "id, length(code), named, deleted_at, target, created_at, expires_at, max_visits, visits, owner";
+
+/// A row as its slot keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Image {
+    pub id: i64,
+    /// The length of the row's code: a generated row's code is the
+    /// codebook's code of its id at that length.
+    pub code_len: usize,
+    /// The code is named (an alias, an imported code): not found by id.
+    pub named: bool,
+    pub deleted: bool,
+    pub target: String,
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+    pub max_visits: Option<i64>,
+    pub visits: i64,
+    pub owner: Option<i64>,
+}
+
+impl Image {
+    pub(super) fn of_row(r: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            id: r.get(0)?,
+            code_len: r.get::<_, i64>(1)?.max(0) as usize,
+            named: r.get(2)?,
+            deleted: r.get::<_, Option<i64>>(3)?.is_some(),
+            target: r.get(4)?,
+            created_at: r.get(5)?,
+            expires_at: r.get(6)?,
+            max_visits: r.get(7)?,
+            visits: r.get(8)?,
+            owner: r.get(9)?,
+        })
+    }
+}
+
+/// What a slot says of a code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Found {
+    /// The code's live link.
+    Live(Slot),
+    /// The code was a link's, deleted: no link has it, and none can.
+    Gone,
+    /// The slot cannot tell: ask SQLite.
+    Unknown,
+}
+
+/// A live link's fields, copied out of its slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Slot {
+    pub target: String,
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+    pub max_visits: Option<u64>,
+    pub visits: u64,
+    pub has_owner: bool,
+}
+
+/// The mapped slot file. Shared by the readers and the writer; only the
+/// writer thread calls the methods that write.
+pub(super) struct Slots {
+    base: NonNull<AtomicU64>,
+    reserved: u64,
+    file: File,
+    /// Slots the file covers: a slot at or past it is never touched.
+    extent: AtomicU64,
+    /// Row ids below this have been copied (0: none yet; `u64::MAX`: all,
+    /// and every later row as it is written).
+    built: AtomicU64,
+    /// The file could not grow (a full disk): later ids are read from
+    /// SQLite. Logged once.
+    stuck: AtomicBool,
+    pub(super) stats: SlotStats,
+}
+
+// SAFETY: the mapping is only ever accessed through `AtomicU64`s, which
+// may be shared between threads; it stays mapped until `Slots` is dropped.
+unsafe impl Send for Slots {}
+// SAFETY: as above: every access to the shared memory is atomic.
+unsafe impl Sync for Slots {}
+
+#[derive(Debug, Default)]
+pub(super) struct SlotStats {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub builds: AtomicU64,
+}
+
+/// The `slots` object of `/stats`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SlotCounts {
+    /// `building` (lookups read SQLite meanwhile) or `ready`.
+    pub state: &'static str,
+    /// Row ids whose slots are copied (all of them once `ready`).
+    pub built_below: Option<u64>,
+    /// Bytes of the slot file.
+    pub file_bytes: u64,
+    /// Lookups a slot answered, and lookups it sent to SQLite.
+    pub hits: u64,
+    pub misses: u64,
+    /// Times the slots were built from the table (once at start, again
+    /// after another process changed the database).
+    pub builds: u64,
+}
+
+impl Slots {
+    /// An empty slot file in `dir`, mapped.
+    pub(super) fn create(dir: &Path) -> std::io::Result<Self> {
+        let file = unnamed_file(dir)?;
+        let len = RESERVED_SLOTS as usize * SLOT_BYTES;
+        // SAFETY: a new shared mapping of our own file, at an address the
+        // kernel picks; nothing else refers to that range. Pages past the
+        // file's end are never touched (`extent`).
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_NORESERVE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let base = NonNull::new(ptr.cast::<AtomicU64>())
+            .ok_or_else(|| std::io::Error::other("mmap returned a null mapping"))?;
+        Ok(Self {
+            base,
+            reserved: RESERVED_SLOTS,
+            file,
+            extent: AtomicU64::new(0),
+            built: AtomicU64::new(0),
+            stuck: AtomicBool::new(false),
+            stats: SlotStats::default(),
+        })
+    }
+
+    fn words(&self, id: u64) -> &[AtomicU64; WORDS] {
+        debug_assert!(id < self.extent.load(Ordering::Relaxed));
+        // SAFETY: `id` is below `extent`, so the slot lies inside the
+        // mapping and inside the file (which never shrinks); slots are
+        // 8-byte aligned (the mapping is page-aligned) and live as long as
+        // `self`.
+        unsafe {
+            &*self
+                .base
+                .as_ptr()
+                .add(id as usize * WORDS)
+                .cast::<[AtomicU64; WORDS]>()
+        }
+    }
+
+    /// What the slot of row `id` says of a code of `code_len` characters
+    /// that decrypts to `id`.
+    pub(super) fn find(&self, id: u64, code_len: usize) -> Found {
+        let found = self.read(id, code_len);
+        let counter = match found {
+            Found::Unknown => &self.stats.misses,
+            _ => &self.stats.hits,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    fn read(&self, id: u64, code_len: usize) -> Found {
+        if id >= self.built.load(Ordering::Acquire) || id >= self.extent.load(Ordering::Acquire) {
+            return Found::Unknown;
+        }
+        let w = self.words(id);
+        for _ in 0..READ_TRIES {
+            let before = w[0].load(Ordering::Acquire);
+            if before & 1 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let meta = w[1].load(Ordering::Relaxed);
+            let mut copy = [0u64; WORDS];
+            for (c, word) in copy.iter_mut().zip(w.iter()).skip(2) {
+                *c = word.load(Ordering::Relaxed);
+            }
+            fence(Ordering::Acquire);
+            if w[0].load(Ordering::Relaxed) != before {
+                continue;
+            }
+            return decode(meta, &copy, code_len);
+        }
+        Found::Unknown
+    }
+
+    /// Writes `image` into its slot (writer thread only).
+    pub(super) fn put(&self, image: &Image) {
+        let Ok(id) = u64::try_from(image.id) else {
+            return;
+        };
+        if !self.cover(id) {
+            return;
+        }
+        let (meta, words) = encode(image);
+        self.write(id, |w| {
+            w[1].store(meta, Ordering::Relaxed);
+            for (word, v) in w.iter().zip(words.iter()).skip(2) {
+                word.store(*v, Ordering::Relaxed);
+            }
+        });
+    }
+
+    /// Adds `n` visits to the count in row `id`'s slot (writer thread
+    /// only), as the commit did to the row.
+    pub(super) fn add_visits(&self, id: i64, n: i64) {
+        let Ok(id) = u64::try_from(id) else {
+            return;
+        };
+        if id >= self.extent.load(Ordering::Relaxed) {
+            return;
+        }
+        self.write(id, |w| {
+            let v = w[5].load(Ordering::Relaxed) as i64;
+            w[5].store(v.saturating_add(n).max(0) as u64, Ordering::Relaxed);
+        });
+    }
+
+    fn write(&self, id: u64, f: impl FnOnce(&[AtomicU64; WORDS])) {
+        let w = self.words(id);
+        let seq = w[0].load(Ordering::Relaxed);
+        w[0].store(seq.wrapping_add(1) | 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        f(w);
+        w[0].store((seq | 1).wrapping_add(1), Ordering::Release);
+    }
+
+    /// Makes the file cover slot `id`, growing it if needed.
+    fn cover(&self, id: u64) -> bool {
+        let extent = self.extent.load(Ordering::Relaxed);
+        if id < extent {
+            return true;
+        }
+        if id >= self.reserved || self.stuck.load(Ordering::Relaxed) {
+            return false;
+        }
+        let to = (id / GROW_SLOTS + 1) * GROW_SLOTS;
+        let to = to.min(self.reserved);
+        let (from, len) = (
+            extent * SLOT_BYTES as u64,
+            (to - extent) * SLOT_BYTES as u64,
+        );
+        // SAFETY: plain system call on our own descriptor.
+        let rc = unsafe {
+            libc::posix_fallocate(
+                self.file.as_raw_fd(),
+                from as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if rc != 0 {
+            self.stuck.store(true, Ordering::Relaxed);
+            tracing::warn!(
+                error = %std::io::Error::from_raw_os_error(rc),
+                slots = extent,
+                "the link slot file cannot grow; links past it are read from SQLite"
+            );
+            return false;
+        }
+        self.extent.store(to, Ordering::Release);
+        true
+    }
+
+    /// Row ids below `id` are copied: readers may trust their slots.
+    pub(super) fn built_below(&self, id: u64) {
+        self.built.store(id, Ordering::Release);
+    }
+
+    /// Every slot is untrusted until built again (writer thread only).
+    pub(super) fn forget(&self) {
+        self.built.store(0, Ordering::Release);
+    }
+
+    pub(super) fn counts(&self) -> SlotCounts {
+        let built = self.built.load(Ordering::Relaxed);
+        SlotCounts {
+            state: if built == u64::MAX {
+                "ready"
+            } else {
+                "building"
+            },
+            built_below: (built != u64::MAX).then_some(built),
+            file_bytes: self.extent.load(Ordering::Relaxed) * SLOT_BYTES as u64,
+            hits: self.stats.hits.load(Ordering::Relaxed),
+            misses: self.stats.misses.load(Ordering::Relaxed),
+            builds: self.stats.builds.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for Slots {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `create`, unmapped once; no reference
+        // into it outlives `self`.
+        unsafe {
+            libc::munmap(
+                self.base.as_ptr().cast(),
+                self.reserved as usize * SLOT_BYTES,
+            );
+        }
+    }
+}
+
+/// A file without a name in `dir`: gone when the process is.
+fn unnamed_file(dir: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_TMPFILE)
+        .open(dir);
+    match tmp {
+        Ok(f) => Ok(f),
+        // A file system without O_TMPFILE: a fresh name, unlinked at once.
+        Err(_) => {
+            let path = dir.join(format!(
+                ".litelink-slots-{}-{:016x}",
+                std::process::id(),
+                rand::random::<u64>()
+            ));
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)?;
+            std::fs::remove_file(&path)?;
+            Ok(f)
+        }
+    }
+}
+
+fn encode(image: &Image) -> (u64, [u64; WORDS]) {
+    let mut words = [0u64; WORDS];
+    let target = image.target.as_bytes();
+    let state = match () {
+        _ if image.named || image.code_len > 0xff => OTHER,
+        _ if image.deleted => GONE,
+        _ if target.len() > TARGET_MAX => OTHER,
+        _ => LIVE,
+    };
+    let mut meta = state | ((image.code_len as u64 & 0xff) << CODE_LEN_SHIFT);
+    if state == LIVE {
+        meta |= (target.len() as u64) << TARGET_LEN_SHIFT;
+        if let Some(e) = image.expires_at {
+            meta |= HAS_EXPIRY;
+            words[3] = e as u64;
+        }
+        if let Some(m) = image.max_visits {
+            meta |= HAS_MAX;
+            words[4] = m.max(0) as u64;
+        }
+        if let Some(o) = image.owner {
+            meta |= HAS_OWNER;
+            words[6] = o as u64;
+        }
+        words[2] = image.created_at as u64;
+        words[5] = image.visits.max(0) as u64;
+        for (i, chunk) in target.chunks(8).enumerate() {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            words[HEAD + i] = u64::from_le_bytes(b);
+        }
+    }
+    (meta, words)
+}
+
+fn decode(meta: u64, words: &[u64; WORDS], code_len: usize) -> Found {
+    if (meta >> CODE_LEN_SHIFT) & 0xff != code_len as u64 {
+        // Another length's code that decrypts to the same id: not this
+        // row's, but maybe a named one.
+        return Found::Unknown;
+    }
+    match meta & STATE_MASK {
+        GONE => return Found::Gone,
+        LIVE => {}
+        _ => return Found::Unknown,
+    }
+    let len = ((meta >> TARGET_LEN_SHIFT) & 0xffff) as usize;
+    if len > TARGET_MAX {
+        return Found::Unknown;
+    }
+    let mut bytes = [0u8; TARGET_MAX];
+    for (i, w) in words[HEAD..].iter().enumerate() {
+        bytes[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    let Ok(target) = std::str::from_utf8(&bytes[..len]) else {
+        return Found::Unknown;
+    };
+    Found::Live(Slot {
+        target: target.to_owned(),
+        created_at: words[2] as i64,
+        expires_at: (meta & HAS_EXPIRY != 0).then_some(words[3] as i64),
+        max_visits: (meta & HAS_MAX != 0).then_some(words[4]),
+        visits: words[5],
+        has_owner: meta & HAS_OWNER != 0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(id: i64, target: &str) -> Image {
+        Image {
+            id,
+            code_len: 7,
+            named: false,
+            deleted: false,
+            target: target.into(),
+            created_at: 1_700_000_000_000,
+            expires_at: Some(1_800_000_000_000),
+            max_visits: Some(5),
+            visits: 2,
+            owner: None,
+        }
+    }
+
+    fn slots() -> (tempfile::TempDir, Slots) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Slots::create(dir.path()).unwrap();
+        s.built_below(u64::MAX);
+        (dir, s)
+    }
+
+    #[test]
+    fn a_slot_gives_back_what_was_put() {
+        let (_d, s) = slots();
+        let long = format!("https://example.com/{}", "a".repeat(TARGET_MAX - 20));
+        assert_eq!(long.len(), TARGET_MAX);
+        for (id, target) in [(1, "https://a.example/"), (3_000_000, long.as_str())] {
+            s.put(&image(id, target));
+            assert_eq!(
+                s.find(id as u64, 7),
+                Found::Live(Slot {
+                    target: target.into(),
+                    created_at: 1_700_000_000_000,
+                    expires_at: Some(1_800_000_000_000),
+                    max_visits: Some(5),
+                    visits: 2,
+                    has_owner: false,
+                })
+            );
+        }
+        s.add_visits(1, 3);
+        let Found::Live(slot) = s.find(1, 7) else {
+            panic!("not live")
+        };
+        assert_eq!(slot.visits, 5);
+        // Nothing else was put: another id, or a code of another length
+        // decrypting to this id, is left to SQLite.
+        assert_eq!(s.find(2, 7), Found::Unknown);
+        assert_eq!(s.find(1, 8), Found::Unknown);
+        assert_eq!(s.find(5_000_000, 7), Found::Unknown);
+    }
+
+    #[test]
+    fn what_a_slot_cannot_answer_goes_to_sqlite() {
+        let (_d, s) = slots();
+        let too_long = format!("https://example.com/{}", "a".repeat(TARGET_MAX));
+        s.put(&image(1, &too_long));
+        assert_eq!(s.find(1, 7), Found::Unknown);
+        s.put(&Image {
+            named: true,
+            ..image(2, "https://a.example/")
+        });
+        assert_eq!(s.find(2, 7), Found::Unknown);
+        s.put(&Image {
+            deleted: true,
+            ..image(3, "")
+        });
+        assert_eq!(s.find(3, 7), Found::Gone);
+        // An edit back to a short target makes it answerable again.
+        s.put(&image(1, "https://b.example/"));
+        assert!(matches!(s.find(1, 7), Found::Live(_)));
+        // Forgotten: nothing is trusted until built again.
+        s.forget();
+        assert_eq!(s.find(1, 7), Found::Unknown);
+        s.built_below(2);
+        assert!(matches!(s.find(1, 7), Found::Live(_)));
+        assert_eq!(s.find(3, 7), Found::Unknown);
+    }
+
+    /// A reader racing the writer sees one of the images written, whole,
+    /// never a mix of two.
+    #[test]
+    fn a_reader_never_sees_half_a_write() {
+        let (_d, s) = slots();
+        let s = std::sync::Arc::new(s);
+        let a = image(9, "https://aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.example/");
+        let b = Image {
+            expires_at: None,
+            max_visits: None,
+            visits: 7,
+            ..image(
+                9,
+                "https://b.example/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
+            )
+        };
+        s.put(&a);
+        let expect = |i: &Image| Slot {
+            target: i.target.clone(),
+            created_at: i.created_at,
+            expires_at: i.expires_at,
+            max_visits: i.max_visits.map(|m| m as u64),
+            visits: i.visits as u64,
+            has_owner: false,
+        };
+        let (ea, eb) = (expect(&a), expect(&b));
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (s, stop) = (std::sync::Arc::clone(&s), std::sync::Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut seen = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    match s.find(9, 7) {
+                        Found::Live(slot) => {
+                            assert!(slot == ea || slot == eb, "a torn read: {slot:?}");
+                            seen += 1;
+                        }
+                        Found::Unknown => {}
+                        Found::Gone => panic!("never written"),
+                    }
+                }
+                seen
+            })
+        };
+        for i in 0..200_000 {
+            s.put(if i % 2 == 0 { &b } else { &a });
+        }
+        stop.store(true, Ordering::Relaxed);
+        assert!(reader.join().unwrap() > 0);
+    }
+}
