@@ -160,6 +160,8 @@ pub(super) struct SlotStats {
     pub hits: AtomicU64,
     pub misses: AtomicU64,
     pub builds: AtomicU64,
+    /// Milliseconds the last complete build took.
+    pub build_ms: AtomicU64,
 }
 
 /// The `slots` object of `/stats`.
@@ -177,6 +179,8 @@ pub struct SlotCounts {
     /// Times the slots were built from the table (once at start, again
     /// after another process changed the database).
     pub builds: u64,
+    /// Milliseconds the last build took (null before the first is done).
+    pub last_build_ms: Option<u64>,
 }
 
 impl Slots {
@@ -365,6 +369,8 @@ impl Slots {
             hits: self.stats.hits.load(Ordering::Relaxed),
             misses: self.stats.misses.load(Ordering::Relaxed),
             builds: self.stats.builds.load(Ordering::Relaxed),
+            last_build_ms: (self.stats.builds.load(Ordering::Relaxed) > 0)
+                .then(|| self.stats.build_ms.load(Ordering::Relaxed)),
         }
     }
 }

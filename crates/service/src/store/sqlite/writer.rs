@@ -187,6 +187,7 @@ impl Writer {
                     guard: thread_guard,
                     slots,
                     build,
+                    build_started: std::time::Instant::now(),
                     data_version,
                 };
                 w.run(rx);
@@ -359,6 +360,8 @@ struct WriterThread {
     /// while they are being built (`None`: built).
     slots: Option<Arc<Slots>>,
     build: Option<i64>,
+    /// When the current build began.
+    build_started: std::time::Instant,
     /// SQLite's `data_version` on this connection: it moves only when
     /// another connection commits, and the writer is the only one of ours
     /// that does.
@@ -629,9 +632,11 @@ impl WriterThread {
                 // Every row is copied, and every later one is written as it
                 // is committed.
                 slots.built_below(u64::MAX);
+                let ms = self.build_started.elapsed().as_millis() as u64;
+                slots.stats.build_ms.store(ms, Ordering::Relaxed);
                 slots.stats.builds.fetch_add(1, Ordering::Relaxed);
                 self.build = None;
-                tracing::debug!("link slots built");
+                tracing::debug!(ms, "link slots built");
             }
             Err(e) => {
                 // Reads keep going to SQLite for the rows not copied; the
@@ -658,6 +663,7 @@ impl WriterThread {
         slots.forget();
         self.data_version = version;
         self.build = Some(0);
+        self.build_started = std::time::Instant::now();
         tracing::debug!("another process changed the database: building the link slots again");
     }
 
@@ -692,6 +698,7 @@ impl WriterThread {
                     throttled!(FAILED_WRITES, warn, error = %e, "copying rows to the link slots failed");
                     slots.forget();
                     self.build = Some(0);
+                    self.build_started = std::time::Instant::now();
                 }
             }
         }
