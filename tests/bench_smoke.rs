@@ -125,6 +125,30 @@ fn quick_bench_reports_every_experiment_and_configuration() {
             .unwrap();
         assert!(alone["background_creates_per_second"].is_null());
     }
+    // Scale: uncached reads from the link slots and from SQLite's table,
+    // each against the smallest database of its own kind.
+    let scale = experiments
+        .iter()
+        .find(|e| e["id"] == "scale")
+        .expect("scale");
+    let rows = scale["summary"].as_array().unwrap();
+    for (config, base) in [
+        ("100k links, no cache", "10k links, no cache"),
+        (
+            "100k links, no cache, no slots",
+            "10k links, no cache, no slots",
+        ),
+    ] {
+        let read = rows
+            .iter()
+            .find(|s| s["config"] == config && s["workload"] == "read, uncached")
+            .unwrap_or_else(|| panic!("{config} missing"));
+        assert_eq!(read["ratio_to"], base, "{read}");
+        assert!(
+            read["cpu_ratio"]["median"].as_f64().unwrap() > 0.0,
+            "{read}"
+        );
+    }
     let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
     for title in [
         "Point reads against /heart-beat",
