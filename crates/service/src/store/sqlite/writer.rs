@@ -194,14 +194,18 @@ impl Writer {
             })?;
         if build.is_some() {
             // The ticks that let the writer notice another process's
-            // changes; the thread ends with the writer's queue.
-            let ticks = tx.clone();
+            // changes. A weak sender: the queue still closes when the
+            // store's own sender is dropped, and the thread ends with it.
+            let ticks = tx.downgrade();
             std::thread::Builder::new()
                 .name("litelink-slot-ticks".into())
                 .spawn(move || {
                     loop {
                         std::thread::sleep(slots::TICK);
-                        match ticks.try_send(Message::Tick) {
+                        let Some(tx) = ticks.upgrade() else {
+                            break;
+                        };
+                        match tx.try_send(Message::Tick) {
                             Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => {}
                             Err(mpsc::error::TrySendError::Closed(_)) => break,
                         }
