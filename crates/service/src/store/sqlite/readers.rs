@@ -203,7 +203,7 @@ impl Readers {
         match self.slot(id, code) {
             Found::Live(slot) => {
                 return Ok(Some(Resolved {
-                    target: TargetUrl::from_trusted(&slot.target),
+                    target: slot.target,
                     expires_at: slot.expires_at.map(Timestamp::from_millis),
                     max_visits: slot.max_visits,
                 }));
@@ -231,7 +231,7 @@ impl Readers {
             Found::Live(slot) if !slot.has_owner => {
                 return Ok(Some(Link {
                     code: code.clone(),
-                    target: TargetUrl::from_trusted(&slot.target),
+                    target: slot.target,
                     created_at: Timestamp::from_millis(slot.created_at),
                     expires_at: slot.expires_at.map(Timestamp::from_millis),
                     owner: None,

@@ -35,6 +35,8 @@ use std::time::Duration;
 
 use rusqlite::Row;
 
+use crate::domain::TargetUrl;
+
 /// Bytes of one slot: two cache lines, which the CPU fetches as a pair.
 pub(super) const SLOT_BYTES: usize = 128;
 const WORDS: usize = SLOT_BYTES / 8;
@@ -124,7 +126,8 @@ pub(super) enum Found {
 /// A live link's fields, copied out of its slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Slot {
-    pub target: String,
+    /// Made once from the slot's bytes: the only copy a hit allocates.
+    pub target: TargetUrl,
     pub created_at: i64,
     pub expires_at: Option<i64>,
     pub max_visits: Option<u64>,
@@ -476,7 +479,7 @@ fn decode(meta: u64, words: &[u64; WORDS], code_len: usize) -> Found {
         return Found::Unknown;
     };
     Found::Live(Slot {
-        target: target.to_owned(),
+        target: TargetUrl::from_trusted(target),
         created_at: words[2] as i64,
         expires_at: (meta & HAS_EXPIRY != 0).then_some(words[3] as i64),
         max_visits: (meta & HAS_MAX != 0).then_some(words[4]),
@@ -521,7 +524,7 @@ mod tests {
             assert_eq!(
                 s.find(id as u64, 7),
                 Found::Live(Slot {
-                    target: target.into(),
+                    target: TargetUrl::from_trusted(target),
                     created_at: 1_700_000_000_000,
                     expires_at: Some(1_800_000_000_000),
                     max_visits: Some(5),
@@ -587,7 +590,7 @@ mod tests {
         };
         s.put(&a);
         let expect = |i: &Image| Slot {
-            target: i.target.clone(),
+            target: TargetUrl::from_trusted(&i.target),
             created_at: i.created_at,
             expires_at: i.expires_at,
             max_visits: i.max_visits.map(|m| m as u64),
