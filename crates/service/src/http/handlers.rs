@@ -227,18 +227,23 @@ pub async fn get_link(
     Code(code): Code,
 ) -> Result<Response, ApiError> {
     let target = resolve(&state, &code, Use::Look).await?;
-    Ok(link_answer(&target))
+    Ok(link_answer(&target, HeaderMap::new()))
 }
 
 /// The answer of `GET /link/{code}`, in whatever body type the path
-/// that serves it uses (the router's, or the hot path's).
-pub(super) fn link_answer<B: From<bytes::Bytes>>(target: &TargetUrl) -> axum::http::Response<B> {
+/// that serves it uses (the router's, or the hot path's), its headers
+/// added to `headers` (empty: the hot path passes a map with room).
+pub(super) fn link_answer<B: From<bytes::Bytes>>(
+    target: &TargetUrl,
+    headers: HeaderMap,
+) -> axum::http::Response<B> {
     // Serialising a struct of one `&str` cannot fail.
     let body = serde_json::to_vec(&LinkBody {
         link: target.as_str(),
     })
     .unwrap_or_default();
     let mut response = axum::http::Response::new(B::from(bytes::Bytes::from(body)));
+    *response.headers_mut() = headers;
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -267,7 +272,8 @@ pub async fn redirect(
 ) -> Result<Response, ApiError> {
     let how = redirect_use(request.method(), request.headers());
     let target = resolve(&state, &code, how).await?;
-    redirect_answer(&state, &target, request.method() == Method::HEAD)
+    let head = request.method() == Method::HEAD;
+    redirect_answer(&state, &target, head, HeaderMap::new())
 }
 
 /// What a redirect request is: a GET is a visit, with its User-Agent and
@@ -284,11 +290,13 @@ pub(super) fn redirect_use<'a>(method: &Method, headers: &'a HeaderMap) -> Use<'
 }
 
 /// The answer of a redirect to `target` (no body), in whatever body type
-/// the path that serves it uses.
+/// the path that serves it uses, its headers added to `headers` (as for
+/// [`link_answer`]).
 pub(super) fn redirect_answer<B: Default>(
     state: &AppState,
     target: &TargetUrl,
     head: bool,
+    headers: HeaderMap,
 ) -> Result<axum::http::Response<B>, ApiError> {
     // A parsed URL is always a valid header; a stored value that is not
     // (written by hand into the database) is a 500, never a header.
@@ -297,6 +305,7 @@ pub(super) fn redirect_answer<B: Default>(
         .ok_or_else(|| ApiError::Internal("stored URL is not a valid header value".into()))?;
     let mut response = axum::http::Response::new(B::default());
     *response.status_mut() = state.redirect_status;
+    *response.headers_mut() = headers;
     let headers = response.headers_mut();
     headers.insert(header::LOCATION, location);
     // Revalidated on every use: a cached redirect (301 and 308 are cached

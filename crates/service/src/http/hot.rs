@@ -40,7 +40,8 @@ pub type Body = Either<Full<Bytes>, axum::body::Body>;
 
 /// How a found link is answered (a redirect, or its JSON), to a HEAD
 /// request or not.
-type Reply = fn(&AppState, &TargetUrl, bool) -> Result<Response<Full<Bytes>>, ApiError>;
+/// Its headers go into the map given.
+type Reply = fn(&AppState, &TargetUrl, bool, HeaderMap) -> Result<Response<Full<Bytes>>, ApiError>;
 
 const HEART_BEAT: &[u8] = br#"{"OK":true}"#;
 
@@ -143,13 +144,18 @@ impl Hot {
     /// add (see the module documentation): made at once when the cache
     /// knows the code, so that a hit builds no future at all; otherwise
     /// the rest runs boxed.
-    pub fn answer<B: Send + 'static>(self: &Arc<Self>, route: Route, req: Request<B>) -> Answered {
+    pub fn answer<B: Send + 'static>(
+        self: &Arc<Self>,
+        route: Route,
+        mut req: Request<B>,
+    ) -> Answered {
         let started = self.metrics.map(|_| quanta::Instant::now());
         let sent = Sent::of(req.headers());
         let id = request_id::from(sent.id);
         let (code, label, how, visit, head, reply): (_, _, _, _, _, Reply) = match route {
             Route::HeartBeat => {
                 let mut r = Response::new(Either::Left(Full::new(Bytes::from_static(HEART_BEAT))));
+                *r.headers_mut() = recycled(&mut req);
                 r.headers_mut().insert(
                     header::CONTENT_TYPE,
                     HeaderValue::from_static("application/json"),
@@ -176,7 +182,7 @@ impl Hot {
             }
         };
         let response = match self.state.links.resolve_now(&code, how) {
-            Ok(found) => self.reply(target_of(&code, found), head, reply),
+            Ok(found) => self.reply(target_of(&code, found), head, reply, recycled(&mut req)),
             Err(later) => {
                 let rest = Rest {
                     label,
@@ -213,7 +219,7 @@ impl Hot {
             let found = async { target_of(code, links.resolve_later(code, how, later).await?) };
             let timed = tokio::time::timeout(this.request_timeout, found);
             let response = match REQUEST_ID.scope(rest.id.clone(), timed).await {
-                Ok(done) => this.reply(done, rest.head, rest.reply),
+                Ok(done) => this.reply(done, rest.head, rest.reply, HeaderMap::new()),
                 Err(_) => super::error::timed_out().map(Either::Right),
             };
             this.finish(rest.label, rest.started, rest.id, response)
@@ -225,8 +231,9 @@ impl Hot {
         target: Result<TargetUrl, ApiError>,
         head: bool,
         reply: Reply,
+        headers: HeaderMap,
     ) -> Response<Body> {
-        match target.and_then(|target| reply(&self.state, &target, head)) {
+        match target.and_then(|target| reply(&self.state, &target, head, headers)) {
             Ok(response) => response.map(Either::Left),
             Err(e) => axum::response::IntoResponse::into_response(e).map(Either::Right),
         }
@@ -299,8 +306,19 @@ fn link_reply(
     _: &AppState,
     target: &TargetUrl,
     _: bool,
+    headers: HeaderMap,
 ) -> Result<Response<Full<Bytes>>, ApiError> {
-    Ok(link_answer(target))
+    Ok(link_answer(target, headers))
+}
+
+/// The request's header map, emptied, to carry the answer's headers.
+/// hyper parses each request's headers into the map of the answer before
+/// it on the connection, so a map passed on this way keeps its room and
+/// answers made at once allocate none.
+fn recycled<B>(req: &mut Request<B>) -> HeaderMap {
+    let mut headers = std::mem::take(req.headers_mut());
+    headers.clear();
+    headers
 }
 
 /// A hot answer: made at once, or the boxed rest of one.
