@@ -36,7 +36,8 @@ use futures_util::task::AtomicWaker;
 use http_body_util::Either;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use rustix::net::{RecvFlags, SendFlags};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -522,7 +523,7 @@ impl Guarded {
                 self.replacement = None;
                 break;
             }
-            let n = ready!(Pin::new(&mut self.tcp).poll_write(cx, &bytes[*done..]))?;
+            let n = ready!(poll_send(&self.tcp, cx, &bytes[*done..]))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
@@ -539,9 +540,9 @@ impl Guarded {
         let mut scratch = [0u8; 8192];
         loop {
             let mut buf = ReadBuf::new(&mut scratch);
-            match Pin::new(&mut self.tcp).poll_read(cx, &mut buf) {
-                Poll::Ready(Ok(())) if !buf.filled().is_empty() => {
-                    drain.left = drain.left.saturating_sub(buf.filled().len());
+            match poll_recv(&self.tcp, cx, &mut buf) {
+                Poll::Ready(Ok(n)) if n > 0 => {
+                    drain.left = drain.left.saturating_sub(n);
                     if drain.left == 0 {
                         break;
                     }
@@ -598,19 +599,98 @@ fn json_for_canned_error(buf: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// `recv(2)` into `buf` once `tcp` is readable: what tokio's own
+/// `poll_read` does, but as a plain system call. The C library's `recv`
+/// (and `send`) is a thread-cancellation point, and in a process with more
+/// than one thread it brackets every call with two atomic
+/// compare-and-swaps; the bare server, with one thread, skips them
+/// (docs/benchmarks.md). Returns how many bytes were read (0: end of
+/// stream).
+fn poll_recv(
+    tcp: &TcpStream,
+    cx: &mut Context<'_>,
+    buf: &mut ReadBuf<'_>,
+) -> Poll<io::Result<usize>> {
+    loop {
+        ready!(tcp.poll_read_ready(cx))?;
+        // SAFETY: `recv` only writes the bytes it reports, and only those
+        // are marked initialised below; nothing is de-initialised.
+        let unfilled = unsafe { buf.unfilled_mut() };
+        let len = unfilled.len();
+        let mut got = None;
+        let tried = tcp.try_io(Interest::READABLE, || {
+            let ((read, _), _) = rustix::net::recv(tcp, &mut *unfilled, RecvFlags::empty())?;
+            let n = read.len();
+            got = Some(n);
+            // Less than there was room for: the socket is drained, and
+            // with edge-triggered epoll tokio must forget that it was
+            // readable, as its own `poll_read` does, or the next read
+            // would be a `recv` that finds nothing. Saying it would block
+            // is how `try_io` is told; the bytes read are kept.
+            if 0 < n && n < len {
+                Err(io::ErrorKind::WouldBlock.into())
+            } else {
+                Ok(n)
+            }
+        });
+        let n = match (tried, got) {
+            (_, Some(n)) => n,
+            (Ok(n), None) => n,
+            (Err(e), None) if is_retry(&e) => continue,
+            (Err(e), None) => return Poll::Ready(Err(e)),
+        };
+        // SAFETY: `recv` initialised the first `n` bytes.
+        unsafe { buf.assume_init(n) };
+        buf.advance(n);
+        return Poll::Ready(Ok(n));
+    }
+}
+
+/// A `try_io` that found the socket not ready after all, or a call
+/// interrupted by a signal: poll again.
+fn is_retry(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
+}
+
+/// `send(2)` of `buf` once `tcp` is writable, as [`poll_recv`] reads (and
+/// with `MSG_NOSIGNAL`, as the standard library sends).
+fn poll_send(tcp: &TcpStream, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    loop {
+        ready!(tcp.poll_write_ready(cx))?;
+        let mut sent = None;
+        let tried = tcp.try_io(Interest::WRITABLE, || {
+            let n = rustix::net::send(tcp, buf, SendFlags::NOSIGNAL)?;
+            sent = Some(n);
+            // Less than all of it: the socket's buffer is full (see
+            // `poll_recv`).
+            if 0 < n && n < buf.len() {
+                Err(io::ErrorKind::WouldBlock.into())
+            } else {
+                Ok(n)
+            }
+        });
+        return Poll::Ready(match (tried, sent) {
+            (_, Some(n)) | (Ok(n), None) => Ok(n),
+            (Err(e), None) if is_retry(&e) => continue,
+            (Err(e), None) => Err(e),
+        });
+    }
+}
+
 impl AsyncRead for Guarded {
     fn poll_read(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.tcp).poll_read(cx, buf);
-        let n = buf.filled().len() - before;
+        let n = ready!(poll_recv(&self.tcp, cx, buf))?;
         if n > 0 {
             self.activity.read.fetch_add(n as u64, Ordering::Relaxed);
         }
-        polled
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -630,7 +710,7 @@ impl AsyncWrite for Guarded {
             }
             return Poll::Ready(Ok(buf.len()));
         }
-        Pin::new(&mut this.tcp).poll_write(cx, buf)
+        poll_send(&this.tcp, cx, buf)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -660,6 +740,76 @@ impl AsyncWrite for Guarded {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The connection's own `recv` and `send` move every byte, in order,
+    /// through reads that fill the buffer and reads that do not, and
+    /// through writes that fill the socket's buffer (a slow reader), and
+    /// count what was read. A readiness forgotten at the wrong moment
+    /// hangs (the timeout fails it); bytes not marked read, or marked
+    /// twice, fail the comparisons.
+    #[tokio::test]
+    async fn own_system_calls_move_every_byte_in_order() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let data: Vec<u8> = (0..(6u32 << 20)).map(|i| (i * 7 + i / 251) as u8).collect();
+        let client = {
+            let data = data.clone();
+            tokio::spawn(async move {
+                let mut c = TcpStream::connect(addr).await.unwrap();
+                // Odd-sized pieces, some with a pause, so that the server
+                // reads both full and partial buffers.
+                for (i, piece) in data.chunks(70_001).enumerate() {
+                    c.write_all(piece).await.unwrap();
+                    if i % 9 == 0 {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                }
+                // Then read the echo slowly at first, so that the server's
+                // writes find the socket's buffer full.
+                let mut back = vec![0u8; data.len()];
+                let mut got = 0;
+                while got < back.len() {
+                    let end = (got + 4096).min(back.len());
+                    let n = c.read(&mut back[got..end]).await.unwrap();
+                    assert!(n > 0, "the echo ended early at {got}");
+                    got += n;
+                    if got < (1 << 20) {
+                        tokio::time::sleep(Duration::from_micros(200)).await;
+                    }
+                }
+                back
+            })
+        };
+        let (tcp, _) = listener.accept().await.unwrap();
+        let activity = Arc::new(Activity::default());
+        let mut conn = Guarded::new(tcp, Arc::clone(&activity));
+        let work = async {
+            // Small pieces, so that many reads fill their buffer and many
+            // writes are taken whole.
+            let mut received = Vec::with_capacity(data.len());
+            let mut piece = [0u8; 4096];
+            while received.len() < data.len() {
+                let n = conn.read(&mut piece).await.unwrap();
+                assert!(n > 0, "the stream ended early at {}", received.len());
+                received.extend_from_slice(&piece[..n]);
+            }
+            assert!(received == data, "the bytes read differ from those sent");
+            for piece in received.chunks(4096) {
+                let mut done = 0;
+                while done < piece.len() {
+                    done += conn.write(&piece[done..]).await.unwrap();
+                }
+            }
+            conn.flush().await.unwrap();
+            client.await.unwrap()
+        };
+        let echoed = tokio::time::timeout(Duration::from_secs(30), work)
+            .await
+            .expect("a read or a write never finished");
+        assert!(echoed == data, "the bytes written differ from those read");
+        assert_eq!(activity.read.load(Ordering::Relaxed), data.len() as u64);
+    }
 
     #[test]
     fn hypers_own_errors_get_a_json_body() {
