@@ -227,28 +227,26 @@ pub async fn get_link(
     Code(code): Code,
 ) -> Result<Response, ApiError> {
     let target = resolve(&state, &code, Use::Look).await?;
-    Ok(link_answer(&target, HeaderMap::new()))
+    let mut headers = HeaderMap::new();
+    let mut response = Response::new(link_answer(&target, &mut headers).into());
+    *response.headers_mut() = headers;
+    Ok(response)
 }
 
-/// The answer of `GET /link/{code}`, in whatever body type the path
-/// that serves it uses (the router's, or the hot path's), its headers
-/// added to `headers` (empty: the hot path passes a map with room).
-pub(super) fn link_answer<B: From<bytes::Bytes>>(
-    target: &TargetUrl,
-    headers: HeaderMap,
-) -> axum::http::Response<B> {
-    // Serialising a struct of one `&str` cannot fail.
-    let body = serde_json::to_vec(&LinkBody {
-        link: target.as_str(),
-    })
-    .unwrap_or_default();
-    let mut response = axum::http::Response::new(B::from(bytes::Bytes::from(body)));
-    *response.headers_mut() = headers;
-    response.headers_mut().insert(
+/// The body of `GET /link/{code}`, its headers added to `headers`: the
+/// router's handler and the hot path each make their response around it
+/// (the hot path in a map that already has room, see `hot::recycled`).
+pub(super) fn link_answer(target: &TargetUrl, headers: &mut HeaderMap) -> bytes::Bytes {
+    headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    response
+    // Serialising a struct of one `&str` cannot fail.
+    serde_json::to_vec(&LinkBody {
+        link: target.as_str(),
+    })
+    .unwrap_or_default()
+    .into()
 }
 
 /// `GET /{code}` and `HEAD /{code}` (axum answers HEAD from the GET route
@@ -272,8 +270,14 @@ pub async fn redirect(
 ) -> Result<Response, ApiError> {
     let how = redirect_use(request.method(), request.headers());
     let target = resolve(&state, &code, how).await?;
-    let head = request.method() == Method::HEAD;
-    redirect_answer(&state, &target, head, HeaderMap::new())
+    let mut headers = HeaderMap::new();
+    let status = redirect_answer(
+        &state,
+        &target,
+        request.method() == Method::HEAD,
+        &mut headers,
+    )?;
+    Ok((status, headers).into_response())
 }
 
 /// What a redirect request is: a GET is a visit, with its User-Agent and
@@ -289,24 +293,19 @@ pub(super) fn redirect_use<'a>(method: &Method, headers: &'a HeaderMap) -> Use<'
     }
 }
 
-/// The answer of a redirect to `target` (no body), in whatever body type
-/// the path that serves it uses, its headers added to `headers` (as for
-/// [`link_answer`]).
-pub(super) fn redirect_answer<B: Default>(
+/// The status of a redirect to `target` (it has no body), its headers
+/// added to `headers` (as for [`link_answer`]).
+pub(super) fn redirect_answer(
     state: &AppState,
     target: &TargetUrl,
     head: bool,
-    headers: HeaderMap,
-) -> Result<axum::http::Response<B>, ApiError> {
+    headers: &mut HeaderMap,
+) -> Result<StatusCode, ApiError> {
     // A parsed URL is always a valid header; a stored value that is not
     // (written by hand into the database) is a 500, never a header.
     let location = target
         .location()
         .ok_or_else(|| ApiError::Internal("stored URL is not a valid header value".into()))?;
-    let mut response = axum::http::Response::new(B::default());
-    *response.status_mut() = state.redirect_status;
-    *response.headers_mut() = headers;
-    let headers = response.headers_mut();
     headers.insert(header::LOCATION, location);
     // Revalidated on every use: a cached redirect (301 and 308 are cached
     // by default) must not outlive an edit or a delete.
@@ -322,7 +321,7 @@ pub(super) fn redirect_answer<B: Default>(
     if head {
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
     }
-    Ok(response)
+    Ok(state.redirect_status)
 }
 
 #[utoipa::path(get, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$")),

@@ -20,7 +20,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::{HeaderMap, HeaderValue, Method, Request, Response, header};
+use axum::http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use bytes::Bytes;
 use http_body_util::{Either, Full};
 
@@ -40,8 +40,9 @@ pub type Body = Either<Full<Bytes>, axum::body::Body>;
 
 /// How a found link is answered (a redirect, or its JSON), to a HEAD
 /// request or not.
-/// Its headers go into the map given.
-type Reply = fn(&AppState, &TargetUrl, bool, HeaderMap) -> Result<Response<Full<Bytes>>, ApiError>;
+/// Its headers go into the map given; the status and body are returned.
+type Reply =
+    fn(&AppState, &TargetUrl, bool, &mut HeaderMap) -> Result<(StatusCode, Bytes), ApiError>;
 
 const HEART_BEAT: &[u8] = br#"{"OK":true}"#;
 
@@ -161,7 +162,8 @@ impl Hot {
                     HeaderValue::from_static("application/json"),
                 );
                 let label = self.metrics.map(|(_, l)| l.heart_beat);
-                return Answered::Now(self.finish(label, started, id, r));
+                self.finish(label, started, id, &mut r);
+                return Answered::Now(r);
             }
             Route::Link(code) => {
                 let label = self.metrics.map(|(_, l)| l.link);
@@ -178,11 +180,17 @@ impl Hot {
                         referer: sent.referer.map(HeaderValue::as_bytes),
                     })
                 };
-                (code, label, how, true, head, redirect_answer)
+                (code, label, how, true, head, redirect_reply)
             }
         };
         let response = match self.state.links.resolve_now(&code, how) {
-            Ok(found) => self.reply(target_of(&code, found), head, reply, recycled(&mut req)),
+            Ok(found) => Self::reply(
+                &self.state,
+                target_of(&code, found),
+                head,
+                reply,
+                recycled(&mut req),
+            ),
             Err(later) => {
                 let rest = Rest {
                     label,
@@ -196,7 +204,9 @@ impl Hot {
                 return self.later(rest, req, later);
             }
         };
-        Answered::Now(self.finish(label, started, id, response))
+        let mut response = response;
+        self.finish(label, started, id, &mut response);
+        Answered::Now(response)
     }
 
     /// The boxed rest of an answer the cache could not give at once: under
@@ -218,23 +228,29 @@ impl Hot {
             let code = &rest.code;
             let found = async { target_of(code, links.resolve_later(code, how, later).await?) };
             let timed = tokio::time::timeout(this.request_timeout, found);
-            let response = match REQUEST_ID.scope(rest.id.clone(), timed).await {
-                Ok(done) => this.reply(done, rest.head, rest.reply, HeaderMap::new()),
+            let mut response = match REQUEST_ID.scope(rest.id.clone(), timed).await {
+                Ok(done) => Self::reply(&this.state, done, rest.head, rest.reply, HeaderMap::new()),
                 Err(_) => super::error::timed_out().map(Either::Right),
             };
-            this.finish(rest.label, rest.started, rest.id, response)
+            this.finish(rest.label, rest.started, rest.id, &mut response);
+            response
         }))
     }
 
     fn reply(
-        &self,
+        state: &AppState,
         target: Result<TargetUrl, ApiError>,
         head: bool,
         reply: Reply,
-        headers: HeaderMap,
+        mut headers: HeaderMap,
     ) -> Response<Body> {
-        match target.and_then(|target| reply(&self.state, &target, head, headers)) {
-            Ok(response) => response.map(Either::Left),
+        match target.and_then(|target| reply(state, &target, head, &mut headers)) {
+            Ok((status, body)) => {
+                let mut response = Response::new(Either::Left(Full::new(body)));
+                *response.status_mut() = status;
+                *response.headers_mut() = headers;
+                response
+            }
             Err(e) => axum::response::IntoResponse::into_response(e).map(Either::Right),
         }
     }
@@ -246,8 +262,9 @@ impl Hot {
         label: Option<usize>,
         started: Option<quanta::Instant>,
         id: HeaderValue,
-        mut response: Response<Body>,
-    ) -> Response<Body> {
+        response: &mut Response<Body>,
+    ) {
+        let status = response.status();
         let headers = response.headers_mut();
         headers.insert(
             header::X_CONTENT_TYPE_OPTIONS,
@@ -255,9 +272,8 @@ impl Hot {
         );
         headers.insert(request_id::X_REQUEST_ID.clone(), id);
         if let (Some((requests, _)), Some(label), Some(started)) = (self.metrics, label, started) {
-            requests.record(label, response.status().as_u16(), false, started.elapsed());
+            requests.record(label, status.as_u16(), false, started.elapsed());
         }
-        response
     }
 }
 
@@ -306,9 +322,18 @@ fn link_reply(
     _: &AppState,
     target: &TargetUrl,
     _: bool,
-    headers: HeaderMap,
-) -> Result<Response<Full<Bytes>>, ApiError> {
-    Ok(link_answer(target, headers))
+    headers: &mut HeaderMap,
+) -> Result<(StatusCode, Bytes), ApiError> {
+    Ok((StatusCode::OK, link_answer(target, headers)))
+}
+
+fn redirect_reply(
+    state: &AppState,
+    target: &TargetUrl,
+    head: bool,
+    headers: &mut HeaderMap,
+) -> Result<(StatusCode, Bytes), ApiError> {
+    Ok((redirect_answer(state, target, head, headers)?, Bytes::new()))
 }
 
 /// The request's header map, emptied, to carry the answer's headers.
