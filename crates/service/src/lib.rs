@@ -11,7 +11,8 @@
 //! http/       fn app() -> Service: the Router (routes(): the one route table) and hot (the
 //!             hot path in front of it); extractors, handlers, ApiError, openapi (the
 //!             document, checked against the table), request_id, server (the accept loop,
-//!             the watchdog of timeouts, connection cap, drain), limit (rate limits)
+//!             the watchdog of timeouts, connection cap, drain, its own recv/send),
+//!             limit (rate limits)
 //! links       the application service: cache, then store; who may manage what
 //! keys        API keys: making them, and recognising them (reloaded every second)
 //! invalidations  changes told to the other instances on one store (Valkey pub/sub),
