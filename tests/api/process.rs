@@ -186,3 +186,65 @@ async fn verify(base: &str, acked: &HashMap<String, String>) {
         assert_eq!(body["link"], target.as_str());
     }
 }
+
+/// On one core `litelink serve` runs a current-thread runtime (issue 21):
+/// everything still works there, the blocking pool (a QR code) and the
+/// visit flush included, and SIGTERM still stops it gracefully.
+#[tokio::test]
+async fn one_core_serves_everything_on_a_current_thread_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_litelink"));
+    let args = ["--visits-flush-ms", "100"].map(String::from);
+    let mut server = litelink_bench::process::ServerProcess::start(
+        exe,
+        &dir.path().join("one.db"),
+        &args,
+        Some(0),
+    )
+    .expect("litelink pinned to CPU 0");
+    let allowed = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
+    assert!(
+        allowed
+            .lines()
+            .any(|l| l.starts_with("Cpus_allowed_list:") && l.trim_end().ends_with('0')),
+        "{allowed}"
+    );
+    let base = server.url();
+    let code = crate::helpers::create_code(&base).await;
+    for _ in 0..20 {
+        let r = client().get(format!("{base}/{code}")).send().await.unwrap();
+        assert_eq!(r.status(), 302);
+    }
+    let r = client()
+        .get(format!("{base}/link/{code}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = client()
+        .get(format!("{base}/{code}/qr.png"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "image/png");
+    let r = client()
+        .get(format!("{base}/nosuchcode"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let mut flushed = Value::Null;
+    for _ in 0..50 {
+        flushed = stats(base.clone() + "/stats").await["visits"]["flushed"].clone();
+        if flushed == 20 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(flushed, 20);
+    let status = server
+        .stop_with(libc::SIGTERM, Duration::from_secs(5))
+        .expect("exits within 5 s of SIGTERM");
+    assert!(status.success(), "{status:?}");
+}
