@@ -125,12 +125,17 @@ impl TargetUrl {
     /// bump, no copy, no second check), or `None` if it may not stand in a
     /// header (a stored value that no parse made).
     pub fn location(&self) -> Option<axum::http::HeaderValue> {
+        self.clone().into_location()
+    }
+
+    /// [`TargetUrl::location`], taking the URL: its bytes move into the
+    /// value, with no reference-count bump now and no drop later.
+    pub fn into_location(self) -> Option<axum::http::HeaderValue> {
         // SAFETY: `header_safe` says every byte passed the check
         // `HeaderValue::from_maybe_shared` would make, and the bytes never
         // change after `of` checked them.
-        self.header_safe.then(|| unsafe {
-            axum::http::HeaderValue::from_maybe_shared_unchecked(self.bytes.clone())
-        })
+        self.header_safe
+            .then(|| unsafe { axum::http::HeaderValue::from_maybe_shared_unchecked(self.bytes) })
     }
 
     fn host(&self) -> Option<Host<String>> {

@@ -273,7 +273,7 @@ pub async fn redirect(
     let mut headers = HeaderMap::new();
     let status = redirect_answer(
         &state,
-        &target,
+        target,
         request.method() == Method::HEAD,
         &mut headers,
     )?;
@@ -297,14 +297,14 @@ pub(super) fn redirect_use<'a>(method: &Method, headers: &'a HeaderMap) -> Use<'
 /// added to `headers` (as for [`link_answer`]).
 pub(super) fn redirect_answer(
     state: &AppState,
-    target: &TargetUrl,
+    target: TargetUrl,
     head: bool,
     headers: &mut HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     // A parsed URL is always a valid header; a stored value that is not
     // (written by hand into the database) is a 500, never a header.
     let location = target
-        .location()
+        .into_location()
         .ok_or_else(|| ApiError::Internal("stored URL is not a valid header value".into()))?;
     headers.insert(header::LOCATION, location);
     // Revalidated on every use: a cached redirect (301 and 308 are cached

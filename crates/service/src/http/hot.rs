@@ -42,7 +42,7 @@ pub type Body = Either<Full<Bytes>, axum::body::Body>;
 /// request or not.
 /// Its headers go into the map given; the status and body are returned.
 type Reply =
-    fn(&AppState, &TargetUrl, bool, &mut HeaderMap) -> Result<(StatusCode, Bytes), ApiError>;
+    fn(&AppState, TargetUrl, bool, &mut HeaderMap) -> Result<(StatusCode, Bytes), ApiError>;
 
 const HEART_BEAT: &[u8] = br#"{"OK":true}"#;
 
@@ -244,7 +244,7 @@ impl Hot {
         reply: Reply,
         mut headers: HeaderMap,
     ) -> Response<Body> {
-        match target.and_then(|target| reply(state, &target, head, &mut headers)) {
+        match target.and_then(|target| reply(state, target, head, &mut headers)) {
             Ok((status, body)) => {
                 let mut response = Response::new(Either::Left(Full::new(body)));
                 *response.status_mut() = status;
@@ -320,16 +320,16 @@ struct Rest {
 
 fn link_reply(
     _: &AppState,
-    target: &TargetUrl,
+    target: TargetUrl,
     _: bool,
     headers: &mut HeaderMap,
 ) -> Result<(StatusCode, Bytes), ApiError> {
-    Ok((StatusCode::OK, link_answer(target, headers)))
+    Ok((StatusCode::OK, link_answer(&target, headers)))
 }
 
 fn redirect_reply(
     state: &AppState,
-    target: &TargetUrl,
+    target: TargetUrl,
     head: bool,
     headers: &mut HeaderMap,
 ) -> Result<(StatusCode, Bytes), ApiError> {

@@ -253,8 +253,9 @@ impl From<&HttpSettings> for ConnLimits {
 #[derive(Default)]
 struct Activity {
     in_flight: AtomicU32,
+    /// Requests started; written by the connection's task only ([`add`]).
     started: AtomicU64,
-    /// Bytes read from the client, all told.
+    /// Bytes read from the client, all told; written as `started` is.
     read: AtomicU64,
     /// 0 while open, then [`TIMED_OUT`] or [`SHUTTING_DOWN`], set by the
     /// watchdog.
@@ -368,13 +369,21 @@ impl Watchdog {
     }
 }
 
+/// Adds to a counter of [`Activity`] that only the connection's own task
+/// writes (the watchdog only reads it): a load and a store, not the locked
+/// read-modify-write `fetch_add` is, which costs some twenty cycles on
+/// every request and every read.
+fn add(counter: &AtomicU64, n: u64) {
+    counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+}
+
 /// Marks a request in flight for as long as it lives.
 struct Busy(Arc<Activity>);
 
 impl Busy {
     fn new(activity: &Arc<Activity>) -> Self {
         activity.in_flight.fetch_add(1, Ordering::Relaxed);
-        activity.started.fetch_add(1, Ordering::Relaxed);
+        add(&activity.started, 1);
         Self(Arc::clone(activity))
     }
 }
@@ -441,7 +450,7 @@ fn connection(
                     hot::Answered::Now(answer) => {
                         // Answered before the watchdog could look: it only
                         // needs to know that a request came.
-                        activity.started.fetch_add(1, Ordering::Relaxed);
+                        add(&activity.started, 1);
                         Answer::Now(Some(answer))
                     }
                     hot::Answered::Later(answer) => Answer::Later {
@@ -688,7 +697,7 @@ impl AsyncRead for Guarded {
     ) -> Poll<io::Result<()>> {
         let n = ready!(poll_recv(&self.tcp, cx, buf))?;
         if n > 0 {
-            self.activity.read.fetch_add(n as u64, Ordering::Relaxed);
+            add(&self.activity.read, n as u64);
         }
         Poll::Ready(Ok(()))
     }
