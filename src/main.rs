@@ -42,8 +42,8 @@ fn main() -> ExitCode {
 
 fn serve(settings: Settings) -> anyhow::Result<ExitCode> {
     // On one core a current-thread runtime: the work-stealing scheduler
-    // has nothing to steal there, and costs about 3% more CPU per cached
-    // redirect, a third of it in extra epoll_wait calls (docs/benchmarks.md).
+    // has nothing to steal there, and cost about 3% more CPU per cached
+    // redirect, much of it in extra epoll_wait calls (docs/benchmarks.md).
     let one_core = std::thread::available_parallelism().is_ok_and(|n| n.get() == 1);
     let mut builder = if one_core {
         tokio::runtime::Builder::new_current_thread()

@@ -371,8 +371,7 @@ impl Watchdog {
 
 /// Adds to a counter of [`Activity`] that only the connection's own task
 /// writes (the watchdog only reads it): a load and a store, not the locked
-/// read-modify-write `fetch_add` is, which costs some twenty cycles on
-/// every request and every read.
+/// read-modify-write of `fetch_add`, which only several writers need.
 fn add(counter: &AtomicU64, n: u64) {
     counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
 }
