@@ -211,29 +211,15 @@ async fn one_core_serves_everything_on_a_current_thread_runtime() {
     );
     let base = server.url();
     let code = crate::helpers::create_code(&base).await;
+    let get = |path: String| client().get(format!("{base}{path}")).send();
     for _ in 0..20 {
-        let r = client().get(format!("{base}/{code}")).send().await.unwrap();
-        assert_eq!(r.status(), 302);
+        assert_eq!(get(format!("/{code}")).await.unwrap().status(), 302);
     }
-    let r = client()
-        .get(format!("{base}/link/{code}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let r = client()
-        .get(format!("{base}/{code}/qr.png"))
-        .send()
-        .await
-        .unwrap();
+    assert_eq!(get(format!("/link/{code}")).await.unwrap().status(), 200);
+    let r = get(format!("/{code}/qr.png")).await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["content-type"], "image/png");
-    let r = client()
-        .get(format!("{base}/nosuchcode"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 404);
+    assert_eq!(get("/nosuchcode".into()).await.unwrap().status(), 404);
     let mut flushed = Value::Null;
     for _ in 0..50 {
         flushed = stats(base.clone() + "/stats").await["visits"]["flushed"].clone();
