@@ -473,11 +473,21 @@ fn connection(
     let io = TokioIo::new(Guarded::new(tcp, Arc::clone(&activity)));
     let mut conn = Box::pin(limits.builder.serve_connection(io, service));
     let mut closing = false;
+    // The waker last registered: while it is this task's and no verdict
+    // has been seen, the registration still holds (only a verdict's wake
+    // takes it), so that a poll need not register again (two locked
+    // instructions per poll).
+    let mut registered: Option<std::task::Waker> = None;
     std::future::poll_fn(move |cx| {
-        // Registered before the verdict is read: a verdict told after
-        // this read wakes the task again.
-        activity.waker.register(cx.waker());
-        match activity.verdict.load(Ordering::Acquire) {
+        let mut verdict = activity.verdict.load(Ordering::Acquire);
+        if verdict != 0 || !registered.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            // Registered before the verdict is read again: a verdict told
+            // after this read wakes the task.
+            activity.waker.register(cx.waker());
+            registered = Some(cx.waker().clone());
+            verdict = activity.verdict.load(Ordering::Acquire);
+        }
+        match verdict {
             TIMED_OUT => return Poll::Ready(()),
             SHUTTING_DOWN if !closing => {
                 closing = true;
