@@ -15,7 +15,8 @@
 //! 1,000 links. Servers run on CPU 0, the load on CPU 1, 50 connections.
 //! Per round and server: CPU time per request (all threads, from
 //! /proc/PID/task/*/schedstat, in ns), and its ratio to the bare server's
-//! in that round; printed as medians with min–max. With `--rate`, every
+//! in that round; printed as medians with min–max (and, for the ratios,
+//! a 95% confidence interval of the median). With `--rate`, every
 //! server gets that many requests per second on a fixed schedule (the
 //! stress tool's open model) instead of as many as it can answer, so that
 //! each does the same work per second and batches alike.
@@ -51,6 +52,17 @@ fn user_sys(pid: u32) -> anyhow::Result<(u64, u64)> {
     let mut f = rest.split_whitespace().skip(11);
     let mut next = || f.next().context("a short /proc/PID/stat");
     Ok((next()?.parse()?, next()?.parse()?))
+}
+
+/// A distribution-free 95% confidence interval of the median: the order
+/// statistics n/2 ± 0.98·√n (the binomial's normal approximation).
+fn median_interval(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let n = v.len() as f64;
+    let half = 0.98 * n.sqrt();
+    let lo = ((n / 2.0 - half).floor().max(0.0)) as usize;
+    let hi = ((n / 2.0 + half).ceil() as usize).min(v.len() - 1);
+    (v[lo], v[hi])
 }
 
 fn median_min_max(mut v: Vec<f64>) -> (f64, f64, f64) {
@@ -172,12 +184,14 @@ fn main() -> anyhow::Result<()> {
     );
     for (s, (name, _, _)) in servers.iter().enumerate() {
         let (m, lo, hi) = median_min_max(cpu[s].clone());
-        let ratios = cpu[s].iter().zip(&cpu[0]).map(|(a, b)| a / b).collect();
+        let ratios: Vec<f64> = cpu[s].iter().zip(&cpu[0]).map(|(a, b)| a / b).collect();
+        let (clo, chi) = median_interval(ratios.clone());
         let (rm, rlo, rhi) = median_min_max(ratios);
         let (r, _, _) = median_min_max(rps[s].clone());
         let (u, _, _) = median_min_max(user_share[s].clone());
         println!(
-            "{name}: {m:.2} ({lo:.2}–{hi:.2}) | {rm:.3} ({rlo:.3}–{rhi:.3}) | {r:.0} | user share {u:.3}"
+            "{name}: {m:.2} ({lo:.2}–{hi:.2}) | {rm:.3} ({rlo:.3}–{rhi:.3}; median's 95% interval \
+             {clo:.3}–{chi:.3}) | {r:.0} | user share {u:.3}"
         );
     }
     // Ratios between the litelink builds, round by round.
