@@ -27,6 +27,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use litelink_bench::Spread;
 use litelink_bench::process::{ServerProcess, pin_current_thread};
 use litelink_stress::{Keys, ReadPath, Scenario, StressConfig};
 
@@ -65,15 +66,13 @@ fn median_interval(mut v: Vec<f64>) -> (f64, f64) {
     (v[lo], v[hi])
 }
 
-fn median_min_max(mut v: Vec<f64>) -> (f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    let median = if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    };
-    (median, v[0], v[n - 1])
+fn median_min_max(v: Vec<f64>) -> (f64, f64, f64) {
+    let s = Spread::of(&v).unwrap_or(Spread {
+        median: f64::NAN,
+        min: f64::NAN,
+        max: f64::NAN,
+    });
+    (s.median, s.min, s.max)
 }
 
 fn main() -> anyhow::Result<()> {

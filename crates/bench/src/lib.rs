@@ -111,7 +111,8 @@ pub struct Spread {
 }
 
 impl Spread {
-    fn of(values: &[f64]) -> Option<Self> {
+    /// The median, minimum and maximum of `values` (`None` when empty).
+    pub fn of(values: &[f64]) -> Option<Self> {
         if values.is_empty() {
             return None;
         }
