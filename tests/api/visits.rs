@@ -354,6 +354,40 @@ crate::on_both_stores! {
 }
 }
 
+/// A flush finds a generated code by the row id it decrypts to, an alias
+/// by its name: both reach the stored total and the hourly rows.
+#[tokio::test]
+async fn a_flush_stores_the_visits_of_generated_codes_and_aliases() {
+    let app = spawn_app(&["--visits-flush-ms", "50"]).await;
+    let key = app.new_key("owner", false).await;
+    let generated = create(&app, &key, json!({ "url": "https://example.com/g" })).await;
+    let alias = create(
+        &app,
+        &key,
+        json!({ "url": "https://example.com/a", "code": "flush-alias" }),
+    )
+    .await;
+    assert_eq!(alias, "flush-alias");
+    for (code, n) in [(&generated, 3), (&alias, 5)] {
+        for _ in 0..n {
+            assert_eq!(visit(&app, code, None, None).await, 302);
+        }
+    }
+    flushed(&app, 8).await;
+    let conn = rusqlite::Connection::open(&app.db).expect("open");
+    for (code, n) in [(&generated, 3), (&alias, 5)] {
+        let (total, hourly): (i64, i64) = conn
+            .query_row(
+                "SELECT l.visits, (SELECT sum(humans) FROM visits_hourly WHERE link = l.id) \
+                 FROM links l WHERE l.code = ?1",
+                [code],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .expect("row");
+        assert_eq!((total, hourly), (n, n), "{code}");
+    }
+}
+
 #[tokio::test]
 async fn a_deleted_link_takes_its_visits_with_it() {
     let app = spawn_app(&["--visits-flush-ms", "50"]).await;

@@ -82,7 +82,7 @@ pub(super) fn id(
     by_code(conn, book, code, sql, |r| r.get(0))
 }
 
-const ID_LIVE: Statements<&str> = Statements {
+pub(super) const ID_LIVE: Statements<&str> = Statements {
     by_id: "SELECT l.id FROM links l WHERE l.id = ?1 AND l.code = ?2 AND l.deleted_at IS NULL",
     by_name: "SELECT l.id FROM links l WHERE l.code = ?1 AND l.named = 1 AND l.deleted_at IS NULL",
 };

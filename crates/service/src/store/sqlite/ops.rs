@@ -1,7 +1,7 @@
 //! The writes other than plain creates, each run by the writer thread in a
 //! transaction of its own.
 
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::{CachedStatement, Connection, OptionalExtension};
 
 use super::find::{self, Rows};
 use super::replies::Done;
@@ -266,8 +266,9 @@ fn run(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError
         }
         Op::RecordVisits(visits) => {
             let mut added = Vec::with_capacity(visits.len());
+            let mut statements = VisitStatements::prepare(conn)?;
             for (code, counts) in visits.iter() {
-                added.extend(record_visits(conn, book, code, counts)?);
+                added.extend(statements.record(book, code, counts)?);
             }
             Ok(Applied {
                 changed: Changed::Visits(added),
@@ -277,56 +278,101 @@ fn run(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError
     }
 }
 
-/// Adds one link's counts to its total and its aggregates: three
-/// statements for a link with one hour and one referrer already seen.
-/// The row's id and the visits added to its total, if it is live.
-fn record_visits(
-    conn: &Connection,
-    book: &Codebook,
-    code: &ShortCode,
-    counts: &VisitCounts,
-) -> Result<Option<(i64, i64)>, StoreError> {
-    let total = counts.total();
-    // Only a live link: one deleted since these were counted keeps none.
-    let Some(id) = find::id(conn, book, code.as_str(), Rows::Live)? else {
-        return Ok(None);
-    };
-    conn.prepare_cached("UPDATE links SET visits = visits + ?2 WHERE id = ?1")?
-        .execute((id, clamp(total)))?;
-    let mut hourly = conn.prepare_cached(
-        "INSERT INTO visits_hourly (link, hour, humans, bots, browsers) \
-         VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (link, hour) DO UPDATE \
-         SET humans = humans + excluded.humans, bots = bots + excluded.bots, \
-         browsers = browsers + excluded.browsers",
-    )?;
-    for h in &counts.hours {
-        hourly.execute((
-            id,
-            h.hour,
-            clamp(h.humans),
-            clamp(h.bots),
-            clamp(h.browsers),
-        ))?;
+/// The statements of a visit flush, prepared once for a whole chunk of
+/// links rather than looked up in the statement cache for each.
+struct VisitStatements<'c> {
+    id_by_id: CachedStatement<'c>,
+    id_by_name: CachedStatement<'c>,
+    add_total: CachedStatement<'c>,
+    hourly: CachedStatement<'c>,
+    known_host: CachedStatement<'c>,
+    hosts: CachedStatement<'c>,
+    new_host: CachedStatement<'c>,
+}
+
+impl<'c> VisitStatements<'c> {
+    fn prepare(conn: &'c Connection) -> rusqlite::Result<Self> {
+        Ok(Self {
+            id_by_id: conn.prepare_cached(find::ID_LIVE.by_id)?,
+            id_by_name: conn.prepare_cached(find::ID_LIVE.by_name)?,
+            add_total: conn
+                .prepare_cached("UPDATE links SET visits = visits + ?2 WHERE id = ?1")?,
+            hourly: conn.prepare_cached(
+                "INSERT INTO visits_hourly (link, hour, humans, bots, browsers) \
+                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (link, hour) DO UPDATE \
+                 SET humans = humans + excluded.humans, bots = bots + excluded.bots, \
+                 browsers = browsers + excluded.browsers",
+            )?,
+            known_host: conn.prepare_cached(
+                "UPDATE visits_referrers SET count = count + ?4 \
+                 WHERE link = ?1 AND day = ?2 AND host = ?3",
+            )?,
+            hosts: conn.prepare_cached(
+                "SELECT count(*) FROM visits_referrers WHERE link = ?1 AND day = ?2",
+            )?,
+            new_host: conn.prepare_cached(
+                "INSERT INTO visits_referrers (link, day, host, count) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT (link, day, host) DO UPDATE SET count = count + excluded.count",
+            )?,
+        })
     }
-    let mut known = conn.prepare_cached(
-        "UPDATE visits_referrers SET count = count + ?4 WHERE link = ?1 AND day = ?2 AND host = ?3",
-    )?;
-    let mut hosts =
-        conn.prepare_cached("SELECT count(*) FROM visits_referrers WHERE link = ?1 AND day = ?2")?;
-    let mut new_host = conn.prepare_cached(
-        "INSERT INTO visits_referrers (link, day, host, count) VALUES (?1, ?2, ?3, ?4) \
-         ON CONFLICT (link, day, host) DO UPDATE SET count = count + excluded.count",
-    )?;
-    for (day, host, n) in &counts.referrers {
-        if known.execute((id, day, &**host, clamp(*n)))? > 0 {
-            continue;
+
+    /// Adds one link's counts to its total and its aggregates: three
+    /// statements for a link with one hour and one referrer already seen.
+    /// The row's id and the visits added to its total, if it is live.
+    fn record(
+        &mut self,
+        book: &Codebook,
+        code: &ShortCode,
+        counts: &VisitCounts,
+    ) -> Result<Option<(i64, i64)>, StoreError> {
+        let total = clamp(counts.total());
+        // Only a live link: one deleted since these were counted keeps none.
+        let Some(id) = self.live_id(book, code)? else {
+            return Ok(None);
+        };
+        self.add_total.execute((id, total))?;
+        for h in &counts.hours {
+            self.hourly.execute((
+                id,
+                h.hour,
+                clamp(h.humans),
+                clamp(h.bots),
+                clamp(h.browsers),
+            ))?;
         }
-        // A day keeps its first hosts; later new ones count as other, so
-        // that random Referers cannot grow the table without bound.
-        let full =
-            hosts.query_row((id, day), |r| r.get::<_, i64>(0))? >= REFERRER_HOSTS_PER_DAY as i64;
-        let host: &str = if full { OTHER_HOST } else { host };
-        new_host.execute((id, day, host, clamp(*n)))?;
+        for (day, host, n) in &counts.referrers {
+            if self.known_host.execute((id, day, &**host, clamp(*n)))? > 0 {
+                continue;
+            }
+            // A day keeps its first hosts; later new ones count as other, so
+            // that random Referers cannot grow the table without bound.
+            let full = self.hosts.query_row((id, day), |r| r.get::<_, i64>(0))?
+                >= REFERRER_HOSTS_PER_DAY as i64;
+            let host: &str = if full { OTHER_HOST } else { host };
+            self.new_host.execute((id, day, host, clamp(*n)))?;
+        }
+        Ok(Some((id, total)))
     }
-    Ok(Some((id, clamp(total))))
+
+    /// The id of `code`'s live row, found as [`find::id`] finds it (by the
+    /// id the code decrypts to, else by name), with the decryption
+    /// remembered from earlier flushes.
+    fn live_id(&mut self, book: &Codebook, code: &ShortCode) -> rusqlite::Result<Option<i64>> {
+        if let Some(id) = book
+            .id_of_recent(code)
+            .and_then(|id| i64::try_from(id).ok())
+        {
+            let found = self
+                .id_by_id
+                .query_row((id, code.as_str()), |r| r.get(0))
+                .optional()?;
+            if found.is_some() {
+                return Ok(found);
+            }
+        }
+        self.id_by_name
+            .query_row([code.as_str()], |r| r.get(0))
+            .optional()
+    }
 }
