@@ -170,6 +170,14 @@ pub trait LinkStore: Send + Sync + 'static {
 
     async fn list(&self, query: ListQuery) -> Result<ListPage, StoreError>;
 
+    /// Where `code`'s row lies among the others, for a visit flush to write
+    /// its chunks in that order: each chunk's transaction then rewrites a
+    /// few neighbouring pages, not a page for nearly every link in it. The
+    /// same number for every code when the store keeps no such order.
+    fn visit_order(&self, _code: &ShortCode) -> u64 {
+        0
+    }
+
     /// Adds counted visits to live links in one transaction; a code that
     /// is no longer live is skipped (its visits went with it).
     async fn record_visits(

@@ -330,6 +330,8 @@ struct Inner {
     /// Whether generated codes share a bucket prefix (CodeGenerator).
     code_locality: bool,
     slots: Option<Arc<Slots>>,
+    /// Codes to row ids, for [`LinkStore::visit_order`].
+    book: Arc<Codebook>,
 }
 
 /// The link slots' file, beside the database; without it (a file system
@@ -393,7 +395,7 @@ impl SqliteStore {
             &path,
             &settings,
             codes,
-            book,
+            Arc::clone(&book),
             Arc::clone(&epoch),
             slots.clone(),
         )?;
@@ -419,6 +421,7 @@ impl SqliteStore {
                 memstatus,
                 code_locality,
                 slots,
+                book,
             }),
         })
     }
@@ -550,6 +553,12 @@ impl LinkStore for SqliteStore {
 
     async fn list(&self, query: ListQuery) -> Result<ListPage, StoreError> {
         self.read(move |r| r.list(&query)).await
+    }
+
+    /// The row id a generated code decrypts to (remembered: the writer
+    /// then finds it decrypted), named codes last.
+    fn visit_order(&self, code: &ShortCode) -> u64 {
+        self.inner.book.id_of_recent(code).unwrap_or(u64::MAX)
     }
 
     async fn record_visits(
