@@ -455,20 +455,15 @@ impl Visits {
         }
         // Written in the store's row order, so that each chunk's
         // transaction rewrites a few neighbouring pages of each table
-        // rather than one for nearly every link in it (about 4x the
+        // rather than one for nearly every link in it (about 6x the
         // write-ahead log otherwise, docs/benchmarks.md).
         let codes: Vec<ShortCode> = lock(&self.staged).keys().cloned().collect();
-        let mut order: Vec<(u64, ShortCode)> = codes
-            .into_iter()
-            .map(|code| (self.store.visit_order(&code), code))
-            .collect();
-        order.sort_unstable_by_key(|(at, _)| *at);
-        let chunks = order.len().div_ceil(FLUSH_CHUNK);
+        let chunks = codes.len().div_ceil(FLUSH_CHUNK);
         if chunks == 0 {
             return Ok(());
         }
         let pause = spread / chunks as u32;
-        let mut order = order.into_iter().map(|(_, code)| code);
+        let mut order = self.in_row_order(codes).await.into_iter();
         loop {
             let _gate = self.gate.write().await;
             let chunk: Arc<[(ShortCode, VisitCounts)]> = {
@@ -516,6 +511,24 @@ impl Visits {
         }
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// `codes` in the store's row order. Found off the runtime's threads:
+    /// a code the store has not seen lately costs it a decryption (about
+    /// 7 µs), and a flush of many new links must not stall redirects.
+    async fn in_row_order(&self, codes: Vec<ShortCode>) -> Vec<ShortCode> {
+        let store = Arc::clone(&self.store);
+        let sorted = tokio::task::spawn_blocking(move || {
+            let mut keyed: Vec<(u64, ShortCode)> = codes
+                .into_iter()
+                .map(|code| (store.visit_order(&code), code))
+                .collect();
+            keyed.sort_unstable_by_key(|(at, _)| *at);
+            keyed.into_iter().map(|(_, code)| code).collect::<Vec<_>>()
+        });
+        // Only a runtime shutting down fails it; the flush then takes the
+        // codes as they come (the chunks fill up from what is staged).
+        sorted.await.unwrap_or_default()
     }
 
     /// Flushes until `stop` changes; a flush that has started always
