@@ -30,9 +30,17 @@ fn main() -> ExitCode {
         Command::Import(args) => litelink::manage::import(args),
         Command::Stress(args) => stress(args),
         Command::Bench(args) => bench(args),
-        Command::ReferenceServer(args) => litelink_bench::reference::serve(args.listen)
-            .map(|()| ExitCode::SUCCESS)
-            .map_err(Into::into),
+        Command::ReferenceServer(args) => {
+            use litelink_bench::reference::{Answer, serve};
+            let kind = if args.redirect {
+                Answer::Redirect
+            } else {
+                Answer::Ok
+            };
+            serve(args.listen, kind)
+        }
+        .map(|()| ExitCode::SUCCESS)
+        .map_err(Into::into),
     };
     result.unwrap_or_else(|e| {
         tracing::error!("{e:#}");

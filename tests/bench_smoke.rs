@@ -68,7 +68,7 @@ fn quick_bench_reports_every_experiment_and_configuration() {
         .find(|e| e["id"] == "ceiling")
         .expect("ceiling");
     let rows = ceiling["summary"].as_array().unwrap();
-    assert_eq!(rows.len(), 8, "{rows:?}");
+    assert_eq!(rows.len(), 9, "{rows:?}");
     for row in rows {
         assert_eq!(row["ratio_to"], "bare hyper, fixed answer", "{row}");
         assert!(row["ratio"]["median"].as_f64().unwrap() > 0.0, "{row}");

@@ -64,6 +64,10 @@ pub enum Command {
 pub struct ReferenceArgs {
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: std::net::SocketAddr,
+    /// Answer with a litelink redirect's head instead of `{"OK":true}`:
+    /// the floor under a redirect.
+    #[arg(long)]
+    pub redirect: bool,
 }
 
 impl Cli {

@@ -10,7 +10,9 @@
 //! ```
 //!
 //! The bare reference is `reference-server` of the first EXE, loaded with
-//! `GET /heart-beat`; every EXE runs `litelink serve` as deployed (memory
+//! `GET /heart-beat`; with `--floor`, also `reference-server --redirect`
+//! (the head of a litelink redirect, nothing else), loaded with the same
+//! redirects as the EXEs; every EXE runs `litelink serve` as deployed (memory
 //! cache, visits, metrics) and is loaded with cached `GET /{code}` over
 //! 1,000 links. Servers run on CPU 0, the load on CPU 1, 50 connections.
 //! Per round and server: CPU time per request (all threads, from
@@ -79,6 +81,7 @@ fn main() -> anyhow::Result<()> {
     let mut rounds = 20usize;
     let mut duration = 2.0f64;
     let mut rate: Option<f64> = None;
+    let mut floor = false;
     let mut exes: Vec<(String, PathBuf)> = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -86,6 +89,7 @@ fn main() -> anyhow::Result<()> {
             "--rounds" => rounds = args.next().context("--rounds N")?.parse()?,
             "--duration" => duration = args.next().context("--duration S")?.parse()?,
             "--rate" => rate = Some(args.next().context("--rate N")?.parse()?),
+            "--floor" => floor = true,
             _ => match a.split_once('=') {
                 Some((name, exe)) => exes.push((name.into(), exe.into())),
                 None => bail!("expected NAME=EXE, got {a}"),
@@ -94,15 +98,24 @@ fn main() -> anyhow::Result<()> {
     }
     if exes.is_empty() || rounds == 0 || !(0.2..=60.0).contains(&duration) {
         bail!(
-            "usage: paired_ceiling [--rounds N] [--duration S] [--rate N] NAME=EXE [NAME=EXE...]"
+            "usage: paired_ceiling [--rounds N] [--duration S] [--rate N] [--floor] NAME=EXE [NAME=EXE...]"
         );
     }
     let work = tempdir()?;
     let mut servers = vec![(
         "bare".to_string(),
-        ServerProcess::start_reference(&exes[0].1, Some(0))?,
+        ServerProcess::start_reference(&exes[0].1, &[], Some(0))?,
         Vec::new(),
     )];
+    if floor {
+        // Codes of the same shape as litelink's: the requests are alike.
+        let codes = (0..1000).map(|i| format!("f{i:09}")).collect();
+        servers.push((
+            "floor".to_string(),
+            ServerProcess::start_reference(&exes[0].1, &["--redirect".into()], Some(0))?,
+            codes,
+        ));
+    }
     pin_current_thread(1).context("pinning the load generator")?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -25,8 +25,9 @@ pub struct Config {
     /// Another build to run this configuration with (`--compare-exe`);
     /// `None`: the build under test.
     pub exe: Option<PathBuf>,
-    /// The bare hyper server (`litelink reference-server`), not litelink:
-    /// no database, no links, and never run with `--compare-exe`.
+    /// The bare hyper server (`litelink reference-server`, given `args`),
+    /// not litelink: no database, no links (its redirects ask for made-up
+    /// codes), and never run with `--compare-exe`.
     pub reference: bool,
     /// Run only these of the experiment's workloads; `None`: all.
     pub workloads: Option<Vec<String>>,
@@ -226,6 +227,9 @@ fn ceiling() -> Experiment {
     let uncached = workload("link, uncached", Scenario::Read, 50);
     let mut bare = config_running("bare hyper", &[], &[&fixed]);
     bare.reference = true;
+    // The floor under a redirect: the head of one, and nothing else.
+    let mut floor = config_running("bare hyper, redirect head", &["--redirect"], &[&redirect]);
+    floor.reference = true;
     let hot = [&heart, &redirect, &link];
     Experiment {
         id: "ceiling",
@@ -234,11 +238,14 @@ fn ceiling() -> Experiment {
                    on a current-thread runtime answering a fixed `{\"OK\":true}` (`litelink \
                    reference-server`), on the same core? litelink runs as deployed: memory \
                    cache, visit counting and metrics on. The uncached read is a pooled SQLite \
-                   lookup (`--cache none`). `--hot-path off` is the router alone. Every ratio, \
-                   in throughput and in the server's CPU time per request, is to the bare \
-                   server in the same round.",
+                   lookup (`--cache none`). `--hot-path off` is the router alone. The bare \
+                   server with `--redirect` answers with a litelink redirect's head \
+                   (`Location`, `Cache-Control`, `nosniff`, a request id) and does nothing \
+                   else: the floor under a redirect. Every ratio, in throughput and in the \
+                   server's CPU time per request, is to the bare server in the same round.",
         configs: vec![
             bare,
+            floor,
             config_running("litelink", &[], &hot),
             config_running(
                 "litelink, no cache",

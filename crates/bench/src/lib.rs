@@ -468,7 +468,7 @@ fn run_experiment(
             d.copy_to(&db)?;
         }
         let server = if config.reference {
-            ServerProcess::start_reference(exe, cpu)?
+            ServerProcess::start_reference(exe, &config.args, cpu)?
         } else {
             ServerProcess::start(exe, &db, &args, cpu)?
         };
@@ -492,14 +492,18 @@ fn run_experiment(
         if !config.reference {
             wait_for_slots(&server)?;
         }
-        let needs_links = !config.reference
-            && exp
-                .workloads
-                .iter()
-                .any(|w| w.scenario == Scenario::Read && config.runs(w));
+        let reads = exp
+            .workloads
+            .iter()
+            .any(|w| w.scenario == Scenario::Read && config.runs(w));
+        let needs_links = !config.reference && reads;
         let preloaded = config.preload.and_then(|n| datasets.get(&n));
         let codes = if let Some(d) = preloaded {
             d.sample.clone()
+        } else if config.reference && reads {
+            // The reference answers any path: codes shaped like litelink's
+            // (ten characters) make the same requests.
+            (0..links(opts)).map(|i| format!("r{i:09}")).collect()
         } else if needs_links {
             let n = if opts.quick {
                 links(opts)

@@ -95,9 +95,16 @@ impl ServerProcess {
 
     /// Starts `exe reference-server` (the bare hyper server of the
     /// `ceiling` experiment), which prints the same line once it listens.
-    pub fn start_reference(exe: &Path, cpu: Option<usize>) -> anyhow::Result<Self> {
+    /// `args` go to `reference-server` (`--redirect`: a litelink
+    /// redirect's head instead of `{"OK":true}`).
+    pub fn start_reference(
+        exe: &Path,
+        args: &[String],
+        cpu: Option<usize>,
+    ) -> anyhow::Result<Self> {
         let mut cmd = Command::new(exe);
         cmd.args(["reference-server", "--listen", "127.0.0.1:0"]);
+        cmd.args(args);
         Self::launch(cmd, cpu, "the reference server")
     }
 

@@ -195,11 +195,12 @@ pub fn markdown(r: &Results, charts: &[Chart]) -> String {
         let _ = writeln!(s, "## {}\n", e.experiment.title);
         let _ = writeln!(s, "{}\n", e.experiment.question);
         for c in &e.experiment.configs {
-            let command = if c.reference {
-                "litelink reference-server".to_owned()
+            let program = if c.reference {
+                "reference-server"
             } else {
-                format!("litelink serve {}", c.args.join(" "))
+                "serve"
             };
+            let command = format!("litelink {program} {}", c.args.join(" "));
             let _ = writeln!(s, "- `{}`: `{}`", c.name, command.trim_end());
         }
         let _ = writeln!(s);
