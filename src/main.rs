@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
-use litelink::cli::{BenchArgs, Cli, Command, StressArgs};
-use litelink_service::{Application, Settings, doctor, http, telemetry};
+use litelink::cli::{Cli, Command, StressArgs};
+use litelink_service::{doctor, telemetry};
 
 fn main() -> ExitCode {
     let command = Cli::parse().into_command();
@@ -17,7 +17,7 @@ fn main() -> ExitCode {
     };
     telemetry::init(filter, format);
     let result = match command {
-        Command::Serve(args) => serve(args.settings()),
+        Command::Serve(args) => litelink::serve(args.settings()).map(|()| ExitCode::SUCCESS),
         Command::Doctor(args) => doctor::run(&args.store.settings(), args.full).map(|ok| {
             if ok {
                 ExitCode::SUCCESS
@@ -29,47 +29,11 @@ fn main() -> ExitCode {
         Command::Export(args) => litelink::manage::export(args),
         Command::Import(args) => litelink::manage::import(args),
         Command::Stress(args) => stress(args),
-        Command::Bench(args) => bench(args),
-        Command::ReferenceServer(args) => {
-            use litelink_bench::reference::{Answer, serve};
-            let kind = if args.redirect {
-                Answer::Redirect
-            } else {
-                Answer::Ok
-            };
-            serve(args.listen, kind)
-        }
-        .map(|()| ExitCode::SUCCESS)
-        .map_err(Into::into),
     };
     result.unwrap_or_else(|e| {
         tracing::error!("{e:#}");
         ExitCode::FAILURE
     })
-}
-
-fn serve(settings: Settings) -> anyhow::Result<ExitCode> {
-    // On one core a current-thread runtime: the work-stealing scheduler
-    // has nothing to steal there, and cost about 3% more CPU per cached
-    // redirect, much of it in extra epoll_wait calls (docs/benchmarks.md).
-    let one_core = std::thread::available_parallelism().is_ok_and(|n| n.get() == 1);
-    let mut builder = if one_core {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-    };
-    let runtime = builder.enable_all().build()?;
-    runtime.block_on(async move {
-        let app = Application::build(settings).await?;
-        // The documented readiness line: scripts and the test harness wait
-        // for it rather than for a log message.
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "litelink listening on http://{}", app.addr()?)?;
-        out.flush()?;
-        drop(out);
-        app.run_until(http::shutdown::signal()).await
-    })?;
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Runs a stress test; Ctrl-C stops it and still prints what was measured.
@@ -114,11 +78,4 @@ fn stress(args: StressArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
-}
-
-fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    let options = args.options().map_err(anyhow::Error::msg)?;
-    let report = litelink_bench::run(&options)?;
-    println!("report written to {}", report.display());
-    Ok(ExitCode::SUCCESS)
 }

@@ -3,7 +3,6 @@
 //! ([`Settings`](litelink_service::Settings), `StressConfig`,
 //! `BenchOptions`), whose defaults they show in `--help`.
 
-mod bench;
 mod manage;
 mod serve;
 mod stress;
@@ -13,7 +12,6 @@ use std::str::FromStr;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
 
-pub use bench::BenchArgs;
 pub use manage::{ExportArgs, ImportArgs, KeysCommand};
 pub use serve::{DoctorArgs, ServeArgs, StoreArgs};
 pub use stress::StressArgs;
@@ -52,22 +50,6 @@ pub enum Command {
     Import(ImportArgs),
     /// Load-test a server that has the seed API (litelink or any other).
     Stress(StressArgs),
-    /// Reproduce both articles' experiments and write a report with charts.
-    Bench(BenchArgs),
-    /// The bench's ceiling: a bare hyper server answering `{"OK":true}` to
-    /// everything (see `litelink_bench::reference`).
-    #[command(hide = true)]
-    ReferenceServer(ReferenceArgs),
-}
-
-#[derive(Debug, Clone, clap::Args)]
-pub struct ReferenceArgs {
-    #[arg(long, default_value = "127.0.0.1:0")]
-    pub listen: std::net::SocketAddr,
-    /// Answer with a litelink redirect's head instead of `{"OK":true}`:
-    /// the floor under a redirect.
-    #[arg(long)]
-    pub redirect: bool,
 }
 
 impl Cli {
@@ -79,7 +61,7 @@ impl Cli {
 
 /// A value parser for the library's keyword enums (strum's `EnumString`
 /// and `VariantNames`), listing the keywords in `--help`.
-fn keyword<T>() -> impl TypedValueParser<Value = T>
+pub fn keyword<T>() -> impl TypedValueParser<Value = T>
 where
     T: FromStr<Err = strum::ParseError> + strum::VariantNames + Clone + Send + Sync + 'static,
 {
@@ -100,12 +82,12 @@ impl OnOff {
 }
 
 /// The word for a default that is a `bool`.
-fn on_off(on: bool) -> &'static str {
+pub fn on_off(on: bool) -> &'static str {
     if on { "on" } else { "off" }
 }
 
 /// Checks a `--NAME SECONDS` option given as a float.
-fn seconds(name: &str, v: f64) -> Result<std::time::Duration, String> {
+pub fn seconds(name: &str, v: f64) -> Result<std::time::Duration, String> {
     if v.is_finite() && v >= 0.0 {
         Ok(std::time::Duration::from_secs_f64(v))
     } else {
@@ -121,5 +103,28 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// The switches that exist only for the lab are not the product's;
+    /// the operator settings that sat beside them are.
+    #[test]
+    fn serve_offers_no_lab_switches() {
+        let mut cli = Cli::command();
+        let serve = cli.find_subcommand_mut("serve").expect("serve");
+        let help = serve.render_long_help().to_string();
+        for lab in [
+            "--sqlite-memstatus",
+            "--sqlite-connections",
+            "--sqlite-read-on",
+            "--sqlite-page-cache",
+            "--group-commit",
+            "--code-locality",
+            "--hot-path",
+        ] {
+            assert!(!help.contains(lab), "serve offers {lab}");
+        }
+        for operator in ["--metrics", "--wal-preallocate-mib", "--durability"] {
+            assert!(help.contains(operator), "serve lacks {operator}");
+        }
     }
 }

@@ -12,7 +12,7 @@ use litelink_service::domain::code::{MAX_GENERATED_LEN, MIN_GENERATED_LEN};
 use litelink_service::http::{CreateAuth, RedirectStatus, ReferrerPolicy};
 use litelink_service::store::StoreSettings;
 use litelink_service::store::postgres::PostgresSettings;
-use litelink_service::store::sqlite::{ConnectionMode, Durability, ReadOn};
+use litelink_service::store::sqlite::Durability;
 use litelink_service::telemetry::LogFormat;
 
 use super::{OnOff, keyword, on_off};
@@ -34,8 +34,6 @@ pub struct ServeArgs {
     pub visits: VisitArgs,
     #[command(flatten)]
     pub abuse: AbuseArgs,
-    #[command(flatten)]
-    pub lab: LabArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -126,6 +124,11 @@ pub struct ServerArgs {
     /// under the `/stats` rule.
     #[arg(long, env = "LITELINK_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+
+    /// Record Prometheus metrics (`off`: `/metrics` answers 404).
+    #[arg(long, env = "LITELINK_METRICS", value_enum,
+          default_value = on_off(d().http.metrics))]
+    pub metrics: OnOff,
 
     /// Log lines on stderr: `text`, or `json` (one object per line, for
     /// log shippers).
@@ -253,6 +256,13 @@ pub struct StorageArgs {
           requires = "store")]
     pub postgres_read_url: Option<String>,
 
+    /// At full durability, extend the WAL with zeros to this many MiB at
+    /// start-up, so that each sync overwrites allocated blocks (0: off).
+    #[arg(long, env = "LITELINK_WAL_PREALLOCATE_MIB",
+          default_value_t = (d().store.sqlite.wal_preallocate >> 20) as u32,
+          value_parser = clap::value_parser!(u32).range(0..=65_536))]
+    pub wal_preallocate_mib: u32,
+
     /// Length of generated codes (characters of [A-Za-z0-9]).
     #[arg(long, env = "LITELINK_CODE_LENGTH", default_value_t = d().codes.length as u8,
           value_parser = clap::value_parser!(u8).range(MIN_GENERATED_LEN as i64..=MAX_GENERATED_LEN as i64))]
@@ -335,74 +345,6 @@ pub struct VisitArgs {
     pub visits_flush_ms: u64,
 }
 
-/// SQLite's MEMSTATUS, shared by `serve` and `doctor`.
-#[derive(Debug, Clone, Args)]
-pub struct MemstatusArgs {
-    /// SQLite's process-wide memory statistics. `on` puts a global mutex
-    /// around every SQLite allocation.
-    #[arg(long, env = "LITELINK_SQLITE_MEMSTATUS", value_enum,
-          default_value = on_off(d().store.sqlite.memstatus))]
-    pub sqlite_memstatus: OnOff,
-}
-
-/// Switches for experiments: the defaults are what production wants.
-#[derive(Debug, Clone, Args)]
-#[command(next_help_heading = "Benchmark switches")]
-pub struct LabArgs {
-    #[command(flatten)]
-    pub memstatus: MemstatusArgs,
-
-    /// Record Prometheus metrics (`off`: `/metrics` answers 404; for
-    /// measuring what recording costs).
-    #[arg(long, env = "LITELINK_METRICS", value_enum,
-          default_value = on_off(d().http.metrics))]
-    pub metrics: OnOff,
-
-    /// Answer `GET /{code}`, `GET /link/{code}` and `/heart-beat` in
-    /// front of the router (`off`: the router answers every request; for
-    /// measuring what the hot path saves).
-    #[arg(long, env = "LITELINK_HOT_PATH", value_enum,
-          default_value = on_off(d().http.hot_path))]
-    pub hot_path: OnOff,
-
-    /// `pooled` reuses connections and their prepared statements;
-    /// `per-request` opens a connection for every read (the first
-    /// article's set-up).
-    #[arg(long, env = "LITELINK_SQLITE_CONNECTIONS", value_parser = keyword::<ConnectionMode>(),
-          default_value_t = d().store.sqlite.connections)]
-    pub sqlite_connections: ConnectionMode,
-
-    /// Where lookups run: on the async worker thread, or on the blocking pool.
-    #[arg(long, env = "LITELINK_SQLITE_READ_ON", value_parser = keyword::<ReadOn>(),
-          default_value_t = d().store.sqlite.read_on)]
-    pub sqlite_read_on: ReadOn,
-
-    /// SQLite's page cache; `off` sets cache_size=0 and temp_store=0 on every
-    /// connection (the second article's experiment).
-    #[arg(long, env = "LITELINK_SQLITE_PAGE_CACHE", value_enum,
-          default_value = on_off(d().store.sqlite.page_cache))]
-    pub sqlite_page_cache: OnOff,
-
-    /// Commit concurrent creates together; `off` is `--write-batch-max 1`.
-    #[arg(long, env = "LITELINK_GROUP_COMMIT", value_enum,
-          default_value = on_off(d().store.sqlite.batch_max > 1))]
-    pub group_commit: OnOff,
-
-    /// Draw codes at random and start them (8 characters or more) with a
-    /// 2-character prefix that 1,024 consecutive creates share (README,
-    /// "API"); `off`: codes are the keyed permutation of row ids.
-    #[arg(long, env = "LITELINK_CODE_LOCALITY", value_enum,
-          default_value = on_off(d().codes.locality))]
-    pub code_locality: OnOff,
-
-    /// At full durability, extend the WAL with zeros to this many MiB at
-    /// start-up, so that each sync overwrites allocated blocks (0: off).
-    #[arg(long, env = "LITELINK_WAL_PREALLOCATE_MIB",
-          default_value_t = (d().store.sqlite.wal_preallocate >> 20) as u32,
-          value_parser = clap::value_parser!(u32).range(0..=65_536))]
-    pub wal_preallocate_mib: u32,
-}
-
 impl ServeArgs {
     pub fn settings(&self) -> Settings {
         let Self {
@@ -411,7 +353,6 @@ impl ServeArgs {
             cache,
             visits,
             abuse,
-            lab,
         } = self;
         let mut s = Settings {
             listen: server.listen,
@@ -429,8 +370,7 @@ impl ServeArgs {
         s.http.max_header_bytes = server.max_header_bytes as usize;
         s.http.shutdown_timeout = Duration::from_secs(server.shutdown_timeout);
         s.http.metrics_listen = server.metrics_listen;
-        s.http.metrics = lab.metrics.is_on();
-        s.http.hot_path = lab.hot_path.is_on();
+        s.http.metrics = server.metrics.is_on();
         s.http.refuse_private_targets = abuse.refuse_private_targets;
         s.http.deny_hosts = abuse.deny_hosts.clone();
         s.http.stats_public = abuse.stats_public;
@@ -443,29 +383,18 @@ impl ServeArgs {
         limits.trust_proxy = abuse.trust_proxy;
 
         s.codes.length = usize::from(storage.code_length);
-        s.codes.locality = lab.code_locality.is_on();
-        s.store = store_settings(&storage.db, &lab.memstatus);
-        let sqlite = &mut s.store.sqlite;
-        sqlite.durability = storage.durability;
-        sqlite.batch_max = if lab.group_commit.is_on() {
-            storage.write_batch_max as usize
-        } else {
-            1
-        };
-        sqlite.write_queue = storage.write_queue as usize;
+        s.store = store_settings(&storage.db);
         if let Some(pg) = &mut s.store.postgres {
-            pg.batch_max = sqlite.batch_max;
-            pg.write_queue = sqlite.write_queue;
             pg.read_url = storage.postgres_read_url.clone();
         }
         let sqlite = &mut s.store.sqlite;
+        sqlite.durability = storage.durability;
+        sqlite.batch_max = storage.write_batch_max as usize;
+        sqlite.write_queue = storage.write_queue as usize;
         sqlite.busy_timeout = Duration::from_millis(storage.sqlite_busy_timeout_ms);
         sqlite.mmap_mib = storage.sqlite_mmap_mib;
         sqlite.slots = storage.sqlite_slots.is_on();
-        sqlite.connections = lab.sqlite_connections;
-        sqlite.read_on = lab.sqlite_read_on;
-        sqlite.page_cache = lab.sqlite_page_cache.is_on();
-        sqlite.wal_preallocate = u64::from(lab.wal_preallocate_mib) << 20;
+        sqlite.wal_preallocate = u64::from(storage.wal_preallocate_mib) << 20;
 
         s.cache.mode = cache.cache;
         s.cache.capacity = cache.cache_capacity;
@@ -475,17 +404,17 @@ impl ServeArgs {
         s.cache.valkey.prefix = cache.valkey_prefix.clone();
         s.invalidations.url = cache.invalidations_url.clone();
         s.cache.unheard_ttl = Duration::from_millis(cache.invalidations_down_ttl_ms);
-        s.invalidations.channel = format!("{}invalidations", cache.valkey_prefix);
         s.cache.valkey.ttl = (cache.valkey_ttl > 0).then(|| Duration::from_secs(cache.valkey_ttl));
         s.cache.valkey.timeout = Duration::from_millis(cache.valkey_timeout_ms.max(1));
 
         s.visits.counting = visits.visits.is_on();
         s.visits.flush_interval = Duration::from_millis(visits.visits_flush_ms);
+        s.derive();
         s
     }
 }
 
-fn store_settings(db: &DbArgs, memstatus: &MemstatusArgs) -> StoreSettings {
+fn store_settings(db: &DbArgs) -> StoreSettings {
     let mut store = StoreSettings {
         db: db.db.clone(),
         ..StoreSettings::default()
@@ -495,7 +424,6 @@ fn store_settings(db: &DbArgs, memstatus: &MemstatusArgs) -> StoreSettings {
         pool_size: db.postgres_pool_size as usize,
         ..PostgresSettings::default()
     });
-    store.sqlite.memstatus = memstatus.sqlite_memstatus.is_on();
     store
 }
 
@@ -505,8 +433,6 @@ fn store_settings(db: &DbArgs, memstatus: &MemstatusArgs) -> StoreSettings {
 pub struct StoreArgs {
     #[command(flatten)]
     pub db: DbArgs,
-    #[command(flatten)]
-    pub memstatus: MemstatusArgs,
 }
 
 /// `litelink doctor`: the store options and how thorough to be.
@@ -523,6 +449,6 @@ pub struct DoctorArgs {
 
 impl StoreArgs {
     pub fn settings(&self) -> StoreSettings {
-        store_settings(&self.db, &self.memstatus)
+        store_settings(&self.db)
     }
 }

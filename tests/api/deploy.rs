@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use litelink_bench::process::ServerProcess;
+use litelink_lab::process::ServerProcess;
 use serde_json::Value;
 
 use crate::helpers::fresh_replicated_db;

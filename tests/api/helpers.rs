@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Parser;
-use litelink::cli::{Cli, Command as CliCommand};
-use litelink_bench::process::ServerProcess;
+use litelink_lab::cli::{LabCli, LabCommand};
+use litelink_lab::process::ServerProcess;
 use litelink_service::{Application, Settings};
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -24,10 +24,11 @@ pub fn client() -> reqwest::Client {
 }
 
 /// Parses arguments exactly as the binary does, so tests run the same
-/// configuration path as users.
+/// configuration path as users; the lab's switches (`--hot-path off`, ...)
+/// are read as `litelink-lab serve` reads them.
 pub fn settings(db: &Path, extra: &[&str]) -> Settings {
     let mut argv = vec![
-        "litelink".to_owned(),
+        "litelink-lab".to_owned(),
         "serve".to_owned(),
         "--listen".to_owned(),
         "127.0.0.1:0".to_owned(),
@@ -35,8 +36,8 @@ pub fn settings(db: &Path, extra: &[&str]) -> Settings {
         db.display().to_string(),
     ];
     argv.extend(extra.iter().map(|s| s.to_string()));
-    match Cli::try_parse_from(argv).expect("arguments").into_command() {
-        CliCommand::Serve(a) => a.settings(),
+    match LabCli::try_parse_from(argv).expect("arguments").command {
+        LabCommand::Serve(a) => a.settings(),
         other => panic!("not serve: {other:?}"),
     }
 }

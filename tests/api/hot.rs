@@ -75,26 +75,6 @@ async fn answer_at(
     }
 }
 
-/// The bench's redirect floor (`reference-server --redirect`) answers
-/// with exactly the head of a litelink redirect (but the request id's
-/// value), so that what it costs is what that head costs.
-#[tokio::test]
-async fn the_redirect_floor_has_a_litelink_redirects_head() {
-    let app = spawn_app(&[]).await;
-    let code = app.create_ok(litelink_bench::reference::TARGET).await;
-    let litelink = answer(&app, &Method::GET, &format!("/{code}"), None).await;
-    assert_eq!(litelink.status, 302);
-    let floor = litelink_bench::process::ServerProcess::start_reference(
-        std::path::Path::new(env!("CARGO_BIN_EXE_litelink")),
-        &["--redirect".into()],
-        None,
-    )
-    .expect("the reference server");
-    let url = format!("{}/{code}", floor.url());
-    let bare = answer_at(&app.client, &Method::GET, &url, "floor", None).await;
-    assert_eq!(bare, litelink);
-}
-
 /// Creates with a chosen code (which takes a key).
 async fn create(app: &TestApp, key: &str, body: serde_json::Value) {
     let r = app

@@ -1,5 +1,5 @@
-//! Tests that need litelink as a process of its own: MEMSTATUS is
-//! process-wide, and a crash test must kill the server for real.
+//! Tests that need litelink as a process of its own: a crash test must
+//! kill the server for real.
 
 use std::collections::HashMap;
 use std::process::Command;
@@ -20,38 +20,6 @@ async fn stats(url: String) -> Value {
         .json()
         .await
         .unwrap()
-}
-
-#[tokio::test]
-async fn memstatus_is_off_by_default_and_on_when_asked() {
-    let dir = tempfile::tempdir().unwrap();
-    let off = spawn_process(&dir.path().join("off.db"), &[]);
-    let s = stats(off.url() + "/stats").await;
-    assert_eq!(s["memstatus"], false, "{s}");
-    let on = spawn_process(&dir.path().join("on.db"), &["--sqlite-memstatus", "on"]);
-    let s = stats(on.url() + "/stats").await;
-    assert_eq!(s["memstatus"], true, "{s}");
-    // The build default stays visible either way.
-    assert!(
-        s["compile_options"]
-            .as_array()
-            .unwrap()
-            .contains(&json!("DEFAULT_MEMSTATUS=0"))
-    );
-    // In per-request mode few connections stay open; the state must still
-    // be reported as SQLite had it (a bug once reported it off).
-    let per_request = spawn_process(
-        &dir.path().join("pr.db"),
-        &[
-            "--sqlite-memstatus",
-            "on",
-            "--sqlite-connections",
-            "per-request",
-        ],
-    );
-    let s = stats(per_request.url() + "/stats").await;
-    assert_eq!(s["memstatus"], true, "{s}");
-    assert_eq!(s["connections"], "per-request");
 }
 
 #[tokio::test]
@@ -195,7 +163,7 @@ async fn one_core_serves_everything_on_a_current_thread_runtime() {
     let dir = tempfile::tempdir().unwrap();
     let exe = std::path::Path::new(env!("CARGO_BIN_EXE_litelink"));
     let args = ["--visits-flush-ms", "100"].map(String::from);
-    let mut server = litelink_bench::process::ServerProcess::start(
+    let mut server = litelink_lab::process::ServerProcess::start(
         exe,
         &dir.path().join("one.db"),
         &args,

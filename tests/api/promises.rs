@@ -166,7 +166,7 @@ async fn a_failed_batch_fails_only_its_own_creates() {
 #[tokio::test]
 async fn options_can_be_set_through_the_environment() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = litelink_bench::process::ServerProcess::start_with_env(
+    let server = litelink_lab::process::ServerProcess::start_with_env(
         std::path::Path::new(env!("CARGO_BIN_EXE_litelink")),
         &dir.path().join("env.db"),
         &[],

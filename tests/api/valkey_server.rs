@@ -4,7 +4,7 @@
 use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
 
-use litelink_bench::process::{ValkeyProcess, find_valkey};
+use litelink_lab::process::{ValkeyProcess, find_valkey};
 
 pub struct ValkeyServer(ValkeyProcess);
 

@@ -23,6 +23,19 @@ pub struct Settings {
     pub invalidations: InvalidationSettings,
 }
 
+impl Settings {
+    /// Fills in what follows from other settings, once they are all set:
+    /// the PostgreSQL writer batches and queues as SQLite's does, and the
+    /// invalidation channel is named under the Valkey prefix.
+    pub fn derive(&mut self) {
+        if let Some(pg) = &mut self.store.postgres {
+            pg.batch_max = self.store.sqlite.batch_max;
+            pg.write_queue = self.store.sqlite.write_queue;
+        }
+        self.invalidations.channel = format!("{}invalidations", self.cache.valkey.prefix);
+    }
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Self {

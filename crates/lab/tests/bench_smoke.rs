@@ -1,4 +1,4 @@
-//! `litelink bench --quick` produces a complete report. No timing is
+//! `litelink-lab bench --quick` produces a complete report. No timing is
 //! asserted: only that every experiment and configuration was measured.
 //! A test binary of its own: cargo runs test binaries one after another, so
 //! the bench's load never runs beside the timing-sensitive API tests.
@@ -10,7 +10,7 @@ use serde_json::Value;
 #[test]
 fn quick_bench_reports_every_experiment_and_configuration() {
     let out = tempfile::tempdir().unwrap();
-    let run = Command::new(env!("CARGO_BIN_EXE_litelink"))
+    let run = Command::new(env!("CARGO_BIN_EXE_litelink-lab"))
         .args(["bench", "--quick", "--out"])
         .arg(out.path())
         .output()
@@ -28,7 +28,7 @@ fn quick_bench_reports_every_experiment_and_configuration() {
         .iter()
         .map(|e| e["id"].as_str().unwrap())
         .collect();
-    assert_eq!(ids, litelink_bench::experiment_ids());
+    assert_eq!(ids, litelink_lab::experiment_ids());
     // scripts/test provides a Valkey binary, so nothing may be skipped.
     let valkey_expected = std::env::var("LITELINK_TEST_VALKEY_SERVER").is_ok();
     for e in experiments {

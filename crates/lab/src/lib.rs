@@ -1,12 +1,15 @@
-//! `litelink bench`: both articles' experiments, reproduced with one command.
+//! The litelink lab: both articles' experiments, reproduced with one
+//! command (`litelink-lab bench`), the bare reference server, and the
+//! command line that reaches the switches the product does not offer.
 //!
-//! Each configuration runs as its own `litelink serve` child process (MEMSTATUS
+//! Each configuration runs as its own `litelink-lab serve` child process (MEMSTATUS
 //! is process-wide), pinned to CPU 0; the stress engine runs in this process
 //! on CPU 1, on one thread. Every configuration is measured in several
 //! rounds in alternating order (A B A B ...), ratios are taken within a
 //! round, and medians are reported with their spread.
 
 mod charts;
+pub mod cli;
 mod dataset;
 mod experiments;
 pub mod process;
@@ -440,7 +443,7 @@ fn run_experiment(
             }
         }
         if config.postgres {
-            let name = format!("litelink_bench_{}_{i}", exp.id);
+            let name = format!("litelink_lab_{}_{i}", exp.id);
             match runtime.block_on(fresh_postgres(&opts.postgres, &name)) {
                 Ok(url) => args.extend(["--store".into(), url]),
                 Err(e) => {

@@ -5,7 +5,7 @@
 //! to second (docs/benchmarks.md, issue 21).
 //!
 //! ```sh
-//! cargo run --release -p litelink-bench --example paired_ceiling -- \
+//! cargo run --release -p litelink-lab --example paired_ceiling -- \
 //!     [--rounds 20] [--duration 2] [--rate N] NAME=EXE [NAME=EXE...]
 //! ```
 //!
@@ -29,8 +29,8 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use litelink_bench::Spread;
-use litelink_bench::process::{ServerProcess, pin_current_thread};
+use litelink_lab::Spread;
+use litelink_lab::process::{ServerProcess, pin_current_thread};
 use litelink_stress::{Keys, ReadPath, Scenario, StressConfig};
 
 /// Nanoseconds every thread of `pid` has run.

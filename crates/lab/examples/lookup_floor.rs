@@ -2,7 +2,7 @@
 //! under the `scale` experiment's uncached reads (docs/benchmarks.md).
 //!
 //! ```sh
-//! cargo run --release -p litelink-bench --example lookup_floor -- DB [DB...] [--page-size N]
+//! cargo run --release -p litelink-lab --example lookup_floor -- DB [DB...] [--page-size N]
 //! ```
 //!
 //! For each database (a litelink database of schema 5 or later, which the
@@ -42,7 +42,7 @@ fn main() -> anyhow::Result<()> {
         !dbs.is_empty(),
         "usage: lookup_floor DB [DB...] [--page-size N]"
     );
-    litelink_bench::process::pin_current_thread(0)?;
+    litelink_lab::process::pin_current_thread(0)?;
     for db in dbs {
         let db = match page_size {
             Some(n) => copy_with_page_size(&db, n)?,

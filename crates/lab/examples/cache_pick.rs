@@ -3,7 +3,7 @@
 //! code -> shared URL, mostly reads of present keys (zipf-skewed), from as
 //! many threads as there are CPUs. Alternating rounds, medians printed.
 //!
-//!     cargo run --release --example cache_pick
+//!     cargo run --release -p litelink-lab --example cache_pick
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,0 +1,43 @@
+//! `litelink-lab`: parse the command line, dispatch.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use litelink_lab::cli::{LabCli, LabCommand};
+use litelink_lab::reference::{self, Answer};
+use litelink_service::telemetry;
+
+fn main() -> ExitCode {
+    let command = LabCli::parse().command;
+    let (filter, format) = match &command {
+        LabCommand::Serve(args) => (telemetry::SERVER_FILTER, args.serve.server.log_format),
+        _ => (telemetry::TOOL_FILTER, telemetry::LogFormat::Text),
+    };
+    telemetry::init(filter, format);
+    let result = match command {
+        LabCommand::Serve(args) => litelink::serve(args.settings()),
+        LabCommand::Bench(args) => bench(&args),
+        LabCommand::ReferenceServer(args) => {
+            let kind = if args.redirect {
+                Answer::Redirect
+            } else {
+                Answer::Ok
+            };
+            reference::serve(args.listen, kind).map_err(Into::into)
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn bench(args: &litelink_lab::cli::BenchArgs) -> anyhow::Result<()> {
+    let options = args.options().map_err(anyhow::Error::msg)?;
+    let report = litelink_lab::run(&options)?;
+    println!("report written to {}", report.display());
+    Ok(())
+}
