@@ -63,6 +63,7 @@ impl Nginx {
         );
         // As root, nginx's workers would become `nobody`, who cannot use
         // this directory.
+        // SAFETY: geteuid(2) takes nothing and cannot fail.
         if unsafe { libc::geteuid() } == 0 {
             globals.push_str(" user root;");
         }

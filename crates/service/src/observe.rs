@@ -8,17 +8,12 @@
 //! counters: cache hits, visits, links, queue depth), which costs nothing
 //! until a scrape reads it.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Mutex, OnceLock};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::http::{Method, Request, Response};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use tower::{Layer, Service};
 
 use crate::links::LinkStats;
 use crate::store::StoreStats;
@@ -244,7 +239,7 @@ impl Requests {
         }
     }
 
-    fn route(&self, path: &str) -> usize {
+    pub fn route(&self, path: &str) -> usize {
         if path.len() > 1 && !path[1..].contains('/') {
             if let Some((_, i)) = self.one_segment.iter().find(|(p, _)| *p == path) {
                 return *i;
@@ -328,73 +323,8 @@ impl Requests {
     }
 }
 
-/// Records every request (see [`Requests`]); outside the router, which
-/// it does not enter: the route is found with the same matcher axum uses.
-/// With `None` (metrics off) it passes requests through untouched, so that
-/// the benchmark switch measures recording and nothing else.
-#[derive(Clone, Copy)]
-pub struct MetricsLayer {
-    requests: Option<&'static Requests>,
-}
-
-impl MetricsLayer {
-    pub fn new(requests: Option<&'static Requests>) -> Self {
-        Self { requests }
-    }
-}
-
-impl<S> Layer<S> for MetricsLayer {
-    type Service = MetricsService<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        MetricsService {
-            inner,
-            requests: self.requests,
-        }
-    }
-}
-
-#[derive(Clone)]
-pub struct MetricsService<S> {
-    inner: S,
-    requests: Option<&'static Requests>,
-}
-
-impl<S, B, R> Service<Request<B>> for MetricsService<S>
-where
-    S: Service<Request<B>, Response = Response<R>>,
-{
-    type Response = Response<R>;
-    type Error = S::Error;
-    type Future = MetricsFuture<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<B>) -> Self::Future {
-        let recording = self.requests.map(|r| Recording {
-            requests: r,
-            route: r.route(req.uri().path()),
-            post: req.method() == Method::POST,
-            started: quanta::Instant::now(),
-        });
-        MetricsFuture {
-            inner: self.inner.call(req),
-            recording,
-        }
-    }
-}
-
-pin_project_lite::pin_project! {
-    pub struct MetricsFuture<F> {
-        #[pin]
-        inner: F,
-        recording: Option<Recording>,
-    }
-}
-
-/// What a recorded request carries until it is answered.
+/// One request being counted, from its start until its status is known
+/// ([`crate::http::finish`] ends it).
 pub struct Recording {
     requests: &'static Requests,
     route: usize,
@@ -402,20 +332,21 @@ pub struct Recording {
     started: quanta::Instant,
 }
 
-impl<F, R, E> Future for MetricsFuture<F>
-where
-    F: Future<Output = Result<Response<R>, E>>,
-{
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let res = std::task::ready!(this.inner.poll(cx))?;
-        if let Some(r) = this.recording.take() {
-            r.requests
-                .record(r.route, res.status().as_u16(), r.post, r.started.elapsed());
+impl Recording {
+    /// Starts counting a request on `route` (an index of [`Requests`]).
+    pub fn start(requests: &'static Requests, route: usize, post: bool) -> Self {
+        Self {
+            requests,
+            route,
+            post,
+            started: quanta::Instant::now(),
         }
-        Poll::Ready(Ok(res))
+    }
+
+    /// Counts the request as answered with `status`.
+    pub fn done(self, status: u16) {
+        self.requests
+            .record(self.route, status, self.post, self.started.elapsed());
     }
 }
 

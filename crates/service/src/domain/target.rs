@@ -116,14 +116,14 @@ impl TargetUrl {
     }
 
     pub fn as_str(&self) -> &str {
-        // SAFETY: every TargetUrl is made by `of`, from a `str`, and the
-        // bytes are never changed: they are valid UTF-8.
-        unsafe { std::str::from_utf8_unchecked(&self.bytes) }
+        // Every TargetUrl is made by `of`, from a `str`, and its bytes
+        // never change: the check cannot fail.
+        std::str::from_utf8(&self.bytes).unwrap_or_default()
     }
 
     /// The URL as a `Location` value sharing its bytes (a reference-count
-    /// bump, no copy, no second check), or `None` if it may not stand in a
-    /// header (a stored value that no parse made).
+    /// bump, no copy), or `None` if it may not stand in a header (a stored
+    /// value that no parse made).
     pub fn location(&self) -> Option<axum::http::HeaderValue> {
         self.clone().into_location()
     }
@@ -131,11 +131,9 @@ impl TargetUrl {
     /// [`TargetUrl::location`], taking the URL: its bytes move into the
     /// value, with no reference-count bump now and no drop later.
     pub fn into_location(self) -> Option<axum::http::HeaderValue> {
-        // SAFETY: `header_safe` says every byte passed the check
-        // `HeaderValue::from_maybe_shared` would make, and the bytes never
-        // change after `of` checked them.
         self.header_safe
-            .then(|| unsafe { axum::http::HeaderValue::from_maybe_shared_unchecked(self.bytes) })
+            .then(|| axum::http::HeaderValue::from_maybe_shared(self.bytes).ok())
+            .flatten()
     }
 
     fn host(&self) -> Option<Host<String>> {

@@ -124,12 +124,7 @@ pub fn timed_out() -> Response {
 /// Errors made by layers rather than handlers (the request timeout, for
 /// one) come without a body; give them the same JSON shape as every other
 /// error. Responses that already have a content type are left alone.
-pub async fn json_for_bodiless_errors(mut response: Response) -> Response {
-    // Every answer: no browser may guess another type than the one sent.
-    response.headers_mut().insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
+pub async fn json_for_bodiless_errors(response: Response) -> Response {
     let status = response.status();
     if !(status.is_client_error() || status.is_server_error())
         || response.headers().contains_key(header::CONTENT_TYPE)

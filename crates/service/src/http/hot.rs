@@ -1,12 +1,12 @@
-//! The hot path: `GET|HEAD /{code}`, `GET|HEAD /link/{code}` and
-//! `GET|HEAD /heart-beat` answered in front of the router, with what the
-//! router's layers would do for them done inline: the request id, the
-//! metrics, the request timeout (armed only when the answer is not ready
-//! at once, i.e. not on a cache hit), `nosniff`. A cache hit is answered
-//! inside the service call ([`Answered::Now`]), so hyper keeps no future
-//! for it; only the rest of a miss is a (boxed) future. Everything else, and
-//! these routes too when debug logging wants the router's trace spans,
-//! falls through to the router.
+//! The hot path: [`Service`], what the server serves, answers
+//! `GET|HEAD /{code}`, `GET|HEAD /link/{code}` and `GET|HEAD /heart-beat`
+//! in front of the router, and hands everything else to it. What the
+//! router's layers do for every answer it does too: the request timeout
+//! (armed only when the answer is not ready at once, i.e. not on a cache
+//! hit) and [`super::finish::finish`], which both call. A cache hit is
+//! answered inside the service call ([`Answer::Now`]), so hyper keeps no
+//! future for it; only the rest of a miss is a (boxed) future. These
+//! routes too go to the router when debug logging wants its trace spans.
 //!
 //! Which requests it takes is decided from the route table itself
 //! ([`super::routes`]): a one-segment path is a code unless a fixed
@@ -15,22 +15,29 @@
 //! request to the same handler with the same code. A unit test checks
 //! that against the router's matcher.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use axum::Router;
 use axum::http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use axum::routing::future::RouteFuture;
 use bytes::Bytes;
 use http_body_util::{Either, Full};
+use hyper::body::Incoming;
+use tower::Service as _;
 
 use super::AppState;
 use super::error::ApiError;
+use super::finish::finish;
 use super::handlers::{link_answer, redirect_answer, redirect_use, target_of};
 use super::request_id;
 use crate::domain::{ShortCode, TargetUrl};
 use crate::links::{Later, Use};
-use crate::observe::Requests;
+use crate::observe::{Recording, Requests};
 use crate::telemetry::REQUEST_ID;
 use crate::visits::Visit;
 
@@ -150,27 +157,30 @@ impl Hot {
         route: Route,
         mut req: Request<B>,
     ) -> Answered {
-        let started = self.metrics.map(|_| quanta::Instant::now());
+        let record = |pick: fn(&Labels) -> usize| {
+            self.metrics
+                .map(|(requests, labels)| Recording::start(requests, pick(&labels), false))
+        };
         let sent = Sent::of(req.headers());
         let id = request_id::from(sent.id);
-        let (code, label, how, visit, head, reply): (_, _, _, _, _, Reply) = match route {
+        let (code, recording, how, visit, head, reply): (_, _, _, _, _, Reply) = match route {
             Route::HeartBeat => {
+                let recording = record(|l| l.heart_beat);
                 let mut r = Response::new(Either::Left(Full::new(Bytes::from_static(HEART_BEAT))));
                 *r.headers_mut() = recycled(&mut req);
                 r.headers_mut().insert(
                     header::CONTENT_TYPE,
                     HeaderValue::from_static("application/json"),
                 );
-                let label = self.metrics.map(|(_, l)| l.heart_beat);
-                self.finish(label, started, id, &mut r);
+                finish(&mut r, id, recording);
                 return Answered::Now(r);
             }
             Route::Link(code) => {
-                let label = self.metrics.map(|(_, l)| l.link);
-                (code, label, Use::Look, false, false, link_reply)
+                let recording = record(|l| l.link);
+                (code, recording, Use::Look, false, false, link_reply)
             }
             Route::Redirect(code) => {
-                let label = self.metrics.map(|(_, l)| l.redirect);
+                let recording = record(|l| l.redirect);
                 let head = req.method() == Method::HEAD;
                 let how = if head {
                     Use::Look
@@ -180,7 +190,7 @@ impl Hot {
                         referer: sent.referer.map(HeaderValue::as_bytes),
                     })
                 };
-                (code, label, how, true, head, redirect_reply)
+                (code, recording, how, true, head, redirect_reply)
             }
         };
         let response = match self.state.links.resolve_now(&code, how) {
@@ -193,8 +203,7 @@ impl Hot {
             ),
             Err(later) => {
                 let rest = Rest {
-                    label,
-                    started,
+                    recording,
                     id,
                     code,
                     visit,
@@ -205,7 +214,7 @@ impl Hot {
             }
         };
         let mut response = response;
-        self.finish(label, started, id, &mut response);
+        finish(&mut response, id, recording);
         Answered::Now(response)
     }
 
@@ -232,7 +241,7 @@ impl Hot {
                 Ok(done) => Self::reply(&this.state, done, rest.head, rest.reply, HeaderMap::new()),
                 Err(_) => super::error::timed_out().map(Either::Right),
             };
-            this.finish(rest.label, rest.started, rest.id, &mut response);
+            finish(&mut response, rest.id, rest.recording);
             response
         }))
     }
@@ -252,27 +261,6 @@ impl Hot {
                 response
             }
             Err(e) => axum::response::IntoResponse::into_response(e).map(Either::Right),
-        }
-    }
-
-    /// What the router's layers add to every answer: `nosniff`, the
-    /// request id, the metrics.
-    fn finish(
-        &self,
-        label: Option<usize>,
-        started: Option<quanta::Instant>,
-        id: HeaderValue,
-        response: &mut Response<Body>,
-    ) {
-        let status = response.status();
-        let headers = response.headers_mut();
-        headers.insert(
-            header::X_CONTENT_TYPE_OPTIONS,
-            HeaderValue::from_static("nosniff"),
-        );
-        headers.insert(request_id::X_REQUEST_ID.clone(), id);
-        if let (Some((requests, _)), Some(label), Some(started)) = (self.metrics, label, started) {
-            requests.record(label, status.as_u16(), false, started.elapsed());
         }
     }
 }
@@ -308,8 +296,7 @@ impl<'a> Sent<'a> {
 
 /// What the boxed rest of an answer needs to finish it.
 struct Rest {
-    label: Option<usize>,
-    started: Option<quanta::Instant>,
+    recording: Option<Recording>,
     id: HeaderValue,
     code: ShortCode,
     /// A redirect (counted as a visit when it is a GET), not a look.
@@ -350,6 +337,72 @@ fn recycled<B>(req: &mut Request<B>) -> HeaderMap {
 pub enum Answered {
     Now(Response<Body>),
     Later(Pin<Box<dyn Future<Output = Response<Body>> + Send>>),
+}
+
+/// What the server serves: the hot path (when on) in front of the router.
+#[derive(Clone)]
+pub struct Service {
+    router: Router,
+    hot: Option<Arc<Hot>>,
+}
+
+impl Service {
+    pub fn new(router: Router, hot: Option<Arc<Hot>>) -> Self {
+        Self { router, hot }
+    }
+}
+
+impl From<Router> for Service {
+    fn from(router: Router) -> Self {
+        Self::new(router, None)
+    }
+}
+
+impl hyper::service::Service<Request<Incoming>> for Service {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Answer;
+
+    fn call(&self, req: Request<Incoming>) -> Answer {
+        if let Some((hot, route)) = self.hot.as_ref().and_then(|h| Some((h, h.route(&req)?))) {
+            return match hot.answer(route, req) {
+                Answered::Now(answer) => Answer::Now(Some(answer)),
+                Answered::Later(answer) => Answer::Later(answer),
+            };
+        }
+        Answer::Routed(Box::pin(self.router.clone().call(req)))
+    }
+}
+
+/// The answer to a request: one made at once (so that the future hyper
+/// keeps for a request is no larger than the answer), the boxed rest of a
+/// hot answer, or the router's.
+pub enum Answer {
+    Now(Option<Response<Body>>),
+    Later(Pin<Box<dyn Future<Output = Response<Body>> + Send>>),
+    Routed(Pin<Box<RouteFuture<Infallible>>>),
+}
+
+impl Future for Answer {
+    type Output = Result<Response<Body>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Poll::Ready(Ok(match self.get_mut() {
+            // hyper polls a future once it is ready no more; if it did,
+            // a 500 is the answer, not a panic.
+            Answer::Now(answer) => answer.take().unwrap_or_else(|| {
+                axum::response::IntoResponse::into_response(ApiError::Internal(
+                    "an answer was polled after it was given".into(),
+                ))
+                .map(Either::Right)
+            }),
+            Answer::Later(answer) => ready!(answer.as_mut().poll(cx)),
+            Answer::Routed(answer) => match ready!(answer.as_mut().poll(cx)) {
+                Ok(response) => response.map(Either::Right),
+                Err(never) => match never {},
+            },
+        }))
+    }
 }
 
 #[cfg(test)]

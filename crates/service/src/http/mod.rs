@@ -4,6 +4,7 @@
 
 mod error;
 mod extract;
+pub mod finish;
 mod handlers;
 pub mod hot;
 pub mod limit;
@@ -213,18 +214,7 @@ fn metrics_handle(
     settings.metrics.then(crate::observe::install).flatten()
 }
 
-/// What the server serves: the router, and the hot path in front of it.
-#[derive(Clone)]
-pub struct Service {
-    pub router: Router,
-    pub hot: Option<Arc<hot::Hot>>,
-}
-
-impl From<Router> for Service {
-    fn from(router: Router) -> Self {
-        Self { router, hot: None }
-    }
-}
+pub use hot::Service;
 
 /// `/metrics` alone, without a key, for `--metrics-listen`.
 pub fn metrics_app(links: Links) -> Router {
@@ -303,7 +293,6 @@ pub fn app(
         routes.undocumented()
     );
     let requests = recording.then(|| crate::observe::requests(|| routes.paths()));
-    let metrics_layer = crate::observe::MetricsLayer::new(requests);
     let hot = settings.hot_path.then(|| {
         Arc::new(hot::Hot::new(
             state.clone(),
@@ -321,11 +310,10 @@ pub fn app(
     // service: `Router::layer` would wrap every route in a box of its own,
     // each cloned on every request.
     let service = tower::ServiceBuilder::new()
-        // Outermost: every answer carries the id, and every log line
-        // written while handling it can name it.
-        .layer(request_id::RequestIdLayer)
-        // Every request by route, status class and latency, as answered.
-        .layer(metrics_layer)
+        // Outermost: every answer carries the id, `nosniff` and its count
+        // in the metrics, and every log line written while handling it
+        // can name the id.
+        .layer(finish::FinishLayer::new(requests))
         // No log line per failed request (the default logs every 5xx):
         // handlers log their errors, throttled.
         .layer(TraceLayer::new_for_http().on_failure(()))
@@ -339,10 +327,7 @@ pub fn app(
         ))
         .layer(DefaultBodyLimit::max(settings.max_body_bytes))
         .service(router);
-    Service {
-        router: Router::new().fallback_service(service),
-        hot,
-    }
+    Service::new(Router::new().fallback_service(service), hot)
 }
 
 #[cfg(test)]

@@ -50,10 +50,6 @@ fn image(content_type: &'static str, body: impl IntoResponse) -> Response {
                 HeaderValue::from_static("private, max-age=3600"),
             ),
             (header::VARY, HeaderValue::from_static("host")),
-            (
-                header::X_CONTENT_TYPE_OPTIONS,
-                HeaderValue::from_static("nosniff"),
-            ),
         ],
         body,
     )

@@ -1,22 +1,15 @@
 //! Request ids: `x-request-id` taken from the request when it is a sane
-//! token (a proxy in front may have set it), else made here; returned on
-//! the response, and known to every log line written while the request is
-//! handled (`telemetry::request_id`).
+//! token (a proxy in front may have set it), else made here. Every answer
+//! carries it ([`super::finish`]).
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 
-use axum::http::{HeaderName, HeaderValue, Request, Response};
-use tower::{Layer, Service};
+use axum::http::{HeaderName, HeaderValue};
 
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Longest id taken from a client; a longer one is replaced.
 const MAX_ID_LEN: usize = 64;
-
-use crate::telemetry::REQUEST_ID;
 
 /// Ids made here: a random per-process prefix and a counter, unique
 /// without a random draw per request.
@@ -35,8 +28,9 @@ fn make() -> HeaderValue {
     id[..9].copy_from_slice(&*PREFIX);
     let digits = (64 - n.leading_zeros()).div_ceil(4).max(1) as usize;
     hex(n, &mut id[9..9 + digits]);
-    // SAFETY: hex digits and a '-': visible ASCII, a valid header value.
-    unsafe { HeaderValue::from_maybe_shared_unchecked(cut(&id[..9 + digits])) }
+    // Hex digits and a '-' are always a valid value: the check cannot fail.
+    HeaderValue::from_maybe_shared(cut(&id[..9 + digits]))
+        .unwrap_or_else(|_| HeaderValue::from_static("unnamed"))
 }
 
 /// Ids are cut from a 4 KiB buffer per thread (each a reference to it),
@@ -62,11 +56,6 @@ fn hex(mut n: u64, out: &mut [u8]) {
     }
 }
 
-/// The id of a request with these headers: the client's when sane, else
-/// a new one.
-pub fn of(headers: &axum::http::HeaderMap) -> HeaderValue {
-    from(headers.get(&X_REQUEST_ID))
-}
 
 /// The id of a request whose `x-request-id` is `sent`.
 pub fn from(sent: Option<&HeaderValue>) -> HeaderValue {
@@ -82,74 +71,6 @@ fn accept(v: &HeaderValue) -> bool {
         && b.len() <= MAX_ID_LEN
         && b.iter()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b':' | b'/'))
-}
-
-#[derive(Clone, Copy, Default)]
-pub struct RequestIdLayer;
-
-impl<S> Layer<S> for RequestIdLayer {
-    type Service = RequestIdService<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        RequestIdService { inner }
-    }
-}
-
-#[derive(Clone)]
-pub struct RequestIdService<S> {
-    inner: S,
-}
-
-impl<S, B, R> Service<Request<B>> for RequestIdService<S>
-where
-    S: Service<Request<B>, Response = Response<R>>,
-{
-    type Response = Response<R>;
-    type Error = S::Error;
-    type Future = RequestIdFuture<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        let id = match req.headers().get(&X_REQUEST_ID) {
-            Some(v) if accept(v) => v.clone(),
-            _ => {
-                let id = make();
-                req.headers_mut().insert(X_REQUEST_ID.clone(), id.clone());
-                id
-            }
-        };
-        RequestIdFuture {
-            inner: REQUEST_ID.scope(id.clone(), self.inner.call(req)),
-            id: Some(id),
-        }
-    }
-}
-
-pin_project_lite::pin_project! {
-    pub struct RequestIdFuture<F> {
-        #[pin]
-        inner: tokio::task::futures::TaskLocalFuture<HeaderValue, F>,
-        id: Option<HeaderValue>,
-    }
-}
-
-impl<F, R, E> Future for RequestIdFuture<F>
-where
-    F: Future<Output = Result<Response<R>, E>>,
-{
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let mut res = std::task::ready!(this.inner.poll(cx))?;
-        if let Some(id) = this.id.take() {
-            res.headers_mut().insert(X_REQUEST_ID.clone(), id);
-        }
-        Poll::Ready(Ok(res))
-    }
 }
 
 #[cfg(test)]

@@ -104,10 +104,6 @@ pub async fn asset(Path(name): Path<String>) -> Result<Response, ApiError> {
             // Revalidated on every load: a new binary's page never runs an
             // old script.
             (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
-            (
-                header::X_CONTENT_TYPE_OPTIONS,
-                HeaderValue::from_static("nosniff"),
-            ),
         ],
         asset.body,
     )
