@@ -26,7 +26,14 @@ fn serve(db: &Path, args: &[&str]) -> ServerProcess {
 }
 
 async fn stats(url: String) -> Value {
-    client().get(url).send().await.unwrap().json().await.unwrap()
+    client()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
 }
 
 #[tokio::test]

@@ -56,7 +56,6 @@ fn hex(mut n: u64, out: &mut [u8]) {
     }
 }
 
-
 /// The id of a request whose `x-request-id` is `sent`.
 pub fn from(sent: Option<&HeaderValue>) -> HeaderValue {
     match sent {
