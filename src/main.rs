@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
 use litelink::cli::{Cli, Command, StressArgs};
-use litelink_service::{doctor, telemetry};
+use litelink_service::{store, telemetry};
 
 fn main() -> ExitCode {
     let command = Cli::parse().into_command();
@@ -18,13 +18,15 @@ fn main() -> ExitCode {
     telemetry::init(filter, format);
     let result = match command {
         Command::Serve(args) => litelink::serve(args.settings()).map(|()| ExitCode::SUCCESS),
-        Command::Doctor(args) => doctor::run(&args.store.settings(), args.full).map(|ok| {
-            if ok {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }),
+        Command::Doctor(args) => store::backend(&args.store.settings())
+            .doctor(args.full)
+            .map(|ok| {
+                if ok {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }),
         Command::Keys(command) => litelink::manage::keys(command),
         Command::Export(args) => litelink::manage::export(args),
         Command::Import(args) => litelink::manage::import(args),

@@ -10,8 +10,7 @@ use std::time::Instant;
 use anyhow::Context;
 use litelink_service::keys;
 use litelink_service::startup::open_tool_store;
-use litelink_service::store::sqlite::lock::DbLock;
-use litelink_service::store::{ImportRow, LinkStore};
+use litelink_service::store::{ImportRow, LinkStore, Purpose};
 use litelink_service::transfer::{self, Checker};
 
 use crate::cli::{ExportArgs, ImportArgs, KeysCommand};
@@ -41,7 +40,7 @@ pub fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
                 {
                     anyhow::bail!("a key name is 1 to 100 printable characters");
                 }
-                let store = open_tool_store(&store.settings()).await?;
+                let store = open_tool_store(&store.settings(), Purpose::Tool).await?;
                 let (secret, hash) = keys::new_secret();
                 let created = store.create_key(&name, admin, hash).await;
                 store.close().await;
@@ -55,7 +54,7 @@ pub fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::SUCCESS)
             }
             KeysCommand::List { store } => {
-                let store = open_tool_store(&store.settings()).await?;
+                let store = open_tool_store(&store.settings(), Purpose::Tool).await?;
                 let listed = store.keys().await;
                 store.close().await;
                 let show = |t: Option<litelink_service::domain::Timestamp>| {
@@ -78,7 +77,7 @@ pub fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::SUCCESS)
             }
             KeysCommand::Revoke { name, store } => {
-                let store = open_tool_store(&store.settings()).await?;
+                let store = open_tool_store(&store.settings(), Purpose::Tool).await?;
                 let revoked = store.revoke_key(&name).await;
                 store.close().await;
                 if revoked? {
@@ -102,7 +101,7 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
     };
     let writer = Arc::new(Mutex::new(Some(transfer::Writer::new(args.format, out)?)));
     runtime()?.block_on(async move {
-        let store = open_tool_store(&args.store.settings()).await?;
+        let store = open_tool_store(&args.store.settings(), Purpose::Tool).await?;
         let sink = Arc::clone(&writer);
         let exported = store
             .export(Box::new(move |record| {
@@ -125,21 +124,15 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
-    let store = args.store.settings();
-    // A SQLite file has one writer; PostgreSQL takes imports beside servers.
-    let _lock = match store.postgres {
-        Some(_) => None,
-        None => Some(DbLock::acquire(&store.db).map_err(|e| {
-            anyhow::anyhow!("import refuses to run while another process holds the database: {e}")
-        })?),
-    };
     let input = BufReader::new(
         File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?,
     );
     runtime()?.block_on(async move {
         let mut settings = args.store.settings();
         settings.sqlite.writer_cache_mib = IMPORT_CACHE_MIB;
-        let store = open_tool_store(&settings).await?;
+        // A SQLite file has one writer, so import takes its lock;
+        // PostgreSQL takes imports beside servers.
+        let store = open_tool_store(&settings, Purpose::Import).await?;
         let outcome = import_into(&store, args.format, input).await;
         store.close().await;
         let s = outcome?;

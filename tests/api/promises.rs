@@ -175,11 +175,12 @@ async fn options_can_be_set_through_the_environment() {
             ("LITELINK_DURABILITY", "normal"),
             ("LITELINK_REDIRECT_STATUS", "308"),
             ("LITELINK_CODE_LENGTH", "12"),
-            ("LITELINK_CODE_LOCALITY", "off"),
             ("LITELINK_PUBLIC_URL", "https://s.example.com"),
             ("LITELINK_MAX_BODY_BYTES", "200"),
+            ("LITELINK_WRITE_BATCH_MAX", "1"),
+            ("LITELINK_SQLITE_MMAP_MIB", "0"),
+            // A lab switch: the product does not read it.
             ("LITELINK_SQLITE_PAGE_CACHE", "off"),
-            ("LITELINK_GROUP_COMMIT", "off"),
         ],
         None,
     )
@@ -221,9 +222,10 @@ async fn options_can_be_set_through_the_environment() {
     assert_eq!(s["cache"]["mode"], "none", "{s}");
     assert_eq!(s["durability"], "normal", "{s}");
     assert_eq!(s["applied"]["writer"]["synchronous"], "normal", "{s}");
-    assert_eq!(s["applied"]["writer"]["cache_size"], 0, "{s}");
+    assert_eq!(s["applied"]["writer"]["mmap_size"], 0, "{s}");
+    assert_eq!(s["applied"]["writer"]["cache_size"], -2000, "{s}");
+    assert_eq!(s["page_cache"], "on", "{s}");
     assert_eq!(s["writer"]["batch_max"], 1, "{s}");
-    assert_eq!(s["writer"]["code_locality"], false, "{s}");
     assert_eq!(s["redirect_status"], 308, "{s}");
 }
 

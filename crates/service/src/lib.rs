@@ -45,7 +45,6 @@
 //! transaction -> `LinkCache::invalidate` in every tier -> the answer.
 
 pub mod cache;
-pub mod doctor;
 pub mod domain;
 pub mod http;
 pub mod invalidations;

@@ -16,7 +16,6 @@ use std::time::Duration;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::links::LinkStats;
-use crate::store::StoreStats;
 
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
@@ -82,30 +81,17 @@ pub fn render(handle: &PrometheusHandle, stats: &LinkStats) -> String {
     if let Some(r) = REQUESTS.get() {
         r.export();
     }
-    match &stats.store {
-        StoreStats::Sqlite(s) => {
-            metrics::gauge!("litelink_links").set(s.links as f64);
-            metrics::gauge!("litelink_write_queue_depth").set(s.writer.queue_len as f64);
-            metrics::gauge!("litelink_writes_stopped")
-                .set(f64::from(u8::from(s.writer.syncs.writes_stopped.is_some())));
-            metrics::counter!("litelink_write_commits_total").absolute(s.writer.writes.commits);
-            metrics::counter!("litelink_write_failed_batches_total")
-                .absolute(s.writer.writes.failed_batches);
-            metrics::counter!("litelink_write_rejected_queue_full_total")
-                .absolute(s.writer.writes.rejected_queue_full);
-            metrics::counter!("litelink_wal_syncs_total").absolute(s.writer.syncs.syncs);
-            metrics::counter!("litelink_reader_lookups_total").absolute(s.readers.lookups);
-        }
-        StoreStats::Postgres(s) => {
-            metrics::gauge!("litelink_links").set(s.links as f64);
-            metrics::counter!("litelink_write_commits_total").absolute(s.writer.commits);
-            metrics::counter!("litelink_write_failed_batches_total")
-                .absolute(s.writer.failed_batches);
-            metrics::counter!("litelink_write_rejected_queue_full_total")
-                .absolute(s.writer.rejected_queue_full);
-            metrics::gauge!("litelink_postgres_pool_idle").set(s.pool_idle as f64);
-            metrics::gauge!("litelink_postgres_pool_waiting").set(s.pool_waiting as f64);
-        }
+    let store = &stats.store.metrics;
+    metrics::gauge!("litelink_links").set(store.links as f64);
+    metrics::counter!("litelink_write_commits_total").absolute(store.writes.commits);
+    metrics::counter!("litelink_write_failed_batches_total").absolute(store.writes.failed_batches);
+    metrics::counter!("litelink_write_rejected_queue_full_total")
+        .absolute(store.writes.rejected_queue_full);
+    for &(name, value) in &store.gauges {
+        metrics::gauge!(name).set(value);
+    }
+    for &(name, value) in &store.counters {
+        metrics::counter!(name).absolute(value);
     }
     if let Some(m) = &stats.cache.memory {
         tier("memory", m.hits, m.negative_hits, m.misses, m.errors);

@@ -25,12 +25,15 @@ pub struct Settings {
 
 impl Settings {
     /// Fills in what follows from other settings, once they are all set:
-    /// the PostgreSQL writer batches and queues as SQLite's does, and the
-    /// invalidation channel is named under the Valkey prefix.
+    /// the PostgreSQL writer batches and queues as SQLite's does and keeps
+    /// positions for other instances' replica reads when it tells them of
+    /// changes, and the invalidation channel is named under the Valkey
+    /// prefix. Calling it again changes nothing.
     pub fn derive(&mut self) {
         if let Some(pg) = &mut self.store.postgres {
             pg.batch_max = self.store.sqlite.batch_max;
             pg.write_queue = self.store.sqlite.write_queue;
+            pg.track_positions |= self.invalidations.url.is_some();
         }
         self.invalidations.channel = format!("{}invalidations", self.cache.valkey.prefix);
     }

@@ -16,10 +16,7 @@ use crate::invalidations::Invalidations;
 use crate::keys::KeyRegistry;
 use crate::links::Links;
 use crate::settings::Settings;
-use crate::store::postgres::PostgresStore;
-use crate::store::sqlite::lock::DbLock;
-use crate::store::sqlite::{Durability, SqliteStore, build_info, memstatus};
-use crate::store::{LinkStore, StoreSettings};
+use crate::store::{self, LinkStore, Purpose, StoreSettings};
 use crate::visits::{Flusher, Visits};
 
 /// A built service: its listener is bound and its store open; nothing is
@@ -35,9 +32,6 @@ pub struct Application {
     /// Reads `--deny-hosts` again on SIGHUP.
     reloader: Option<tokio::task::JoinHandle<()>>,
     flusher: Flusher,
-    /// One server per database, for as long as this one runs.
-    /// The SQLite file's one-server lock; none on PostgreSQL.
-    _lock: Option<DbLock>,
 }
 
 impl Application {
@@ -50,31 +44,24 @@ impl Application {
     }
 
     /// As [`build`](Self::build), on a listener that is already bound.
-    pub async fn build_on(listener: TcpListener, settings: Settings) -> anyhow::Result<Self> {
-        let lock = match settings.store.postgres {
-            Some(_) => None,
-            None => Some(DbLock::acquire(&settings.store.db)?),
-        };
-        let mut store_settings = settings.store.clone();
-        if let Some(pg) = &mut store_settings.postgres {
-            // Other instances' replica reads wait for the positions sent.
-            pg.track_positions |= settings.invalidations.url.is_some();
-        }
-        let store = open_store(&store_settings, CodeGenerator::new(settings.codes)?).await?;
+    pub async fn build_on(listener: TcpListener, mut settings: Settings) -> anyhow::Result<Self> {
+        settings.derive();
+        let codes = CodeGenerator::new(settings.codes)?;
+        let store = store::open(&settings.store, codes, Purpose::Serve).await?;
         let cache = cache::build(&settings.cache)?;
         tracing::info!(mode = %settings.cache.mode, "cache ready");
         let keys = Arc::new(KeyRegistry::load(Arc::clone(&store)).await?);
         let refresher = keys.spawn_refresher();
         let visits = Arc::new(Visits::new(settings.visits.clone(), Arc::clone(&store)));
         let flusher = visits.spawn_flusher();
-        if settings.store.postgres.is_some()
+        if store.shared()
             && settings.invalidations.url.is_none()
             && matches!(settings.cache.mode, CacheMode::Memory | CacheMode::Tiered)
         {
             tracing::warn!(
                 "the in-process cache is on without --invalidations-url: if other instances \
-                 share this PostgreSQL database, their edits and deletes reach this cache only \
-                 when the entry is evicted"
+                 share this database, their edits and deletes reach this cache only when the \
+                 entry is evicted"
             );
         }
         let invalidations = match &settings.invalidations.url {
@@ -127,7 +114,6 @@ impl Application {
             refresher,
             reloader,
             flusher,
-            _lock: lock,
         })
     }
 
@@ -194,65 +180,12 @@ fn spawn_deny_list_reloader(
     }))
 }
 
-/// Opens the store for a command that works beside a running server
-/// (`keys`, `export`; `import` takes the [`DbLock`] first).
-pub async fn open_tool_store(settings: &StoreSettings) -> anyhow::Result<Arc<dyn LinkStore>> {
-    let mut settings = settings.clone();
-    // A tool serves no lookups: no link slots to build.
-    settings.sqlite.slots = false;
-    open_store(&settings, CodeGenerator::new(Default::default())?).await
-}
-
-/// Opens the SQLite store on the blocking pool. MEMSTATUS is set first,
-/// since SQLite accepts it only before its first connection.
-async fn open_store(
+/// Opens the store for a command that works on a database without serving
+/// it: beside a running server (`keys`, `export`: [`Purpose::Tool`]), or
+/// alone on it (`import`: [`Purpose::Import`]).
+pub async fn open_tool_store(
     settings: &StoreSettings,
-    codes: CodeGenerator,
+    purpose: Purpose,
 ) -> anyhow::Result<Arc<dyn LinkStore>> {
-    let StoreSettings {
-        db,
-        sqlite,
-        postgres,
-    } = settings.clone();
-    if let Some(pg) = postgres {
-        let store = PostgresStore::open(pg, codes).await?;
-        let stats = store.postgres_stats();
-        tracing::info!(
-            postgres = %stats.server_version,
-            pool_size = stats.pool_size,
-            batch_max = stats.writer.batch_max,
-            "store opened"
-        );
-        return Ok(Arc::new(store));
-    }
-    memstatus::configure(sqlite.memstatus)?;
-    let store = tokio::task::spawn_blocking(move || SqliteStore::open(db, sqlite, codes))
-        .await
-        .context("opening the store panicked")??;
-    let s = store.settings();
-    tracing::info!(
-        sqlite = build_info::sqlite_version(),
-        db = %store.path().display(),
-        memstatus = store.memstatus(),
-        connections = %s.connections,
-        read_on = %s.read_on,
-        page_cache = s.page_cache,
-        durability = %s.durability,
-        batch_max = s.batch_max,
-        wal_preallocate_mib = s.wal_preallocate_applied() >> 20,
-        code_locality = codes.has_locality(),
-        "store opened"
-    );
-    if store.memstatus() {
-        tracing::warn!(
-            "SQLite MEMSTATUS is on: every SQLite allocation takes one process-wide mutex, \
-             which costs throughput when several threads use SQLite at once"
-        );
-    }
-    if s.durability == Durability::Off {
-        tracing::warn!(
-            "durability is off: acknowledged links can be lost in a crash; use for benchmarks only"
-        );
-    }
-    Ok(Arc::new(store))
+    store::open(settings, CodeGenerator::new(Default::default())?, purpose).await
 }

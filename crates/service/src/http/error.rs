@@ -170,7 +170,6 @@ impl From<StoreError> for ApiError {
                     .into(),
                 retry_after: 60,
             },
-            StoreError::Sqlite(e) => storage_error(StorageFailure::of(&e), e.to_string()),
             StoreError::Storage(kind, detail) => storage_error(kind, detail),
             other => Self::Internal(other.to_string()),
         }

@@ -119,30 +119,30 @@ enum CreateErrors {
         status = 400,
         description = "Malformed body, bad URL, bad code, past expiry, bad max_visits or an unknown field"
     )]
-    BadRequest(crate::http::openapi::ErrorMessage),
+    BadRequest(crate::http::schema::ErrorMessage),
     /// An invalid key was sent, or this action needs a key
     #[response(status = 401)]
-    Unauthorized(crate::http::openapi::ErrorMessage),
+    Unauthorized(crate::http::schema::ErrorMessage),
     /// The chosen code is taken (or was used by a deleted link)
     #[response(status = 409)]
-    Conflict(crate::http::openapi::ErrorMessage),
+    Conflict(crate::http::schema::ErrorMessage),
     /// Body over the size limit
     #[response(status = 413)]
-    PayloadTooLarge(crate::http::openapi::ErrorMessage),
+    PayloadTooLarge(crate::http::schema::ErrorMessage),
     /// Content-Type is not JSON
     #[response(status = 415)]
-    UnsupportedMediaType(crate::http::openapi::ErrorMessage),
+    UnsupportedMediaType(crate::http::schema::ErrorMessage),
     /// Rate limited
     #[response(status = 429, headers(("retry-after" = u32, description = "Seconds to wait before retrying")))]
-    TooManyRequests(crate::http::openapi::ErrorMessage),
+    TooManyRequests(crate::http::schema::ErrorMessage),
     /// Cannot store now (disk full, writes stopped, queue full)
     #[response(status = 503, headers(("retry-after" = u32, description = "Seconds to wait before retrying")))]
-    Unavailable(crate::http::openapi::ErrorMessage),
+    Unavailable(crate::http::schema::ErrorMessage),
 }
 
 /// `POST /link`, the seed API.
 #[utoipa::path(post, path = "/link", tag = "seed",
-    request_body(content = crate::http::openapi::NewLinkRequest, content_type = "application/json"),
+    request_body(content = crate::http::schema::NewLinkRequest, content_type = "application/json"),
     responses(
         (status = 201, description = "Stored durably", body = Created),
         CreateErrors,
@@ -169,7 +169,7 @@ pub async fn create_link(
 
 /// `POST /api/v1/links`: the same create, answered with the link object.
 #[utoipa::path(post, path = "/api/v1/links", tag = "links",
-    request_body(content = crate::http::openapi::NewLinkRequest, content_type = "application/json"),
+    request_body(content = crate::http::schema::NewLinkRequest, content_type = "application/json"),
     responses(
         (status = 201, description = "Stored durably", body = LinkObject),
         CreateErrors,
@@ -218,9 +218,9 @@ pub(super) fn target_of(code: &ShortCode, resolution: Resolution) -> Result<Targ
 #[utoipa::path(get, path = "/link/{code}", tag = "seed", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$")),
     responses(
         (status = 200, description = "Where the link leads (not a visit)", body = LinkBody),
-        (status = 400, description = "Malformed code", body = crate::http::openapi::ErrorMessage),
-        (status = 404, description = "No such link, or deleted", body = crate::http::openapi::ErrorMessage),
-        (status = 410, description = "Expired, or out of visits", body = crate::http::openapi::ErrorMessage),
+        (status = 400, description = "Malformed code", body = crate::http::schema::ErrorMessage),
+        (status = 404, description = "No such link, or deleted", body = crate::http::schema::ErrorMessage),
+        (status = 410, description = "Expired, or out of visits", body = crate::http::schema::ErrorMessage),
     ))]
 pub async fn get_link(
     State(state): State<AppState>,
@@ -259,9 +259,9 @@ pub(super) fn link_answer(target: &TargetUrl, headers: &mut HeaderMap) -> bytes:
         (status = 302, description = "Redirect (the default status); a GET counts one visit", headers(("location" = String, description = "The target URL"), ("cache-control" = String, description = "private, max-age=0"))),
         (status = 307, description = "Redirect (when the server is set to 307)", headers(("location" = String, description = "The target URL"), ("cache-control" = String, description = "private, max-age=0"))),
         (status = 308, description = "Redirect (when the server is set to 308)", headers(("location" = String, description = "The target URL"), ("cache-control" = String, description = "private, max-age=0"))),
-        (status = 400, description = "Malformed code", body = crate::http::openapi::ErrorMessage),
-        (status = 404, description = "No such link, or deleted", body = crate::http::openapi::ErrorMessage),
-        (status = 410, description = "Expired, or out of visits", body = crate::http::openapi::ErrorMessage),
+        (status = 400, description = "Malformed code", body = crate::http::schema::ErrorMessage),
+        (status = 404, description = "No such link, or deleted", body = crate::http::schema::ErrorMessage),
+        (status = 410, description = "Expired, or out of visits", body = crate::http::schema::ErrorMessage),
     ))]
 pub async fn redirect(
     State(state): State<AppState>,
@@ -327,9 +327,9 @@ pub(super) fn redirect_answer(
 #[utoipa::path(get, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$")),
     responses(
         (status = 200, description = "The link", body = LinkObject),
-        (status = 400, description = "Malformed code", body = crate::http::openapi::ErrorMessage),
-        (status = 401, description = "No valid key", body = crate::http::openapi::ErrorMessage),
-        (status = 404, description = "No such link, or not one this key may manage", body = crate::http::openapi::ErrorMessage),
+        (status = 400, description = "Malformed code", body = crate::http::schema::ErrorMessage),
+        (status = 401, description = "No valid key", body = crate::http::schema::ErrorMessage),
+        (status = 404, description = "No such link, or not one this key may manage", body = crate::http::schema::ErrorMessage),
     ),
     security(("bearer" = []), ("api_key" = [])))]
 pub async fn api_get(
@@ -347,15 +347,15 @@ pub async fn api_get(
 }
 
 #[utoipa::path(patch, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$")),
-    request_body(content = crate::http::openapi::PatchRequest, content_type = "application/json"),
+    request_body(content = crate::http::schema::PatchRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The link as changed", body = LinkObject),
-        (status = 400, description = "Malformed code or body, bad URL, past expiry, unknown field", body = crate::http::openapi::ErrorMessage),
-        (status = 401, description = "No valid key", body = crate::http::openapi::ErrorMessage),
-        (status = 404, description = "No such link, or not one this key may manage", body = crate::http::openapi::ErrorMessage),
-        (status = 413, description = "Body over the size limit", body = crate::http::openapi::ErrorMessage),
-        (status = 415, description = "Content-Type is not JSON", body = crate::http::openapi::ErrorMessage),
-        (status = 503, description = "Cannot store now", body = crate::http::openapi::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+        (status = 400, description = "Malformed code or body, bad URL, past expiry, unknown field", body = crate::http::schema::ErrorMessage),
+        (status = 401, description = "No valid key", body = crate::http::schema::ErrorMessage),
+        (status = 404, description = "No such link, or not one this key may manage", body = crate::http::schema::ErrorMessage),
+        (status = 413, description = "Body over the size limit", body = crate::http::schema::ErrorMessage),
+        (status = 415, description = "Content-Type is not JSON", body = crate::http::schema::ErrorMessage),
+        (status = 503, description = "Cannot store now", body = crate::http::schema::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []), ("api_key" = [])))]
 pub async fn api_update(
@@ -384,10 +384,10 @@ pub async fn api_update(
 #[utoipa::path(delete, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$")),
     responses(
         (status = 204, description = "Deleted; its code is never issued again"),
-        (status = 400, description = "Malformed code", body = crate::http::openapi::ErrorMessage),
-        (status = 401, description = "No valid key", body = crate::http::openapi::ErrorMessage),
-        (status = 404, description = "No such link, or not one this key may manage", body = crate::http::openapi::ErrorMessage),
-        (status = 503, description = "Cannot store now", body = crate::http::openapi::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+        (status = 400, description = "Malformed code", body = crate::http::schema::ErrorMessage),
+        (status = 401, description = "No valid key", body = crate::http::schema::ErrorMessage),
+        (status = 404, description = "No such link, or not one this key may manage", body = crate::http::schema::ErrorMessage),
+        (status = 503, description = "Cannot store now", body = crate::http::schema::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []), ("api_key" = [])))]
 pub async fn api_delete(
@@ -431,9 +431,9 @@ pub struct VisitParams {
     ),
     responses(
         (status = 200, description = "The link's visits in the window", body = crate::visits::VisitReport),
-        (status = 400, description = "Malformed code, from, to or interval, or from not before to", body = crate::http::openapi::ErrorMessage),
-        (status = 401, description = "No valid key", body = crate::http::openapi::ErrorMessage),
-        (status = 404, description = "No such link, or not one this key may manage", body = crate::http::openapi::ErrorMessage),
+        (status = 400, description = "Malformed code, from, to or interval, or from not before to", body = crate::http::schema::ErrorMessage),
+        (status = 401, description = "No valid key", body = crate::http::schema::ErrorMessage),
+        (status = 404, description = "No such link, or not one this key may manage", body = crate::http::schema::ErrorMessage),
     ),
     security(("bearer" = []), ("api_key" = [])))]
 pub async fn api_visits(
@@ -497,8 +497,8 @@ pub struct LinkList {
     ),
     responses(
         (status = 200, description = "The key's links (all, for an admin key), newest first", body = LinkList),
-        (status = 400, description = "Bad limit or cursor", body = crate::http::openapi::ErrorMessage),
-        (status = 401, description = "No valid key", body = crate::http::openapi::ErrorMessage),
+        (status = 400, description = "Bad limit or cursor", body = crate::http::schema::ErrorMessage),
+        (status = 401, description = "No valid key", body = crate::http::schema::ErrorMessage),
     ),
     security(("bearer" = []), ("api_key" = [])))]
 pub async fn api_list(
@@ -552,8 +552,8 @@ pub struct Stats {
 #[utoipa::path(get, path = "/stats", tag = "operations",
     responses(
         (status = 200, description = "Counters and facts (see the README); open until API keys exist or with --stats-public", body = Object),
-        (status = 401, description = "Keys exist and no valid key was sent", body = crate::http::openapi::ErrorMessage),
-        (status = 403, description = "The key is not an admin key", body = crate::http::openapi::ErrorMessage),
+        (status = 401, description = "Keys exist and no valid key was sent", body = crate::http::schema::ErrorMessage),
+        (status = 403, description = "The key is not an admin key", body = crate::http::schema::ErrorMessage),
     ),
     security((), ("bearer" = []), ("api_key" = [])))]
 pub async fn stats(State(state): State<AppState>, _: Operator) -> Json<Stats> {
@@ -570,9 +570,9 @@ pub async fn stats(State(state): State<AppState>, _: Operator) -> Json<Stats> {
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses(
         (status = 200, description = "Prometheus text format; the /stats rule applies", content_type = "text/plain; version=0.0.4; charset=utf-8", body = String),
-        (status = 401, description = "Keys exist and no valid key was sent", body = crate::http::openapi::ErrorMessage),
-        (status = 403, description = "The key is not an admin key", body = crate::http::openapi::ErrorMessage),
-        (status = 404, description = "Metrics are off, or served on --metrics-listen", body = crate::http::openapi::ErrorMessage),
+        (status = 401, description = "Keys exist and no valid key was sent", body = crate::http::schema::ErrorMessage),
+        (status = 403, description = "The key is not an admin key", body = crate::http::schema::ErrorMessage),
+        (status = 404, description = "Metrics are off, or served on --metrics-listen", body = crate::http::schema::ErrorMessage),
     ),
     security((), ("bearer" = []), ("api_key" = [])))]
 pub async fn metrics(State(state): State<AppState>, _: Operator) -> Result<Response, ApiError> {

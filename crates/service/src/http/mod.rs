@@ -11,6 +11,7 @@ pub mod limit;
 mod openapi;
 mod qr;
 pub mod request_id;
+pub mod schema;
 pub mod server;
 pub mod shutdown;
 mod web;

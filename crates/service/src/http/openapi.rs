@@ -12,11 +12,11 @@ use axum::Router;
 use axum::handler::Handler;
 use axum::http::{HeaderValue, Method, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::{Modify, OpenApi};
 
 use super::AppState;
+use super::schema::{ErrorMessage, NewLinkRequest, PatchRequest};
 use super::{handlers, qr, web};
 
 #[derive(OpenApi)]
@@ -78,57 +78,6 @@ impl Modify for KeySchemes {
             SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-API-Key"))),
         );
     }
-}
-
-/// Every error answer's body.
-#[derive(Serialize, ToSchema)]
-#[schema(as = Error)]
-pub struct ErrorMessage {
-    /// What was wrong, in words; never an internal detail.
-    pub error: String,
-}
-
-/// The body of a create, as the document describes it. The extractor
-/// (`extract::NewLinkBody`) checks each field by hand so that every
-/// mistake has its own message; this is the same contract, for clients.
-#[derive(ToSchema)]
-#[schema(as = NewLink)]
-#[allow(dead_code)]
-pub struct NewLinkRequest {
-    /// An http or https URL (at most 4,096 bytes) without user info;
-    /// stored and served in its canonical (WHATWG) form.
-    #[schema(
-        min_length = 1,
-        max_length = 4096,
-        format = "uri",
-        example = "https://example.com/a?b=c"
-    )]
-    url: String,
-    /// A custom code (needs an API key): 3 to 64 of `[A-Za-z0-9_-]`, not a
-    /// reserved name; 409 when taken.
-    #[schema(nullable, pattern = "^[A-Za-z0-9_-]{3,64}$")]
-    code: Option<String>,
-    /// When the link stops redirecting (RFC 3339, in the future).
-    #[schema(nullable, format = DateTime)]
-    expires_at: Option<String>,
-    /// Redirects the link serves before it answers 410.
-    #[schema(nullable, minimum = 1, maximum = 9223372036854775807i64)]
-    max_visits: Option<i64>,
-}
-
-/// The body of an edit: any of its fields; `null` clears an expiry or a
-/// visit limit.
-#[derive(ToSchema)]
-#[schema(as = LinkPatch)]
-#[allow(dead_code)]
-pub struct PatchRequest {
-    /// A new target, with the rules of a create.
-    #[schema(min_length = 1, max_length = 4096, format = "uri")]
-    url: Option<String>,
-    #[schema(nullable, format = DateTime)]
-    expires_at: Option<String>,
-    #[schema(nullable, minimum = 1, maximum = 9223372036854775807i64)]
-    max_visits: Option<i64>,
 }
 
 /// The document, serialized once.

@@ -59,9 +59,9 @@ fn image(content_type: &'static str, body: impl IntoResponse) -> Response {
 #[utoipa::path(get, path = "/{code}/qr.svg", tag = "redirect", params(("code" = String, Path, description = "A short code", pattern = "^[A-Za-z0-9_-]{1,64}$")),
     responses(
         (status = 200, description = "The short URL as a QR code (not a visit)", content_type = "image/svg+xml", body = String, headers(("cache-control" = String), ("vary" = String))),
-        (status = 400, description = "Malformed code", body = crate::http::openapi::ErrorMessage),
-        (status = 404, description = "No such link", body = crate::http::openapi::ErrorMessage),
-        (status = 410, description = "Expired, or out of visits", body = crate::http::openapi::ErrorMessage),
+        (status = 400, description = "Malformed code", body = crate::http::schema::ErrorMessage),
+        (status = 404, description = "No such link", body = crate::http::schema::ErrorMessage),
+        (status = 410, description = "Expired, or out of visits", body = crate::http::schema::ErrorMessage),
     ))]
 pub async fn svg(
     State(state): State<AppState>,
@@ -90,9 +90,9 @@ pub struct PngParams {
     ),
     responses(
         (status = 200, description = "The short URL as a QR code, exactly size by size pixels", content_type = "image/png", body = Vec<u8>, headers(("cache-control" = String), ("vary" = String))),
-        (status = 400, description = "Malformed code or size", body = crate::http::openapi::ErrorMessage),
-        (status = 404, description = "No such link", body = crate::http::openapi::ErrorMessage),
-        (status = 410, description = "Expired, or out of visits", body = crate::http::openapi::ErrorMessage),
+        (status = 400, description = "Malformed code or size", body = crate::http::schema::ErrorMessage),
+        (status = 404, description = "No such link", body = crate::http::schema::ErrorMessage),
+        (status = 410, description = "Expired, or out of visits", body = crate::http::schema::ErrorMessage),
     ))]
 pub async fn png(
     State(state): State<AppState>,

@@ -88,7 +88,7 @@ pub async fn manage() -> Response {
     responses(
         (status = 200, description = "The page's stylesheet, script or icon",
          content(("text/css; charset=utf-8"), ("text/javascript; charset=utf-8"), ("image/svg+xml"))),
-        (status = 404, description = "No such asset", body = crate::http::openapi::ErrorMessage),
+        (status = 404, description = "No such asset", body = crate::http::schema::ErrorMessage),
     ))]
 pub async fn asset(Path(name): Path<String>) -> Result<Response, ApiError> {
     let asset = ASSETS

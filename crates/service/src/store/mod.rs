@@ -1,9 +1,10 @@
 //! Where links live. The [`LinkStore`] trait is what the rest of the service
-//! sees; `sqlite/` is the embedded default. A new backend is a folder here
-//! that implements the trait, a variant of [`StoreStats`], and a branch in
-//! `startup.rs` that opens it.
+//! sees; `sqlite/` is the embedded default, `postgres/` the shared one.
+//! [`backend`] is the only code that names the backends: a new one is a
+//! folder here (a [`Backend`] and a [`LinkStore`]) and one arm there.
 
 pub mod postgres;
+pub mod queue;
 pub mod sqlite;
 
 use std::path::PathBuf;
@@ -12,7 +13,57 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::Serialize;
 
-use crate::domain::{KeyId, Link, Owner, Resolved, ShortCode, TargetUrl, Timestamp, VisitCounts};
+use crate::domain::{
+    CodeGenerator, KeyId, Link, Owner, Resolved, ShortCode, TargetUrl, Timestamp, VisitCounts,
+};
+
+/// What a store is opened for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// `litelink serve`: the one server of its database (a SQLite file is
+    /// locked for as long as the store lives).
+    Serve,
+    /// A tool beside a running server (`keys`, `export`): no lock, nothing
+    /// built for lookups.
+    Tool,
+    /// `import`: like a tool, but alone on a SQLite file (it takes the
+    /// lock).
+    Import,
+}
+
+/// A kind of store, configured: what opens it and what checks it.
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// Opens (making or migrating its schema) the store.
+    async fn open(
+        &self,
+        codes: CodeGenerator,
+        purpose: Purpose,
+    ) -> anyhow::Result<Arc<dyn LinkStore>>;
+
+    /// `litelink doctor`: prints a report, and says whether all is well.
+    fn doctor(&self, full: bool) -> anyhow::Result<bool>;
+}
+
+/// The backend `settings` name: the only code that knows which there are.
+pub fn backend(settings: &StoreSettings) -> Box<dyn Backend> {
+    match &settings.postgres {
+        Some(pg) => Box::new(postgres::Backend::new(pg.clone())),
+        None => Box::new(sqlite::Backend::new(
+            settings.db.clone(),
+            settings.sqlite.clone(),
+        )),
+    }
+}
+
+/// Opens the store `settings` name, for `purpose`.
+pub async fn open(
+    settings: &StoreSettings,
+    codes: CodeGenerator,
+    purpose: Purpose,
+) -> anyhow::Result<Arc<dyn LinkStore>> {
+    backend(settings).open(codes, purpose).await
+}
 
 /// Where and how links are stored.
 #[derive(Debug, Clone)]
@@ -34,14 +85,40 @@ impl Default for StoreSettings {
     }
 }
 
-/// What a store reports for `/stats`, tagged with its backend's name.
+/// What a store reports: its own facts for `/stats` (at the top level,
+/// beside the backend's name), and what every store counts, for the
+/// metrics.
 #[derive(Debug, Clone, Serialize)]
-#[serde(tag = "backend", rename_all = "lowercase")]
-// Made once per `/stats` or scrape, never stored: the size does not matter.
-#[allow(clippy::large_enum_variant)]
-pub enum StoreStats {
-    Sqlite(sqlite::SqliteStats),
-    Postgres(postgres::PostgresStats),
+pub struct StoreStats {
+    /// `sqlite`, `postgres`.
+    pub backend: &'static str,
+    #[serde(flatten)]
+    pub facts: serde_json::Value,
+    #[serde(skip)]
+    pub metrics: StoreMetrics,
+}
+
+/// What the metrics show of a store (`litelink_*`).
+#[derive(Debug, Clone)]
+pub struct StoreMetrics {
+    /// Live links.
+    pub links: u64,
+    pub writes: queue::WriteCounts,
+    /// The backend's own gauges, by metric name.
+    pub gauges: Vec<(&'static str, f64)>,
+    /// The backend's own counters (totals), by metric name.
+    pub counters: Vec<(&'static str, u64)>,
+}
+
+impl StoreStats {
+    /// `facts` as `/stats` shows them.
+    pub fn new(backend: &'static str, facts: &impl Serialize, metrics: StoreMetrics) -> Self {
+        Self {
+            backend,
+            facts: serde_json::to_value(facts).unwrap_or_default(),
+            metrics,
+        }
+    }
 }
 
 /// A link to store: a generated code unless `code` names an alias.
@@ -223,6 +300,12 @@ pub trait LinkStore: Send + Sync + 'static {
     /// gone, the disk full), or `None`: the readiness check.
     fn unwritable(&self) -> Option<String>;
 
+    /// Whether other instances may serve the same links (a shared
+    /// database): then an in-process cache must hear of their changes.
+    fn shared(&self) -> bool {
+        false
+    }
+
     /// Serving, but a part is missing (a read replica that does not
     /// answer): the readiness check's "degraded".
     fn degraded(&self) -> Option<String> {
@@ -251,34 +334,21 @@ pub trait LinkStore: Send + Sync + 'static {
 }
 
 /// What kind of failure a database error is: it decides between "retry
-/// later" (503) and "internal error" (500).
+/// later" (503) and "internal error" (500). Each backend says which its
+/// errors are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StorageFailure {
-    /// SQLITE_FULL: the disk (or the file system) is full.
+    /// The disk (or the file system) is full.
     DiskFull,
-    /// SQLITE_IOERR and SQLITE_CANTOPEN: the disk or file system failed.
+    /// The disk or file system failed.
     Io,
-    /// SQLITE_READONLY: the file can no longer be written.
+    /// The database can no longer be written.
     ReadOnly,
-    /// SQLITE_BUSY and SQLITE_LOCKED: another process holds a lock.
+    /// Another process holds a lock.
     Busy,
-    /// SQLITE_CORRUPT and SQLITE_NOTADB: the file is damaged.
+    /// The database is damaged.
     Corrupt,
     Other,
-}
-
-impl StorageFailure {
-    pub fn of(e: &rusqlite::Error) -> Self {
-        use rusqlite::ErrorCode as C;
-        match e.sqlite_error_code() {
-            Some(C::DiskFull) => Self::DiskFull,
-            Some(C::SystemIoFailure | C::CannotOpen) => Self::Io,
-            Some(C::ReadOnly) => Self::ReadOnly,
-            Some(C::DatabaseBusy | C::DatabaseLocked) => Self::Busy,
-            Some(C::DatabaseCorrupt | C::NotADatabase) => Self::Corrupt,
-            _ => Self::Other,
-        }
-    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -296,8 +366,6 @@ pub enum StoreError {
     /// A key name in use.
     #[error("a key named '{0}' exists")]
     NameTaken(String),
-    #[error("sqlite: {0}")]
-    Sqlite(#[from] rusqlite::Error),
     /// A write that failed on the way to disk, with what kind of failure
     /// it was (the error itself is gone: one failed batch fails many
     /// requests).

@@ -9,11 +9,14 @@
 //! unique index on `code` decides between instances: a collision is
 //! retried with a fresh code in the same transaction.
 
+mod backend;
+mod doctor;
 pub mod migrations;
 mod ops;
 mod replica;
 mod writer;
 
+pub use backend::Backend;
 pub use replica::ReplicaStats;
 use replica::{Positions, Replica};
 
@@ -29,7 +32,7 @@ use tokio_postgres::error::SqlState;
 
 use super::{
     ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, NewLink, Record, StorageFailure,
-    StoreError, StoreStats,
+    StoreError, StoreMetrics, StoreStats,
 };
 use crate::domain::{CodeGenerator, KeyId, Link, Resolved, ShortCode, Timestamp, VisitCounts};
 
@@ -544,7 +547,21 @@ impl LinkStore for PostgresStore {
     }
 
     fn stats(&self) -> StoreStats {
-        StoreStats::Postgres(self.postgres_stats())
+        let s = self.postgres_stats();
+        let metrics = StoreMetrics {
+            links: s.links,
+            writes: s.writer.writes.clone(),
+            gauges: vec![
+                ("litelink_postgres_pool_idle", s.pool_idle as f64),
+                ("litelink_postgres_pool_waiting", s.pool_waiting as f64),
+            ],
+            counters: Vec::new(),
+        };
+        StoreStats::new("postgres", &s, metrics)
+    }
+
+    fn shared(&self) -> bool {
+        true
     }
 
     fn position(&self) -> Option<u64> {

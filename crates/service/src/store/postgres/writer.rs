@@ -7,7 +7,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use deadpool_postgres::Pool;
 use serde::Serialize;
@@ -16,30 +15,16 @@ use tokio::sync::{mpsc, oneshot};
 use super::replica::Positions;
 use super::{PostgresSettings, pool_error, store_error};
 use crate::domain::{CodeGenerator, Link, ShortCode, Timestamp};
+use crate::store::queue::{MAX_CODE_ATTEMPTS, Reply, WriteCounters, WriteCounts, WriteQueue};
 use crate::store::{NewLink, StoreError};
-
-/// Fresh codes one create may draw after collisions before it fails.
-const MAX_CODE_ATTEMPTS: u32 = 16;
 
 const INSERT: &str = "INSERT INTO links (code, target, created_at, expires_at, owner, max_visits) \
      SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::int8[], $6::int8[]) \
      ON CONFLICT (code) DO NOTHING RETURNING code";
 
-type Reply = oneshot::Sender<Result<Link, StoreError>>;
-
 enum Message {
-    Create { new: NewLink, reply: Reply },
+    Create { new: NewLink, reply: Reply<Link> },
     Shutdown(oneshot::Sender<()>),
-}
-
-#[derive(Debug, Default)]
-struct Stats {
-    commits: AtomicU64,
-    rows: AtomicU64,
-    largest_batch: AtomicU64,
-    failed_batches: AtomicU64,
-    code_collisions: AtomicU64,
-    rejected_full: AtomicU64,
 }
 
 /// The `/stats` view of the writer.
@@ -48,22 +33,16 @@ pub struct WriterCounts {
     pub group_commit: bool,
     pub batch_max: usize,
     pub queue_capacity: usize,
-    pub commits: u64,
-    pub rows: u64,
-    pub largest_batch: u64,
-    pub failed_batches: u64,
-    pub code_collisions: u64,
-    pub rejected_queue_full: u64,
+    #[serde(flatten)]
+    pub writes: WriteCounts,
 }
 
 pub(super) struct Writer {
-    tx: mpsc::Sender<Message>,
+    queue: WriteQueue<Message>,
     pool: Pool,
     /// Live links as this instance knows them (mod.rs, `LiveCount`).
     pub(super) live: Arc<super::LiveCount>,
-    stats: Arc<Stats>,
     batch_max: usize,
-    capacity: usize,
     codes: CodeGenerator,
     positions: Arc<Positions>,
 }
@@ -76,25 +55,22 @@ impl Writer {
         live: Arc<super::LiveCount>,
         positions: Arc<Positions>,
     ) -> Self {
-        let (tx, rx) = mpsc::channel(settings.write_queue);
-        let stats = Arc::new(Stats::default());
+        let (queue, rx) = WriteQueue::new(settings.write_queue);
         let batch_max = settings.batch_max.max(1);
         tokio::spawn(run(
             pool.clone(),
             rx,
             batch_max,
             codes,
-            Arc::clone(&stats),
+            Arc::clone(queue.counters()),
             Arc::clone(&live),
             Arc::clone(&positions),
         ));
         Self {
-            tx,
+            queue,
             pool,
             live,
-            stats,
             batch_max,
-            capacity: settings.write_queue,
             codes,
             positions,
         }
@@ -113,7 +89,7 @@ impl Writer {
                 &self.pool,
                 &[&new],
                 &self.codes,
-                &self.stats,
+                self.queue.counters(),
                 &self.positions,
             )
             .await?;
@@ -123,43 +99,26 @@ impl Writer {
                 .unwrap_or(Err(StoreError::Task("a create was not answered".into())));
             if row.is_ok() {
                 self.live.add(1);
-                self.stats.commits.fetch_add(1, Ordering::Relaxed);
-                self.stats.rows.fetch_add(1, Ordering::Relaxed);
-                self.stats.largest_batch.fetch_max(1, Ordering::Relaxed);
+                self.queue.counters().committed(1);
             }
             return row;
         }
-        let (reply, answer) = oneshot::channel();
-        match self.tx.try_send(Message::Create { new, reply }) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.stats.rejected_full.fetch_add(1, Ordering::Relaxed);
-                return Err(StoreError::Busy);
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => return Err(StoreError::Closed),
-        }
-        answer.await.map_err(|_| StoreError::Closed)?
+        self.queue.ask(|reply| Message::Create { new, reply }).await
     }
 
     pub(super) fn counts(&self) -> WriterCounts {
-        let s = &self.stats;
         WriterCounts {
             group_commit: self.batch_max > 1,
             batch_max: self.batch_max,
-            queue_capacity: self.capacity,
-            commits: s.commits.load(Ordering::Relaxed),
-            rows: s.rows.load(Ordering::Relaxed),
-            largest_batch: s.largest_batch.load(Ordering::Relaxed),
-            failed_batches: s.failed_batches.load(Ordering::Relaxed),
-            code_collisions: s.code_collisions.load(Ordering::Relaxed),
-            rejected_queue_full: s.rejected_full.load(Ordering::Relaxed),
+            queue_capacity: self.queue.capacity(),
+            writes: self.queue.counters().counts(),
         }
     }
 
     /// Lets the writer finish what is queued, then stops it.
     pub(super) async fn close(&self) {
         let (done, wait) = oneshot::channel();
-        if self.tx.send(Message::Shutdown(done)).await.is_ok() {
+        if self.queue.send(Message::Shutdown(done)).await {
             let _ = wait.await;
         }
     }
@@ -170,11 +129,11 @@ async fn run(
     mut rx: mpsc::Receiver<Message>,
     batch_max: usize,
     codes: CodeGenerator,
-    stats: Arc<Stats>,
+    stats: Arc<WriteCounters>,
     live: Arc<super::LiveCount>,
     positions: Arc<Positions>,
 ) {
-    let mut batch: Vec<(NewLink, Reply)> = Vec::with_capacity(batch_max);
+    let mut batch: Vec<(NewLink, Reply<Link>)> = Vec::with_capacity(batch_max);
     while let Some(first) = rx.recv().await {
         let mut shutdown = None;
         let mut next = Some(first);
@@ -197,10 +156,7 @@ async fn run(
                 Ok(rows) => {
                     let n = rows.iter().filter(|r| r.is_ok()).count() as u64;
                     live.add(n as i64);
-                    stats.commits.fetch_add(1, Ordering::Relaxed);
-                    stats.rows.fetch_add(n, Ordering::Relaxed);
-                    stats.largest_batch.fetch_max(n, Ordering::Relaxed);
-                    metrics::histogram!("litelink_write_batch_size").record(n as f64);
+                    stats.committed(n);
                     for ((_, reply), row) in batch.drain(..).zip(rows) {
                         let _ = reply.send(row);
                     }
@@ -208,7 +164,7 @@ async fn run(
                 Err(e) => {
                     // Rolled back as a whole: nobody in the batch is told
                     // their link is stored.
-                    stats.failed_batches.fetch_add(1, Ordering::Relaxed);
+                    stats.failed();
                     tracing::error!(error = %e, rows = batch.len(), "PostgreSQL write batch failed");
                     let (kind, why) = match &e {
                         StoreError::Storage(kind, why) => (*kind, why.clone()),
@@ -236,7 +192,7 @@ async fn insert_batch(
     pool: &Pool,
     batch: &[&NewLink],
     codes: &CodeGenerator,
-    stats: &Stats,
+    stats: &WriteCounters,
     positions: &Positions,
 ) -> Result<Vec<Result<Link, StoreError>>, StoreError> {
     let now = Timestamp::now();
@@ -315,7 +271,7 @@ async fn insert_batch(
             } else if attempt >= MAX_CODE_ATTEMPTS {
                 out[i] = Some(Err(StoreError::CodeSpaceExhausted(MAX_CODE_ATTEMPTS)));
             } else {
-                stats.code_collisions.fetch_add(1, Ordering::Relaxed);
+                stats.collided(1);
                 retry.push(i);
             }
         }

@@ -10,9 +10,11 @@
 //! `connection` opens connections alike; `migrations` holds the schema;
 //! `memstatus` and `build_info` are SQLite's process and build facts.
 
+mod backend;
 pub mod build_info;
 mod checkpointer;
 pub mod connection;
+mod doctor;
 mod fileguard;
 mod find;
 pub mod lock;
@@ -34,6 +36,7 @@ use async_trait::async_trait;
 use serde::Serialize;
 use strum::{Display, EnumString, VariantNames};
 
+pub use self::backend::Backend;
 use self::checkpointer::Checkpointer;
 use self::connection::Role;
 use self::ops::Op;
@@ -43,12 +46,40 @@ use self::slots::Slots;
 use self::writer::Writer;
 use super::{
     ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, NewLink, Record, StorageFailure,
-    StoreError, StoreStats,
+    StoreError, StoreMetrics, StoreStats,
 };
 use crate::domain::{
     CodeGenerator, Codebook, KeyId, Link, Resolved, ShortCode, Timestamp, VisitCounts,
 };
 use rusqlite::Connection;
+
+/// What kind of failure a SQLite error is.
+pub(crate) fn failure(e: &rusqlite::Error) -> StorageFailure {
+    use rusqlite::ErrorCode as C;
+    match e.sqlite_error_code() {
+        Some(C::DiskFull) => StorageFailure::DiskFull,
+        Some(C::SystemIoFailure | C::CannotOpen) => StorageFailure::Io,
+        Some(C::ReadOnly) => StorageFailure::ReadOnly,
+        Some(C::DatabaseBusy | C::DatabaseLocked) => StorageFailure::Busy,
+        Some(C::DatabaseCorrupt | C::NotADatabase) => StorageFailure::Corrupt,
+        _ => StorageFailure::Other,
+    }
+}
+
+/// A UNIQUE constraint failed: the code (or key name) is in use.
+pub(super) fn is_unique_violation(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _)
+        if f.code == rusqlite::ErrorCode::ConstraintViolation
+            && f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE)
+}
+
+/// SQLite's errors leave this folder as what kind of failure they are,
+/// and what SQLite said.
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Storage(failure(&e), format!("sqlite: {e}"))
+    }
+}
 
 /// How reader connections live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, EnumString, Display, VariantNames)]
@@ -206,12 +237,7 @@ fn check_writable(conn: &Connection, path: &Path) -> Result<(), OpenError> {
         _ if read_only => Err(OpenError::ReadOnly {
             path: path.to_path_buf(),
         }),
-        Err(e)
-            if matches!(
-                StorageFailure::of(&e),
-                StorageFailure::ReadOnly | StorageFailure::Io
-            ) =>
-        {
+        Err(e) if matches!(failure(&e), StorageFailure::ReadOnly | StorageFailure::Io) => {
             Err(OpenError::ReadOnly {
                 path: path.to_path_buf(),
             })
@@ -257,7 +283,7 @@ fn quick_check(conn: &Connection, path: &Path) -> Result<(), OpenError> {
             );
             Ok(())
         }
-        Err(e) if StorageFailure::of(&e) == StorageFailure::Corrupt => Err(corrupt(e.to_string())),
+        Err(e) if failure(&e) == StorageFailure::Corrupt => Err(corrupt(e.to_string())),
         Err(e) => Err(OpenError::Open {
             path: path.to_path_buf(),
             source: e,
@@ -303,7 +329,7 @@ pub struct WriterReport {
     pub queue_capacity: usize,
     pub queue_len: usize,
     #[serde(flatten)]
-    pub writes: writer::WriterCounts,
+    pub writes: crate::store::queue::WriteCounts,
     pub code_locality: bool,
     pub grouped_sync: bool,
     pub wal_preallocate_bytes: u64,
@@ -314,6 +340,8 @@ pub struct WriterReport {
 
 pub struct SqliteStore {
     inner: Arc<Inner>,
+    /// The file's one-server lock, when this store serves it.
+    _lock: Option<lock::DbLock>,
 }
 
 struct Inner {
@@ -410,6 +438,7 @@ impl SqliteStore {
             epoch,
         )?;
         Ok(Self {
+            _lock: None,
             inner: Arc::new(Inner {
                 path,
                 settings,
@@ -438,6 +467,12 @@ impl SqliteStore {
 
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// The store, holding `lock` for as long as it lives.
+    pub fn holding(mut self, lock: Option<lock::DbLock>) -> Self {
+        self._lock = lock;
+        self
     }
 
     /// The typed form of `/stats` for this store.
@@ -636,7 +671,23 @@ impl LinkStore for SqliteStore {
     }
 
     fn stats(&self) -> StoreStats {
-        StoreStats::Sqlite(self.sqlite_stats())
+        let s = self.sqlite_stats();
+        let metrics = StoreMetrics {
+            links: s.links,
+            writes: s.writer.writes.clone(),
+            gauges: vec![
+                ("litelink_write_queue_depth", s.writer.queue_len as f64),
+                (
+                    "litelink_writes_stopped",
+                    f64::from(u8::from(s.writer.syncs.writes_stopped.is_some())),
+                ),
+            ],
+            counters: vec![
+                ("litelink_wal_syncs_total", s.writer.syncs.syncs),
+                ("litelink_reader_lookups_total", s.readers.lookups),
+            ],
+        };
+        StoreStats::new("sqlite", &s, metrics)
     }
 
     fn unwritable(&self) -> Option<String> {
@@ -946,7 +997,7 @@ mod tests {
 
         store.inner.writer.script_codes(std::iter::repeat_n(
             taken.clone(),
-            writer::MAX_CODE_ATTEMPTS as usize,
+            crate::store::queue::MAX_CODE_ATTEMPTS as usize,
         ));
         let exhausted = store.create(url(3)).await;
         assert!(

@@ -4,9 +4,9 @@
 use rusqlite::{CachedStatement, Connection, OptionalExtension};
 
 use super::find::{self, Rows};
+use super::is_unique_violation;
 use super::replies::Done;
 use super::rows;
-use super::writer::is_unique_violation;
 use crate::domain::visit::{OTHER_HOST, REFERRER_HOSTS_PER_DAY};
 use crate::domain::{Codebook, KeyId, ShortCode, Timestamp, VisitCounts};
 use crate::store::{ImportRow, LinkPatch, StoreError};
@@ -226,7 +226,7 @@ fn run(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError
                         conn,
                         book,
                         &mut next_id,
-                        super::writer::MAX_CODE_ATTEMPTS,
+                        crate::store::queue::MAX_CODE_ATTEMPTS,
                         &mut collisions,
                     )? {
                         Some(find::Fresh { id, code }) => (id, code, false),

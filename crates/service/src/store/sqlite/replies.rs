@@ -6,7 +6,6 @@
 //! "Answers as one task").
 
 use tokio::runtime::Handle;
-use tokio::sync::oneshot;
 
 use crate::domain::Link;
 use crate::store::{ApiKey, StoreError};
@@ -26,7 +25,7 @@ pub(super) enum Done {
 }
 
 /// Where the writer sends one write's outcome.
-pub(super) type Reply = oneshot::Sender<Result<Done, StoreError>>;
+pub(super) type Reply = crate::store::queue::Reply<Done>;
 
 pub(super) type Outcome = (Reply, Result<Done, StoreError>);
 

@@ -15,11 +15,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
-use rusqlite::{Connection, ErrorCode, OptionalExtension};
-use serde::Serialize;
-use tokio::sync::{mpsc, oneshot};
+use rusqlite::{Connection, OptionalExtension};
+use tokio::sync::mpsc;
 
-use super::SqliteSettings;
 use super::connection::{self, Applied};
 use super::fileguard::FileGuard;
 use super::find;
@@ -28,16 +26,12 @@ use super::readers::Epoch;
 use super::replies::{Done, Replies, Reply};
 use super::slots::{self, Image, Slots};
 use super::walsync::{self, SyncCounts, SyncStats, WalSync};
+use super::{SqliteSettings, is_unique_violation};
 use crate::domain::{CodeGenerator, Codebook, Link, ShortCode, Timestamp};
-use crate::store::StorageFailure;
-use crate::store::{NewLink, StoreError};
+use crate::store::queue::{MAX_CODE_ATTEMPTS, WriteCounters, WriteCounts, WriteQueue};
+use crate::store::{NewLink, StorageFailure, StoreError};
 use crate::telemetry::Throttle;
 use crate::throttled;
-
-/// How often one request may draw a fresh code after a collision. With
-/// 62^10 codes a second draw is already astronomically rare; hitting the
-/// bound means the code length is too short for the table.
-pub(super) const MAX_CODE_ATTEMPTS: u32 = 16;
 
 const INSERT: &str = "INSERT INTO links (id, code, target, created_at, expires_at, owner, \
                       max_visits, named) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
@@ -56,17 +50,12 @@ enum Message {
     Shutdown,
 }
 
-/// Counters the writer keeps for `/stats`, for the checkpointer (which
-/// looks for new commits) and for tests that check that concurrent creates
-/// share commits.
+/// What the SQLite writer keeps beside the shared [`WriteCounters`]: for
+/// `/stats`, the readiness check and the checkpointer (which looks for
+/// new commits).
 #[derive(Debug, Default)]
 pub(super) struct WriterStats {
-    commits: AtomicU64,
-    rows: AtomicU64,
-    failed_batches: AtomicU64,
-    code_collisions: AtomicU64,
-    largest_batch: AtomicU64,
-    rejected_full: AtomicU64,
+    pub(super) writes: Arc<WriteCounters>,
     /// Set while the last write failed because the disk is full; cleared
     /// by the next write that succeeds. For the readiness check.
     disk_full: std::sync::atomic::AtomicBool,
@@ -79,20 +68,9 @@ pub(super) struct WriterStats {
     pub(super) scripted_codes: std::sync::Mutex<std::collections::VecDeque<ShortCode>>,
 }
 
-/// The `/stats` view of [`WriterStats`].
-#[derive(Debug, Clone, Serialize)]
-pub struct WriterCounts {
-    pub commits: u64,
-    pub rows: u64,
-    pub largest_batch: u64,
-    pub failed_batches: u64,
-    pub code_collisions: u64,
-    pub rejected_queue_full: u64,
-}
-
 impl WriterStats {
     pub(super) fn commits(&self) -> u64 {
-        self.commits.load(Ordering::Relaxed)
+        self.writes.commits()
     }
 
     pub(super) fn disk_full(&self) -> bool {
@@ -105,13 +83,12 @@ static FAILED_WRITES: std::sync::LazyLock<Throttle> =
     std::sync::LazyLock::new(|| Throttle::new(std::time::Duration::from_secs(10)));
 
 pub(super) struct Writer {
-    tx: mpsc::Sender<Message>,
+    queue: WriteQueue<Message>,
     thread: std::sync::Mutex<Option<JoinHandle<()>>>,
     stats: Arc<WriterStats>,
     sync_stats: Arc<SyncStats>,
     /// Is the database file still the one at its path?
     guard: Arc<FileGuard>,
-    capacity: usize,
     /// What the writer's connection runs with, read back at start.
     applied: Applied,
 }
@@ -132,8 +109,11 @@ impl Writer {
         slots: Option<Arc<Slots>>,
     ) -> std::io::Result<Self> {
         let applied = connection::applied(&conn).map_err(std::io::Error::other)?;
-        let (tx, rx) = mpsc::channel(settings.write_queue);
-        let stats = Arc::new(WriterStats::default());
+        let (queue, rx) = WriteQueue::new(settings.write_queue);
+        let stats = Arc::new(WriterStats {
+            writes: Arc::clone(queue.counters()),
+            ..WriterStats::default()
+        });
         let sync_stats = Arc::new(SyncStats::default());
         let replies = Replies::new();
         let preallocate = settings.wal_preallocate_applied();
@@ -166,7 +146,6 @@ impl Writer {
         let thread_guard = Arc::clone(&guard);
         let thread_stats = Arc::clone(&stats);
         let thread_sync_stats = Arc::clone(&sync_stats);
-        let capacity = settings.write_queue;
         let batch_max = settings.batch_max;
         let data_version = data_version(&conn).map_err(std::io::Error::other)?;
         let build = slots.as_ref().map(|_| 0);
@@ -196,7 +175,7 @@ impl Writer {
             // The ticks that let the writer notice another process's
             // changes. A weak sender: the queue still closes when the
             // store's own sender is dropped, and the thread ends with it.
-            let ticks = tx.downgrade();
+            let ticks = queue.downgrade();
             std::thread::Builder::new()
                 .name("litelink-slot-ticks".into())
                 .spawn(move || {
@@ -213,12 +192,11 @@ impl Writer {
                 })?;
         }
         Ok(Self {
-            tx,
+            queue,
             thread: std::sync::Mutex::new(Some(thread)),
             stats,
             sync_stats,
             guard,
-            capacity,
             applied,
         })
     }
@@ -243,25 +221,15 @@ impl Writer {
         if let Some(why) = self.sync_stats.writes_stopped() {
             return Err(StoreError::WritesStopped(why.clone()));
         }
-        let (reply, answer) = oneshot::channel();
-        match self.tx.try_send(message(reply)) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.stats.rejected_full.fetch_add(1, Ordering::Relaxed);
-                return Err(StoreError::Busy);
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => return Err(StoreError::Closed),
-        }
-        // The writer drops the sender only if it dies mid-batch.
-        answer.await.map_err(|_| StoreError::Closed)?
+        self.queue.ask(message).await
     }
 
     pub(super) fn queue_len(&self) -> usize {
-        self.capacity - self.tx.capacity()
+        self.queue.len()
     }
 
     pub(super) fn capacity(&self) -> usize {
-        self.capacity
+        self.queue.capacity()
     }
 
     /// Why writes would fail now, if they would: for the readiness check.
@@ -289,16 +257,8 @@ impl Writer {
         self.stats.links.load(Ordering::Relaxed)
     }
 
-    pub(super) fn counts(&self) -> WriterCounts {
-        let s = &self.stats;
-        WriterCounts {
-            commits: s.commits.load(Ordering::Relaxed),
-            rows: s.rows.load(Ordering::Relaxed),
-            largest_batch: s.largest_batch.load(Ordering::Relaxed),
-            failed_batches: s.failed_batches.load(Ordering::Relaxed),
-            code_collisions: s.code_collisions.load(Ordering::Relaxed),
-            rejected_queue_full: s.rejected_full.load(Ordering::Relaxed),
-        }
+    pub(super) fn counts(&self) -> WriteCounts {
+        self.stats.writes.counts()
     }
 
     pub(super) fn sync_counts(&self) -> SyncCounts {
@@ -335,7 +295,7 @@ impl Writer {
     /// waits for its thread to close the connection.
     pub(super) async fn close(&self) {
         // `send` waits for room, so a full queue still drains first.
-        let _ = self.tx.send(Message::Shutdown).await;
+        let _ = self.queue.send(Message::Shutdown).await;
         let handle = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(handle) = handle {
             let _ = tokio::task::spawn_blocking(move || handle.join()).await;
@@ -514,12 +474,9 @@ impl WriterThread {
                     return;
                 }
                 let n = stored.len() as u64;
-                metrics::histogram!("litelink_write_batch_size").record(n as f64);
                 self.stats.disk_full.store(false, Ordering::Relaxed);
-                self.stats.commits.fetch_add(1, Ordering::Relaxed);
-                self.stats.rows.fetch_add(n, Ordering::Relaxed);
+                self.stats.writes.committed(n);
                 self.stats.links.fetch_add(n, Ordering::Relaxed);
-                self.stats.largest_batch.fetch_max(n, Ordering::Relaxed);
                 let acks = stored
                     .into_iter()
                     .filter_map(|(reply, row)| row.ok().map(|s| (reply, Done::Link(s.link))));
@@ -529,11 +486,10 @@ impl WriterThread {
                 // The transaction rolled back as a whole: nothing in this
                 // batch was stored, so every request in it is told so, and
                 // the next batch starts clean.
-                self.stats.failed_batches.fetch_add(1, Ordering::Relaxed);
+                self.stats.writes.failed();
                 throttled!(FAILED_WRITES, error, error = %e, rows = batch.len(),
                     "write batch failed and was rolled back");
                 let kind = match &e {
-                    StoreError::Sqlite(e) => StorageFailure::of(e),
                     StoreError::Storage(kind, _) => *kind,
                     _ => StorageFailure::Other,
                 };
@@ -579,7 +535,7 @@ impl WriterThread {
             Ok(applied) => {
                 self.copy_to_slots(applied.changed);
                 self.epoch.advance();
-                self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                self.stats.writes.committed_other();
                 if applied.links_added >= 0 {
                     self.stats
                         .links
@@ -870,7 +826,7 @@ fn insert_one(
             if let Some(id) = insert_named(&code)? {
                 return Ok(Ok(stored(code, id, true)));
             }
-            stats.code_collisions.fetch_add(1, Ordering::Relaxed);
+            stats.writes.collided(1);
         }
     } else {
         let mut collisions = 0;
@@ -881,9 +837,7 @@ fn insert_one(
             MAX_CODE_ATTEMPTS,
             &mut collisions,
         )?;
-        stats
-            .code_collisions
-            .fetch_add(collisions, Ordering::Relaxed);
+        stats.writes.collided(collisions);
         if let Some(find::Fresh { id, code }) = fresh {
             insert(id, &code, false)?;
             return Ok(Ok(stored(code, id, false)));
@@ -891,13 +845,6 @@ fn insert_one(
     }
     tracing::warn!("no free short code found; consider a longer --code-length");
     Ok(Err(StoreError::CodeSpaceExhausted(MAX_CODE_ATTEMPTS)))
-}
-
-/// A UNIQUE constraint failed: the code (or key name) is in use.
-pub(super) fn is_unique_violation(e: &rusqlite::Error) -> bool {
-    matches!(e, rusqlite::Error::SqliteFailure(f, _)
-        if f.code == ErrorCode::ConstraintViolation
-            && f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE)
 }
 
 fn unexpected(done: Done) -> StoreError {

@@ -1,5 +1,6 @@
-//! `litelink doctor`: SQLite's build facts, a check of one database, and
-//! how long a durable sync takes on the disk that holds it.
+//! `litelink doctor` on a SQLite file: SQLite's build facts, a check of
+//! the database, and how long a durable sync takes on the disk that holds
+//! it.
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
@@ -8,16 +9,11 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags};
 
-use crate::store::StoreSettings;
-use crate::store::sqlite::{build_info, memstatus, migrations};
+use super::{SqliteSettings, build_info, memstatus, migrations};
 
 /// Prints a report and returns whether everything is in order.
-pub fn run(settings: &StoreSettings, full: bool) -> anyhow::Result<bool> {
-    if let Some(pg) = &settings.postgres {
-        return postgres(pg);
-    }
-    memstatus::configure(settings.sqlite.memstatus)?;
-    let db = settings.db.as_path();
+pub fn run(db: &Path, settings: &SqliteSettings, full: bool) -> anyhow::Result<bool> {
+    memstatus::configure(settings.memstatus)?;
     let mut ok = true;
     println!("SQLite version:     {}", build_info::sqlite_version());
     if !db.exists() {
@@ -222,73 +218,5 @@ fn probe_sync(dir: &Path) -> std::io::Result<SyncProbe> {
         runs: n,
         median: times[n / 2],
         p90: times[(n * 9 / 10).min(n - 1)],
-    })
-}
-
-/// `doctor --store postgres://...`: can this database be reached, which
-/// schema does it hold, and can it be written (not a replica)?
-fn postgres(settings: &crate::store::postgres::PostgresSettings) -> anyhow::Result<bool> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        let (client, connection) =
-            tokio_postgres::connect(&settings.url, tokio_postgres::NoTls).await?;
-        let task = tokio::spawn(connection);
-        let version: String = client.query_one("SHOW server_version", &[]).await?.get(0);
-        println!("PostgreSQL version: {version}");
-        let schema: Option<i32> = match client
-            .query_opt("SELECT version FROM litelink_schema", &[])
-            .await
-        {
-            Ok(row) => row.map(|r| r.get(0)),
-            Err(_) => None,
-        };
-        let latest = crate::store::postgres::migrations::LATEST;
-        let mut ok = true;
-        match schema {
-            None => println!("schema version:     none yet (`litelink serve` makes it)"),
-            Some(v) if v > latest => {
-                println!("schema version:     {v} of {latest} (newer than this litelink)");
-                ok = false;
-            }
-            Some(v) => println!("schema version:     {v} of {latest}"),
-        }
-        if schema.is_some() {
-            let links: i64 = client
-                .query_one("SELECT count(*) FROM links WHERE deleted_at IS NULL", &[])
-                .await?
-                .get(0);
-            let tombstones: i64 = client
-                .query_one(
-                    "SELECT count(*) FROM links WHERE deleted_at IS NOT NULL",
-                    &[],
-                )
-                .await?
-                .get(0);
-            println!(
-                "links:              {links} (and {tombstones} deleted codes kept as tombstones)"
-            );
-        }
-        let replica: bool = client
-            .query_one("SELECT pg_is_in_recovery()", &[])
-            .await?
-            .get(0);
-        println!(
-            "writable:           {}",
-            if replica {
-                "no (a replica in recovery)"
-            } else {
-                "yes"
-            }
-        );
-        ok &= !replica;
-        println!(
-            "result:             {}",
-            if ok { "ok" } else { "PROBLEMS FOUND" }
-        );
-        drop(client);
-        let _ = task.await;
-        Ok(ok)
     })
 }

@@ -1,0 +1,57 @@
+//! The request and error bodies as the OpenAPI document describes them:
+//! what the handlers' `#[utoipa::path]` attributes name, apart from the
+//! document itself ([`super::openapi`]), which names the handlers.
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// Every error answer's body.
+#[derive(Serialize, ToSchema)]
+#[schema(as = Error)]
+pub struct ErrorMessage {
+    /// What was wrong, in words; never an internal detail.
+    pub error: String,
+}
+
+/// The body of a create, as the document describes it. The extractor
+/// (`extract::NewLinkBody`) checks each field by hand so that every
+/// mistake has its own message; this is the same contract, for clients.
+#[derive(ToSchema)]
+#[schema(as = NewLink)]
+#[allow(dead_code)]
+pub struct NewLinkRequest {
+    /// An http or https URL (at most 4,096 bytes) without user info;
+    /// stored and served in its canonical (WHATWG) form.
+    #[schema(
+        min_length = 1,
+        max_length = 4096,
+        format = "uri",
+        example = "https://example.com/a?b=c"
+    )]
+    url: String,
+    /// A custom code (needs an API key): 3 to 64 of `[A-Za-z0-9_-]`, not a
+    /// reserved name; 409 when taken.
+    #[schema(nullable, pattern = "^[A-Za-z0-9_-]{3,64}$")]
+    code: Option<String>,
+    /// When the link stops redirecting (RFC 3339, in the future).
+    #[schema(nullable, format = DateTime)]
+    expires_at: Option<String>,
+    /// Redirects the link serves before it answers 410.
+    #[schema(nullable, minimum = 1, maximum = 9223372036854775807i64)]
+    max_visits: Option<i64>,
+}
+
+/// The body of an edit: any of its fields; `null` clears an expiry or a
+/// visit limit.
+#[derive(ToSchema)]
+#[schema(as = LinkPatch)]
+#[allow(dead_code)]
+pub struct PatchRequest {
+    /// A new target, with the rules of a create.
+    #[schema(min_length = 1, max_length = 4096, format = "uri")]
+    url: Option<String>,
+    #[schema(nullable, format = DateTime)]
+    expires_at: Option<String>,
+    #[schema(nullable, minimum = 1, maximum = 9223372036854775807i64)]
+    max_visits: Option<i64>,
+}
