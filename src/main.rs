@@ -7,15 +7,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
 use litelink::cli::{Cli, Command, StressArgs};
-use litelink_service::{store, telemetry};
+use litelink_service::observability::logging;
+use litelink_service::store;
 
 fn main() -> ExitCode {
     let command = Cli::parse().into_command();
     let (filter, format) = match &command {
-        Command::Serve(args) => (telemetry::SERVER_FILTER, args.server.log_format),
-        _ => (telemetry::TOOL_FILTER, telemetry::LogFormat::Text),
+        Command::Serve(args) => (logging::SERVER_FILTER, args.server.log_format),
+        _ => (logging::TOOL_FILTER, logging::LogFormat::Text),
     };
-    telemetry::init(filter, format);
+    logging::init(filter, format);
     let result = match command {
         Command::Serve(args) => litelink::serve(args.settings()).map(|()| ExitCode::SUCCESS),
         Command::Doctor(args) => store::backend(&args.store.settings())

@@ -10,10 +10,10 @@ use litelink_service::Settings;
 use litelink_service::cache::CacheMode;
 use litelink_service::domain::code::{MAX_GENERATED_LEN, MIN_GENERATED_LEN};
 use litelink_service::http::{CreateAuth, RedirectStatus, ReferrerPolicy};
+use litelink_service::observability::logging::LogFormat;
 use litelink_service::store::StoreSettings;
 use litelink_service::store::postgres::PostgresSettings;
 use litelink_service::store::sqlite::Durability;
-use litelink_service::telemetry::LogFormat;
 
 use super::{OnOff, keyword, on_off};
 

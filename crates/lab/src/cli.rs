@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::builder::PossibleValuesParser;
 use clap::{Args, Parser, Subcommand};
-use litelink::cli::{OnOff, ServeArgs, keyword, on_off, seconds};
+use litelink::cli::{ImportArgs, OnOff, ServeArgs, keyword, on_off, seconds};
 use litelink_service::Settings;
 use litelink_service::store::sqlite::{ConnectionMode, ReadOn};
 
@@ -35,6 +35,9 @@ pub enum LabCommand {
     /// The bench's ceiling: a bare hyper server answering `{"OK":true}` to
     /// everything (see [`crate::reference`]).
     ReferenceServer(ReferenceArgs),
+    /// `litelink import`, as the product runs it: how the scale experiment
+    /// loads its links.
+    Import(ImportArgs),
 }
 
 #[derive(Debug, Clone, Args)]

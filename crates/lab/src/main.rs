@@ -5,29 +5,32 @@ use std::process::ExitCode;
 use clap::Parser;
 use litelink_lab::cli::{LabCli, LabCommand};
 use litelink_lab::reference::{self, Answer};
-use litelink_service::telemetry;
+use litelink_service::observability::logging;
 
 fn main() -> ExitCode {
     let command = LabCli::parse().command;
     let (filter, format) = match &command {
-        LabCommand::Serve(args) => (telemetry::SERVER_FILTER, args.serve.server.log_format),
-        _ => (telemetry::TOOL_FILTER, telemetry::LogFormat::Text),
+        LabCommand::Serve(args) => (logging::SERVER_FILTER, args.serve.server.log_format),
+        _ => (logging::TOOL_FILTER, logging::LogFormat::Text),
     };
-    telemetry::init(filter, format);
+    logging::init(filter, format);
     let result = match command {
-        LabCommand::Serve(args) => litelink::serve(args.settings()),
-        LabCommand::Bench(args) => bench(&args),
+        LabCommand::Serve(args) => litelink::serve(args.settings()).map(|()| ExitCode::SUCCESS),
+        LabCommand::Bench(args) => bench(&args).map(|()| ExitCode::SUCCESS),
+        LabCommand::Import(args) => litelink::manage::import(args),
         LabCommand::ReferenceServer(args) => {
             let kind = if args.redirect {
                 Answer::Redirect
             } else {
                 Answer::Ok
             };
-            reference::serve(args.listen, kind).map_err(Into::into)
+            reference::serve(args.listen, kind)
+                .map(|()| ExitCode::SUCCESS)
+                .map_err(Into::into)
         }
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             tracing::error!("{e:#}");
             ExitCode::FAILURE

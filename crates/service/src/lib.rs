@@ -47,14 +47,12 @@
 pub mod cache;
 pub mod domain;
 pub mod http;
-pub mod invalidations;
 pub mod keys;
 pub mod links;
-pub mod observe;
+pub mod observability;
 pub mod settings;
 pub mod startup;
 pub mod store;
-pub mod telemetry;
 pub mod transfer;
 pub mod visits;
 

@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::cache::invalidations::{InvalidationStats, Invalidations};
 use crate::cache::{CacheStats, LinkCache, Lookup};
 use crate::domain::{Link, Resolved, ShortCode, TargetUrl, VisitCounts};
-use crate::invalidations::{InvalidationStats, Invalidations};
 use crate::keys::{KeyRegistry, Principal};
 use crate::store::{LinkPatch, LinkStore, ListPage, ListQuery, NewLink, StoreError, StoreStats};
 use crate::visits::{Visit, VisitStats, Visits};
+use strum::{Display, EnumString, VariantNames};
 
 /// What `/stats` shows of the store and the cache: the store's fields at
 /// the top level (as they always were), the cache under `cache`.
@@ -35,6 +36,26 @@ pub enum Readiness {
     Degraded(String),
     /// Writes fail (stopped, the database file gone, the disk full).
     Unavailable(String),
+}
+
+/// Who may create links.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumString, Display, VariantNames)]
+#[strum(serialize_all = "kebab-case")]
+pub enum CreateAuth {
+    /// Anyone; a key that is sent must be valid, and owns the link.
+    Open,
+    /// Only callers with a valid API key.
+    Key,
+}
+
+/// What the links service refuses, or what failed below it.
+#[derive(Debug, thiserror::Error)]
+pub enum LinksError {
+    /// This needs an API key, and none was sent.
+    #[error("{0}")]
+    NeedsKey(&'static str),
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// What a redirect finds.
@@ -75,6 +96,7 @@ struct Parts {
     visits: Arc<Visits>,
     /// Tells the other instances on the same store what changed.
     invalidations: Option<Arc<Invalidations>>,
+    create_auth: CreateAuth,
 }
 
 /// Whether `caller` may see and change `link`: its owner, or an admin.
@@ -90,6 +112,7 @@ impl Links {
         keys: Arc<KeyRegistry>,
         visits: Arc<Visits>,
         invalidations: Option<Arc<Invalidations>>,
+        create_auth: CreateAuth,
     ) -> Self {
         Self {
             inner: Arc::new(Parts {
@@ -98,6 +121,7 @@ impl Links {
                 keys,
                 visits,
                 invalidations,
+                create_auth,
             }),
         }
     }
@@ -124,7 +148,7 @@ impl Links {
 
     /// Where `code` leads; a served redirect ([`Use::Visit`]) is counted,
     /// and a link that has served its `max_visits` is [`Resolution::Exhausted`].
-    pub async fn resolve(&self, code: &ShortCode, how: Use<'_>) -> Result<Resolution, StoreError> {
+    pub async fn resolve(&self, code: &ShortCode, how: Use<'_>) -> Result<Resolution, LinksError> {
         match self.resolve_now(code, how) {
             Ok(resolution) => Ok(resolution),
             Err(later) => self.resolve_later(code, how, later).await,
@@ -159,7 +183,7 @@ impl Links {
         code: &ShortCode,
         how: Use<'_>,
         later: Later,
-    ) -> Result<Resolution, StoreError> {
+    ) -> Result<Resolution, LinksError> {
         let known = match later.0 {
             Some(known) => known,
             None => self.inner.cache.get_rest(code).await,
@@ -206,9 +230,36 @@ impl Links {
         })
     }
 
-    /// Stores the link durably, then writes it through to the cache, so the
+    /// Whether `caller` (`None`: no key) may create a link, choosing its
+    /// code or not.
+    pub fn may_create(
+        &self,
+        caller: Option<&Principal>,
+        choosing_code: bool,
+    ) -> Result<(), LinksError> {
+        if caller.is_none() {
+            if self.inner.create_auth == CreateAuth::Key {
+                return Err(LinksError::NeedsKey(
+                    "creating links needs an API key on this server",
+                ));
+            }
+            if choosing_code {
+                return Err(LinksError::NeedsKey("choosing a code needs an API key"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores a link for `caller`, who owns it, if [`Self::may_create`]
+    /// allows it; durably, then written through to the cache, so the
     /// cache never holds a code the store could lose.
-    pub async fn create(&self, new: NewLink) -> Result<Link, StoreError> {
+    pub async fn create(
+        &self,
+        caller: Option<&Principal>,
+        mut new: NewLink,
+    ) -> Result<Link, LinksError> {
+        self.may_create(caller, new.code.is_some())?;
+        new.owner = caller.map(Principal::owner);
         let link = self.inner.store.create(new).await?;
         self.inner.cache.put(&link.code, &link.resolved()).await;
         // Others may remember the code as unknown.
@@ -222,7 +273,7 @@ impl Links {
         &self,
         caller: &Principal,
         code: &ShortCode,
-    ) -> Result<Option<Link>, StoreError> {
+    ) -> Result<Option<Link>, LinksError> {
         let _gate = self.inner.visits.read_gate().await;
         let link = self.inner.store.link(code).await?;
         Ok(link
@@ -240,7 +291,7 @@ impl Links {
         &self,
         caller: &Principal,
         code: &ShortCode,
-    ) -> Result<Option<VisitCounts>, StoreError> {
+    ) -> Result<Option<VisitCounts>, LinksError> {
         if self.get(caller, code).await?.is_none() {
             return Ok(None);
         }
@@ -259,7 +310,7 @@ impl Links {
         caller: &Principal,
         code: &ShortCode,
         patch: LinkPatch,
-    ) -> Result<Option<Link>, StoreError> {
+    ) -> Result<Option<Link>, LinksError> {
         if self.get(caller, code).await?.is_none() {
             return Ok(None);
         }
@@ -270,7 +321,7 @@ impl Links {
     }
 
     /// Deletes a link; gone from every cache tier before this returns.
-    pub async fn delete(&self, caller: &Principal, code: &ShortCode) -> Result<bool, StoreError> {
+    pub async fn delete(&self, caller: &Principal, code: &ShortCode) -> Result<bool, LinksError> {
         if self.get(caller, code).await?.is_none() {
             return Ok(false);
         }
@@ -296,7 +347,7 @@ impl Links {
         limit: usize,
         before: Option<i64>,
         q: Option<String>,
-    ) -> Result<ListPage, StoreError> {
+    ) -> Result<ListPage, LinksError> {
         let query = ListQuery {
             owner: (!caller.admin).then_some(caller.id),
             limit,

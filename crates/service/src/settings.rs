@@ -5,9 +5,9 @@
 use std::net::SocketAddr;
 
 use crate::cache::CacheSettings;
+use crate::cache::invalidations::InvalidationSettings;
 use crate::domain::CodeSettings;
 use crate::http::HttpSettings;
-use crate::invalidations::InvalidationSettings;
 use crate::store::StoreSettings;
 use crate::visits::VisitSettings;
 

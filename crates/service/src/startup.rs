@@ -10,9 +10,9 @@ use tokio::net::TcpListener;
 
 use crate::cache;
 use crate::cache::CacheMode;
+use crate::cache::invalidations::Invalidations;
 use crate::domain::{CodeGenerator, TargetPolicy};
 use crate::http;
-use crate::invalidations::Invalidations;
 use crate::keys::KeyRegistry;
 use crate::links::Links;
 use crate::settings::Settings;
@@ -77,7 +77,14 @@ impl Application {
             )),
             None => None,
         };
-        let links = Links::new(cache, store, keys, visits, invalidations);
+        let links = Links::new(
+            cache,
+            store,
+            keys,
+            visits,
+            invalidations,
+            settings.http.create_auth,
+        );
         let targets = Arc::new(TargetPolicy::new(
             settings.http.refuse_private_targets,
             settings.http.deny_hosts.clone(),

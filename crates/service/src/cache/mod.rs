@@ -6,6 +6,7 @@
 //! A new tier is one file here implementing [`LinkCache`], a [`CacheMode`]
 //! and a line in [`build`].
 
+pub mod invalidations;
 mod memory;
 mod none;
 mod tiered;

@@ -436,7 +436,7 @@ impl ValkeyCache {
                 op = what,
                 error = message,
                 suppressed = log.suppressed,
-                request_id = %crate::telemetry::request_id(),
+                request_id = %crate::observability::logging::request_id(),
                 "Valkey cache unavailable; serving from the store (skipping Valkey for {BACKOFF:?})"
             );
             log.last = Some(Instant::now());
@@ -565,13 +565,15 @@ impl LinkCache for ValkeyCache {
         let bound = self.config.timeout.max(Duration::from_millis(200));
         // The probe is unauthenticated: the reason names no address; the
         // error itself goes to the log, at a limited rate.
-        static FAILED: std::sync::LazyLock<crate::telemetry::Throttle> =
-            std::sync::LazyLock::new(|| crate::telemetry::Throttle::new(Duration::from_secs(10)));
+        static FAILED: std::sync::LazyLock<crate::observability::logging::Throttle> =
+            std::sync::LazyLock::new(|| {
+                crate::observability::logging::Throttle::new(Duration::from_secs(10))
+            });
         match tokio::time::timeout(bound, ping).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => {
                 crate::throttled!(FAILED, warn, error = %e,
-                    request_id = %crate::telemetry::request_id(), "readiness: Valkey does not answer");
+                    request_id = %crate::observability::logging::request_id(), "readiness: Valkey does not answer");
                 Err("valkey: not reachable; reads and writes go to the store".into())
             }
             Err(_) => Err("valkey: no answer in time; reads and writes go to the store".into()),

@@ -1,6 +1,7 @@
 //! The vocabulary of the service: short codes and target URLs, each parsed
 //! and checked once at the edge so that the layers below never see raw input.
 
+pub mod classify;
 pub mod code;
 pub mod codebook;
 mod link;

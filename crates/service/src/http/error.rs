@@ -10,8 +10,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::links::LinksError;
+use crate::observability::logging::Throttle;
 use crate::store::{StorageFailure, StoreError};
-use crate::telemetry::Throttle;
 use crate::throttled;
 
 /// Errors that come in floods (a full disk fails every create) are logged
@@ -82,11 +83,11 @@ impl IntoResponse for ApiError {
         let status = self.status();
         let message = match &self {
             Self::Internal(detail) => {
-                throttled!(INTERNAL, error, %detail, request_id = %crate::telemetry::request_id(), "internal error");
+                throttled!(INTERNAL, error, %detail, request_id = %crate::observability::logging::request_id(), "internal error");
                 "internal server error".to_owned()
             }
             Self::Unavailable { message, .. } => {
-                throttled!(UNAVAILABLE, warn, %message, request_id = %crate::telemetry::request_id(), "answered 503");
+                throttled!(UNAVAILABLE, warn, %message, request_id = %crate::observability::logging::request_id(), "answered 503");
                 message.clone()
             }
             other => other.to_string(),
@@ -145,6 +146,15 @@ pub async fn json_for_bodiless_errors(response: Response) -> Response {
     Response::from_parts(parts, body.into_body())
 }
 
+impl From<LinksError> for ApiError {
+    fn from(e: LinksError) -> Self {
+        match e {
+            LinksError::NeedsKey(why) => Self::Unauthorized(why.into()),
+            LinksError::Store(e) => e.into(),
+        }
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
@@ -185,11 +195,11 @@ fn storage_error(kind: StorageFailure, detail: String) -> ApiError {
     };
     match kind {
         StorageFailure::DiskFull => {
-            throttled!(INTERNAL, error, %detail, request_id = %crate::telemetry::request_id(), "the disk is full");
+            throttled!(INTERNAL, error, %detail, request_id = %crate::observability::logging::request_id(), "the disk is full");
             unavailable("the server's disk is full; retry later", 30)
         }
         StorageFailure::Io | StorageFailure::ReadOnly => {
-            throttled!(INTERNAL, error, %detail, request_id = %crate::telemetry::request_id(),
+            throttled!(INTERNAL, error, %detail, request_id = %crate::observability::logging::request_id(),
                 "the database cannot be written");
             unavailable("the server cannot write to its disk; retry later", 30)
         }
@@ -198,7 +208,7 @@ fn storage_error(kind: StorageFailure, detail: String) -> ApiError {
             CORRUPT.call_once(|| {
                 tracing::error!(
                     %detail,
-                    request_id = %crate::telemetry::request_id(),
+                    request_id = %crate::observability::logging::request_id(),
                     "database corrupt: run `litelink doctor --full`, and restore from a backup \
                      or `litelink export` what can still be read"
                 );

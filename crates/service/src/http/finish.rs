@@ -19,8 +19,8 @@ use axum::http::{HeaderValue, Method, Request, Response, header};
 use tower::{Layer, Service};
 
 use super::request_id::{self, X_REQUEST_ID};
-use crate::observe::{Recording, Requests};
-use crate::telemetry::REQUEST_ID;
+use crate::observability::logging::REQUEST_ID;
+use crate::observability::recording::{Recording, Requests};
 
 /// Adds what every answer carries to `response` (see the module
 /// documentation), and counts it.

@@ -7,9 +7,9 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
+use super::AppState;
 use super::error::ApiError;
 use super::extract::{Caller, ClientAddr, Code, Key, NewLinkBody, Operator, PatchBody};
-use super::{AppState, CreateAuth};
 use crate::domain::{Link, ShortCode, TargetUrl, Timestamp};
 use crate::links::{LinkStats, Readiness, Resolution, Use};
 use crate::store::{LinkPatch, NewLink};
@@ -86,28 +86,19 @@ impl AppState {
         body: NewLinkBody,
     ) -> Result<Link, ApiError> {
         let Caller(caller) = caller;
-        if caller.is_none() {
-            if self.create_auth == CreateAuth::Key {
-                return Err(ApiError::Unauthorized(
-                    "creating links needs an API key on this server".into(),
-                ));
-            }
-            if body.code.is_some() {
-                return Err(ApiError::Unauthorized(
-                    "choosing a code needs an API key".into(),
-                ));
-            }
-        }
+        // Refused for want of a key before anything is counted or parsed.
+        self.links
+            .may_create(caller.as_ref(), body.code.is_some())?;
         self.limiter.check(client.0, headers, caller.as_ref())?;
         self.targets.check(&body.url).map_err(bad_target)?;
         let new = NewLink {
             target: body.url,
             code: body.code,
             expires_at: body.expires_at,
-            owner: caller.map(|p| p.owner()),
+            owner: None,
             max_visits: body.max_visits,
         };
-        Ok(self.links.create(new).await?)
+        Ok(self.links.create(caller.as_ref(), new).await?)
     }
 }
 
@@ -589,7 +580,7 @@ pub fn prometheus(
     handle: &metrics_exporter_prometheus::PrometheusHandle,
     links: &crate::links::Links,
 ) -> Response {
-    let body = crate::observe::render(handle, &links.stats());
+    let body = crate::observability::recording::render(handle, &links.stats());
     (
         [(
             header::CONTENT_TYPE,

@@ -37,8 +37,8 @@ use super::handlers::{link_answer, redirect_answer, redirect_use, target_of};
 use super::request_id;
 use crate::domain::{ShortCode, TargetUrl};
 use crate::links::{Later, Use};
-use crate::observe::{Recording, Requests};
-use crate::telemetry::REQUEST_ID;
+use crate::observability::logging::REQUEST_ID;
+use crate::observability::recording::{Recording, Requests};
 use crate::visits::Visit;
 
 /// What both paths answer with: the hot path's flat bodies, or the

@@ -27,6 +27,7 @@ use strum::{Display, EnumString, VariantNames};
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
+pub use crate::links::CreateAuth;
 pub use error::ApiError;
 pub use extract::NewLinkBody;
 pub use openapi::ApiDoc;
@@ -55,16 +56,6 @@ impl RedirectStatus {
             Self::PermanentRedirect => StatusCode::PERMANENT_REDIRECT,
         }
     }
-}
-
-/// Who may create links.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumString, Display, VariantNames)]
-#[strum(serialize_all = "kebab-case")]
-pub enum CreateAuth {
-    /// Anyone; a key that is sent must be valid, and owns the link.
-    Open,
-    /// Only callers with a valid API key.
-    Key,
 }
 
 /// What the HTTP layer answers and how much it accepts.
@@ -158,7 +149,6 @@ use crate::links::Links;
 struct AppState {
     links: Links,
     redirect_status: StatusCode,
-    create_auth: CreateAuth,
     public_url: Option<String>,
     /// The address the server listens on: the host of `short_url` when
     /// neither `--public-url` nor a well-formed Host says otherwise.
@@ -212,14 +202,17 @@ impl AppState {
 fn metrics_handle(
     settings: &HttpSettings,
 ) -> Option<&'static metrics_exporter_prometheus::PrometheusHandle> {
-    settings.metrics.then(crate::observe::install).flatten()
+    settings
+        .metrics
+        .then(crate::observability::recording::install)
+        .flatten()
 }
 
 pub use hot::Service;
 
 /// `/metrics` alone, without a key, for `--metrics-listen`.
 pub fn metrics_app(links: Links) -> Router {
-    let handle = crate::observe::install();
+    let handle = crate::observability::recording::install();
     Router::new()
         .route(
             "/metrics",
@@ -279,7 +272,6 @@ pub fn app(
         metrics: metrics_handle(settings).filter(|_| settings.metrics_listen.is_none()),
         links,
         redirect_status: settings.redirect_status.status(),
-        create_auth: settings.create_auth,
         public_url: settings.public_url.clone(),
         listen,
         referrer_policy: settings
@@ -293,7 +285,7 @@ pub fn app(
         "the router and the OpenAPI document differ: {:?}",
         routes.undocumented()
     );
-    let requests = recording.then(|| crate::observe::requests(|| routes.paths()));
+    let requests = recording.then(|| crate::observability::recording::requests(|| routes.paths()));
     let hot = settings.hot_path.then(|| {
         Arc::new(hot::Hot::new(
             state.clone(),

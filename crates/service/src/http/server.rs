@@ -47,7 +47,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::HttpSettings;
-use crate::telemetry::Throttle;
+use crate::observability::logging::Throttle;
 use crate::throttled;
 
 /// Descriptors kept back from connections for the database, its WAL, the

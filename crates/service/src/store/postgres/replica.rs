@@ -21,8 +21,8 @@ use deadpool_postgres::{GenericClient, Pool};
 use serde::Serialize;
 
 use crate::domain::ShortCode;
+use crate::observability::logging::Throttle;
 use crate::store::StoreError;
-use crate::telemetry::Throttle;
 
 /// Codes kept with their change's position until the replica has replayed
 /// it; past this many, the newest position becomes a floor for every code.

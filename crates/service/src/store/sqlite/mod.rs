@@ -43,7 +43,7 @@ use self::ops::Op;
 use self::readers::{Epoch, Readers};
 use self::replies::Done;
 use self::slots::Slots;
-use self::writer::Writer;
+use self::writer::{Hooks, Writer};
 use super::{
     ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, NewLink, Record, StorageFailure,
     StoreError, StoreMetrics, StoreStats,
@@ -386,6 +386,16 @@ impl SqliteStore {
         settings: SqliteSettings,
         codes: CodeGenerator,
     ) -> Result<Self, OpenError> {
+        Self::open_with(path, settings, codes, Hooks::default())
+    }
+
+    /// [`Self::open`] with the writer's disk and code draws given.
+    fn open_with(
+        path: impl AsRef<Path>,
+        settings: SqliteSettings,
+        codes: CodeGenerator,
+        hooks: Hooks,
+    ) -> Result<Self, OpenError> {
         let path = path.as_ref().to_path_buf();
         let open_err = |source| OpenError::Open {
             path: path.clone(),
@@ -423,9 +433,12 @@ impl SqliteStore {
             &path,
             &settings,
             codes,
-            Arc::clone(&book),
-            Arc::clone(&epoch),
-            slots.clone(),
+            writer::Shared {
+                book: Arc::clone(&book),
+                epoch: Arc::clone(&epoch),
+                slots: slots.clone(),
+            },
+            hooks,
         )?;
         let checkpoints = Arc::new(checkpointer::CheckpointStats::default());
         let checkpointer = Checkpointer::start(
@@ -721,7 +734,26 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failed_wal_sync_stops_creates_and_keeps_reads() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = SqliteStore::open(
+        // How many of the next syncs fail as if the disk returned EIO.
+        let failures = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let hooks = Hooks {
+            sync: {
+                let failures = Arc::clone(&failures);
+                Arc::new(move |file: &std::fs::File| {
+                    let fail = failures.fetch_update(
+                        std::sync::atomic::Ordering::Relaxed,
+                        std::sync::atomic::Ordering::Relaxed,
+                        |n| n.checked_sub(1),
+                    );
+                    match fail {
+                        Ok(_) => Err(std::io::Error::from_raw_os_error(libc::EIO)),
+                        Err(_) => file.sync_data(),
+                    }
+                })
+            },
+            ..Hooks::default()
+        };
+        let store = SqliteStore::open_with(
             dir.path().join("l.db"),
             SqliteSettings::default(),
             CodeGenerator::new(crate::domain::CodeSettings {
@@ -729,6 +761,7 @@ mod tests {
                 locality: true,
             })
             .expect("generator"),
+            hooks,
         )
         .expect("open");
         let url = |i: u32| {
@@ -741,7 +774,7 @@ mod tests {
             .expect("create before the failure")
             .code;
 
-        store.inner.writer.fail_next_syncs(1);
+        failures.store(1, std::sync::atomic::Ordering::Relaxed);
         let failed = store.create(url(2)).await;
         assert!(
             matches!(failed, Err(StoreError::WritesStopped(ref why)) if why.contains("fdatasync")),
@@ -925,10 +958,15 @@ mod tests {
     }
 
     fn open(dir: &Path) -> SqliteStore {
-        SqliteStore::open(
+        open_hooked(dir, Hooks::default())
+    }
+
+    fn open_hooked(dir: &Path, hooks: Hooks) -> SqliteStore {
+        SqliteStore::open_with(
             dir.join("l.db"),
             SqliteSettings::default(),
             CodeGenerator::new(crate::domain::CodeSettings::default()).expect("generator"),
+            hooks,
         )
         .expect("open")
     }
@@ -954,9 +992,20 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_create_is_answered_only_after_its_sync() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = Arc::new(open(dir.path()));
-        let (release, held) = std::sync::mpsc::channel();
-        store.inner.writer.hold_next_sync(held);
+        // The next sync waits until the test lets it go.
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let held = std::sync::Mutex::new(Some(held));
+        let hooks = Hooks {
+            sync: Arc::new(move |file: &std::fs::File| {
+                let wait = held.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(wait) = wait {
+                    let _ = wait.recv();
+                }
+                file.sync_data()
+            }),
+            ..Hooks::default()
+        };
+        let store = Arc::new(open_hooked(dir.path(), hooks));
         let creating = {
             let store = Arc::clone(&store);
             tokio::spawn(async move { store.create(url(1)).await })
@@ -983,19 +1032,28 @@ mod tests {
     #[tokio::test]
     async fn a_colliding_code_is_retried_and_an_exhausted_one_fails_alone() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = open(dir.path());
+        // Codes drawn before any generated one, to force collisions.
+        let script = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
+        let hooks = Hooks {
+            draw: Some({
+                let script = Arc::clone(&script);
+                Arc::new(move || script.lock().unwrap_or_else(|e| e.into_inner()).pop_front())
+            }),
+            ..Hooks::default()
+        };
+        let store = open_hooked(dir.path(), hooks);
         let taken = ShortCode::parse("CCCCCCCCCC").expect("code");
-        store
-            .inner
-            .writer
-            .script_codes([taken.clone(), taken.clone()]);
+        script
+            .lock()
+            .unwrap()
+            .extend([taken.clone(), taken.clone()]);
         assert_eq!(store.create(url(1)).await.expect("first").code, taken);
         // The second draw collides and is retried with a generated code.
         let second = store.create(url(2)).await.expect("retried").code;
         assert_ne!(second, taken);
         assert_eq!(store.sqlite_stats().writer.writes.code_collisions, 1);
 
-        store.inner.writer.script_codes(std::iter::repeat_n(
+        script.lock().unwrap().extend(std::iter::repeat_n(
             taken.clone(),
             crate::store::queue::MAX_CODE_ATTEMPTS as usize,
         ));

@@ -41,14 +41,16 @@ pub(super) struct SyncStats {
     sync_micros: AtomicU64,
     /// Set, with the error, by the first failed sync of the WAL.
     writes_stopped: OnceLock<String>,
-    /// Tests only: how many of the next syncs fail as if the disk had
-    /// returned EIO. No real disk error can be provoked without root.
-    #[cfg(test)]
-    pub(super) fail_syncs: std::sync::atomic::AtomicU32,
-    /// Tests only: the next sync waits for a message on this, so a test can
-    /// see what happens while a sync is in progress.
-    #[cfg(test)]
-    pub(super) hold: std::sync::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+}
+
+/// How the WAL's data is put on disk: `File::sync_data` ([`data_sync`]),
+/// unless a test injects a sync that fails (no real disk error can be
+/// provoked without root) or waits.
+pub(super) type Syncer = Arc<dyn Fn(&File) -> std::io::Result<()> + Send + Sync>;
+
+/// The real sync: fdatasync(2).
+pub(super) fn data_sync() -> Syncer {
+    Arc::new(File::sync_data)
 }
 
 /// The `/stats` view of [`SyncStats`].
@@ -97,10 +99,11 @@ pub(super) struct WalSync {
     file: Option<File>,
     held: Vec<(Reply, Done)>,
     stats: Arc<SyncStats>,
+    syncer: Syncer,
 }
 
 impl WalSync {
-    pub(super) fn new(db: &Path, stats: Arc<SyncStats>) -> Self {
+    pub(super) fn new(db: &Path, stats: Arc<SyncStats>, syncer: Syncer) -> Self {
         let dir = db
             .parent()
             .map(Path::to_path_buf)
@@ -111,6 +114,7 @@ impl WalSync {
             file: None,
             held: Vec::new(),
             stats,
+            syncer,
         }
     }
 
@@ -162,25 +166,6 @@ impl WalSync {
     }
 
     fn sync(&mut self) -> std::io::Result<()> {
-        #[cfg(test)]
-        if let Some(release) = self
-            .stats
-            .hold
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            let _ = release.recv();
-        }
-        #[cfg(test)]
-        if self
-            .stats
-            .fail_syncs
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            return Err(std::io::Error::from_raw_os_error(libc::EIO));
-        }
         let file = match &mut self.file {
             Some(f) => f,
             None => {
@@ -191,7 +176,7 @@ impl WalSync {
                 self.file.insert(f)
             }
         };
-        file.sync_data()
+        (self.syncer)(file)
     }
 }
 

@@ -28,9 +28,9 @@ use super::slots::{self, Image, Slots};
 use super::walsync::{self, SyncCounts, SyncStats, WalSync};
 use super::{SqliteSettings, is_unique_violation};
 use crate::domain::{CodeGenerator, Codebook, Link, ShortCode, Timestamp};
+use crate::observability::logging::Throttle;
 use crate::store::queue::{MAX_CODE_ATTEMPTS, WriteCounters, WriteCounts, WriteQueue};
 use crate::store::{NewLink, StorageFailure, StoreError};
-use crate::telemetry::Throttle;
 use crate::throttled;
 
 const INSERT: &str = "INSERT INTO links (id, code, target, created_at, expires_at, owner, \
@@ -62,10 +62,33 @@ pub(super) struct WriterStats {
     /// Rows in the table: counted once at start, then one per insert, so
     /// that `/stats` never scans the table.
     links: AtomicU64,
-    /// Tests only: codes drawn before any generated one, to force
-    /// collisions.
-    #[cfg(test)]
-    pub(super) scripted_codes: std::sync::Mutex<std::collections::VecDeque<ShortCode>>,
+}
+
+/// What the writer shares with the readers: the codebook, the epoch it
+/// advances after each commit, and the link slots it writes.
+pub(super) struct Shared {
+    pub(super) book: Arc<Codebook>,
+    pub(super) epoch: Arc<Epoch>,
+    pub(super) slots: Option<Arc<Slots>>,
+}
+
+/// What the writer's disk and code draws are, injected: the real ones by
+/// default; a test's to fail or hold a sync, or to draw chosen codes
+/// (to force collisions).
+#[derive(Clone)]
+pub(super) struct Hooks {
+    pub(super) sync: walsync::Syncer,
+    /// Codes to draw before any generated one; `None` when there are none.
+    pub(super) draw: Option<Arc<dyn Fn() -> Option<ShortCode> + Send + Sync>>,
+}
+
+impl Default for Hooks {
+    fn default() -> Self {
+        Self {
+            sync: walsync::data_sync(),
+            draw: None,
+        }
+    }
 }
 
 impl WriterStats {
@@ -104,10 +127,10 @@ impl Writer {
         db: &Path,
         settings: &SqliteSettings,
         codes: CodeGenerator,
-        book: Arc<Codebook>,
-        epoch: Arc<Epoch>,
-        slots: Option<Arc<Slots>>,
+        shared: Shared,
+        hooks: Hooks,
     ) -> std::io::Result<Self> {
+        let Shared { book, epoch, slots } = shared;
         let applied = connection::applied(&conn).map_err(std::io::Error::other)?;
         let (queue, rx) = WriteQueue::new(settings.write_queue);
         let stats = Arc::new(WriterStats {
@@ -141,7 +164,7 @@ impl Writer {
         stats.links.store(links.max(0) as u64, Ordering::Relaxed);
         let wal_sync = settings
             .grouped_sync()
-            .then(|| WalSync::new(db, Arc::clone(&sync_stats)));
+            .then(|| WalSync::new(db, Arc::clone(&sync_stats), hooks.sync.clone()));
         let guard = Arc::new(FileGuard::new(db, Arc::clone(&sync_stats))?);
         let thread_guard = Arc::clone(&guard);
         let thread_stats = Arc::clone(&stats);
@@ -156,6 +179,7 @@ impl Writer {
                     conn,
                     batch_max,
                     codes,
+                    draw: hooks.draw,
                     book,
                     sequence: sequence.max(0) as u64,
                     stats: thread_stats,
@@ -265,32 +289,6 @@ impl Writer {
         self.sync_stats.counts()
     }
 
-    /// Tests only: the next `n` WAL syncs fail as if the disk returned EIO.
-    #[cfg(test)]
-    pub(super) fn fail_next_syncs(&self, n: u32) {
-        self.sync_stats.fail_syncs.store(n, Ordering::Relaxed);
-    }
-
-    /// Tests only: the next sync waits until `release` gets a message.
-    #[cfg(test)]
-    pub(super) fn hold_next_sync(&self, release: std::sync::mpsc::Receiver<()>) {
-        *self
-            .sync_stats
-            .hold
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(release);
-    }
-
-    /// Tests only: the next codes drawn, before any generated one.
-    #[cfg(test)]
-    pub(super) fn script_codes(&self, codes: impl IntoIterator<Item = ShortCode>) {
-        self.stats
-            .scripted_codes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend(codes);
-    }
-
     /// Lets the writer finish everything queued before this call, then
     /// waits for its thread to close the connection.
     pub(super) async fn close(&self) {
@@ -307,6 +305,8 @@ struct WriterThread {
     conn: Connection,
     batch_max: usize,
     codes: CodeGenerator,
+    /// Chosen codes drawn first (a test's).
+    draw: Option<Arc<dyn Fn() -> Option<ShortCode> + Send + Sync>>,
     book: Arc<Codebook>,
     /// How many codes were drawn: consecutive creates share a code prefix.
     sequence: u64,
@@ -429,6 +429,7 @@ impl WriterThread {
             &Codes {
                 generator: &self.codes,
                 book: &self.book,
+                draw: self.draw.as_deref(),
             },
             &mut self.sequence,
             &self.stats,
@@ -670,6 +671,7 @@ impl WriterThread {
 struct Codes<'a> {
     generator: &'a CodeGenerator,
     book: &'a Codebook,
+    draw: Option<&'a (dyn Fn() -> Option<ShortCode> + Send + Sync)>,
 }
 
 /// Inserts every target in one transaction and commits it. A row that
@@ -804,17 +806,8 @@ fn insert_one(
             None => Err(StoreError::CodeTaken(alias.to_string())),
         });
     }
-    // Tests script codes to force collisions: each draw takes one.
-    let scripted = || -> Option<ShortCode> {
-        #[cfg(test)]
-        return stats
-            .scripted_codes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front();
-        #[cfg(not(test))]
-        None
-    };
+    // Chosen codes, when a test injected some: each draw takes one.
+    let scripted = || codes.draw.and_then(|draw| draw());
     let mut first = scripted();
     if codes.generator.draws_random() || first.is_some() {
         for _ in 0..MAX_CODE_ATTEMPTS {

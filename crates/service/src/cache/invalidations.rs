@@ -22,8 +22,8 @@ use serde::Serialize;
 
 use crate::cache::LinkCache;
 use crate::domain::ShortCode;
+use crate::observability::logging::Throttle;
 use crate::store::LinkStore;
-use crate::telemetry::Throttle;
 
 /// Where invalidations travel (`--invalidations-url`).
 #[derive(Debug, Clone, Default)]

@@ -1,0 +1,187 @@
+//! Writing the tallies to the store: every `flush_interval` in the
+//! background, and once more at shutdown.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use super::{FastMap, Visits, lock};
+use crate::domain::{ShortCode, VisitCounts};
+use crate::store::StoreError;
+
+/// Links per flush transaction: a flush of many links is several short
+/// transactions, so creates queued meanwhile wait for one chunk at most.
+const FLUSH_CHUNK: usize = 64;
+
+/// A failing flush is logged at most this often, with the count since.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+impl Visits {
+    /// Writes every tally to the store, a chunk of links per transaction,
+    /// as fast as the store takes them (at shutdown).
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        self.flush_paced(Duration::ZERO).await
+    }
+
+    /// Writes every tally to the store, a chunk of links per transaction,
+    /// spreading the chunks over about `spread`: the writer then has room
+    /// for creates between them, and a one-CPU server for redirects. What
+    /// could not be written stays in memory for the next flush.
+    ///
+    /// The gate is held while tallies move (from the shards to `staged`,
+    /// and from `staged` into a committed chunk), never in between, so a
+    /// reader always finds each count either in memory or in the store.
+    pub async fn flush_paced(&self, spread: Duration) -> Result<(), StoreError> {
+        {
+            let _gate = self.gate.write().await;
+            let mut staged = lock(&self.staged);
+            for shard in self.shards.iter() {
+                // As large as before: the same links are likely counted
+                // again, and growing anew would rehash on the redirect path.
+                let taken = {
+                    let mut s = lock(shard);
+                    let size = s.tallies.len();
+                    std::mem::replace(
+                        &mut s.tallies,
+                        FastMap::with_capacity_and_hasher(size, Default::default()),
+                    )
+                };
+                if staged.is_empty() {
+                    *staged = taken;
+                } else {
+                    for (code, counts) in taken {
+                        staged.entry(code).or_default().merge(counts);
+                    }
+                }
+            }
+        }
+        // Written in the store's row order, so that each chunk's
+        // transaction rewrites a few neighbouring pages of each table
+        // rather than one for nearly every link in it (about 6x the
+        // write-ahead log otherwise, docs/benchmarks.md).
+        let codes: Vec<ShortCode> = lock(&self.staged).keys().cloned().collect();
+        let chunks = codes.len().div_ceil(FLUSH_CHUNK);
+        if chunks == 0 {
+            return Ok(());
+        }
+        let pause = spread / chunks as u32;
+        let mut order = self.in_row_order(codes).await.into_iter();
+        loop {
+            let _gate = self.gate.write().await;
+            let chunk: Arc<[(ShortCode, VisitCounts)]> = {
+                let mut staged = lock(&self.staged);
+                let mut chunk = Vec::with_capacity(FLUSH_CHUNK);
+                // A concurrent flush may have written some codes already.
+                for code in order.by_ref() {
+                    chunk.extend(staged.remove_entry(code.as_str()));
+                    if chunk.len() == FLUSH_CHUNK {
+                        break;
+                    }
+                }
+                // And staged some this one did not order: taken as they come.
+                if chunk.len() < FLUSH_CHUNK {
+                    let rest: Vec<ShortCode> = staged
+                        .keys()
+                        .take(FLUSH_CHUNK - chunk.len())
+                        .cloned()
+                        .collect();
+                    chunk.extend(
+                        rest.into_iter()
+                            .filter_map(|code| staged.remove_entry(code.as_str())),
+                    );
+                }
+                chunk.into()
+            };
+            if chunk.is_empty() {
+                break;
+            }
+            let n: u64 = chunk.iter().map(|(_, c)| c.total()).sum();
+            if let Err(e) = self.store.record_visits(Arc::clone(&chunk)).await {
+                // Back with the rest, to be tried again.
+                let mut staged = lock(&self.staged);
+                for (code, counts) in chunk.iter().cloned() {
+                    staged.entry(code).or_default().merge(counts);
+                }
+                self.counters.failed_flushes.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+            self.counters.flushed.fetch_add(n, Ordering::Relaxed);
+            drop(_gate);
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
+        }
+        self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `codes` in the store's row order. Found off the runtime's threads:
+    /// a code the store has not seen lately costs it a decryption (about
+    /// 7 µs), and a flush of many new links must not stall redirects.
+    async fn in_row_order(&self, codes: Vec<ShortCode>) -> Vec<ShortCode> {
+        let store = Arc::clone(&self.store);
+        let sorted = tokio::task::spawn_blocking(move || {
+            let mut keyed: Vec<(u64, ShortCode)> = codes
+                .into_iter()
+                .map(|code| (store.visit_order(&code), code))
+                .collect();
+            keyed.sort_unstable_by_key(|(at, _)| *at);
+            keyed.into_iter().map(|(_, code)| code).collect::<Vec<_>>()
+        });
+        // Only a runtime shutting down fails it; the flush then takes the
+        // codes as they come (the chunks fill up from what is staged).
+        sorted.await.unwrap_or_default()
+    }
+
+    /// Flushes until `stop` changes; a flush that has started always
+    /// finishes.
+    pub fn spawn_flusher(self: &Arc<Self>) -> Flusher {
+        let me = Arc::clone(self);
+        let (stop, mut stopped) = watch::channel(false);
+        let handle = tokio::spawn(async move {
+            // A flush starts every 3/4 of the interval and is spread over
+            // the last 1/4, so a count is on disk within one interval of
+            // its redirect: what `kill -9` can lose at most.
+            let every = me.settings.flush_interval * 3 / 4;
+            let spread = me.settings.flush_interval / 4;
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stopped.changed() => break,
+                }
+                if let Err(e) = me.flush_paced(spread).await {
+                    me.log_failure(&e);
+                }
+            }
+        });
+        Flusher { stop, handle }
+    }
+
+    fn log_failure(&self, e: &StoreError) {
+        let mut f = lock(&self.failures);
+        f.1 += 1;
+        if f.0.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
+            tracing::warn!(error = %e, failures = f.1, "cannot write visit counts; kept in memory to retry");
+            *f = (Some(Instant::now()), 0);
+        }
+    }
+}
+
+/// The background flush task.
+pub struct Flusher {
+    stop: watch::Sender<bool>,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+impl Flusher {
+    /// Stops the task once any flush it is running has finished.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.handle.await;
+    }
+}

@@ -1,0 +1,163 @@
+//! Counting visits without slowing redirects (`tally`): each redirect adds to a tally
+//! in memory, in one of a few shards picked by the worker thread (so no
+//! lock is shared by all requests), and a background task flushes the
+//! tallies to the store every `flush_interval`, through the writer, and
+//! once more at shutdown (`flush`). Reports of the counts are `report`.
+//!
+//! A link with `max_visits` also has an atomic counter (`limits`), started from
+//! its stored total plus what is waiting in memory: a redirect takes one
+//! from it or gets 410, which makes the limit exact on one instance however
+//! many redirects run at once.
+//!
+//! Counts read for the API (a link's `visits`, its report) are the stored
+//! ones plus those waiting in memory. [`Visits::gate`] keeps the two
+//! consistent: a flush holds it for writing from taking the tallies until
+//! the store has committed them, a read holds it for reading.
+
+mod flush;
+mod limits;
+mod report;
+mod tally;
+
+pub use flush::Flusher;
+pub use report::{
+    ClassCount, HostCount, Interval, REPORT_REFERRERS, SeriesPoint, VisitReport, Window,
+};
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::RwLock;
+
+use crate::domain::{AgentClass, ShortCode, VisitCounts};
+use crate::store::LinkStore;
+
+/// Whether and how often visits are counted.
+#[derive(Debug, Clone)]
+pub struct VisitSettings {
+    /// Count every redirect. Off, only links with `max_visits` are counted,
+    /// since their limit needs it.
+    pub counting: bool,
+    /// How often the tallies in memory are written to the store: what a
+    /// `kill -9` can lose at most.
+    pub flush_interval: Duration,
+}
+
+impl Default for VisitSettings {
+    fn default() -> Self {
+        Self {
+            counting: true,
+            flush_interval: Duration::from_millis(1000),
+        }
+    }
+}
+
+/// Tally shards. A worker thread always uses the same one, so with no more
+/// threads than shards a shard's lock is only ever contended by a flush.
+const SHARDS: usize = 16;
+
+/// User-agent strings whose class a shard remembers (it forgets them all
+/// when full).
+const AGENTS_PER_SHARD: usize = 1024;
+
+/// What a redirect knows about its visit, from its headers.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Visit<'a> {
+    /// The header values as sent: bytes, so that nothing scans them for
+    /// UTF-8 on the redirect path.
+    pub user_agent: Option<&'a [u8]>,
+    pub referer: Option<&'a [u8]>,
+}
+
+/// `/stats` figures of visit counting.
+#[derive(Debug, Clone, Serialize)]
+pub struct VisitStats {
+    pub counting: bool,
+    pub flush_interval_ms: u64,
+    /// Visits counted since start.
+    pub counted: u64,
+    /// Visits written to the store since start.
+    pub flushed: u64,
+    pub flushes: u64,
+    pub failed_flushes: u64,
+    /// Links with a limit whose counter is in memory.
+    pub limited_links: usize,
+}
+
+#[derive(Default)]
+struct Counters {
+    flushed: AtomicU64,
+    flushes: AtomicU64,
+    failed_flushes: AtomicU64,
+}
+
+/// foldhash rather than SipHash: the keys are codes of stored links and
+/// user agents, hashed on every redirect.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+/// One worker's tallies, and the classes of the user agents it has seen:
+/// both under the one lock a redirect takes.
+#[derive(Default)]
+struct Shard {
+    tallies: FastMap<ShortCode, VisitCounts>,
+    agents: FastMap<Box<[u8]>, AgentClass>,
+    /// Visits counted here since start (under the lock already held, so
+    /// no atomic operation per redirect).
+    counted: u64,
+}
+
+pub struct Visits {
+    settings: VisitSettings,
+    shards: Box<[Mutex<Shard>]>,
+    /// Tallies a flush has taken from the shards and not yet written.
+    staged: Mutex<FastMap<ShortCode, VisitCounts>>,
+    limits: Mutex<HashMap<ShortCode, Arc<AtomicU64>>>,
+    gate: RwLock<()>,
+    store: Arc<dyn LinkStore>,
+    counters: Counters,
+    failures: Mutex<(Option<Instant>, u64)>,
+}
+
+/// Locks a std mutex, whose data stays usable if a holder panicked.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn shard_index() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+    }
+    INDEX.with(|i| *i)
+}
+
+impl Visits {
+    pub fn new(settings: VisitSettings, store: Arc<dyn LinkStore>) -> Self {
+        Self {
+            settings,
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            staged: Mutex::default(),
+            limits: Mutex::default(),
+            gate: RwLock::new(()),
+            store,
+            counters: Counters::default(),
+            failures: Mutex::new((None, 0)),
+        }
+    }
+
+    pub fn stats(&self) -> VisitStats {
+        let c = &self.counters;
+        VisitStats {
+            counting: self.settings.counting,
+            flush_interval_ms: self.settings.flush_interval.as_millis() as u64,
+            counted: self.shards.iter().map(|s| lock(s).counted).sum(),
+            flushed: c.flushed.load(Ordering::Relaxed),
+            flushes: c.flushes.load(Ordering::Relaxed),
+            failed_flushes: c.failed_flushes.load(Ordering::Relaxed),
+            limited_links: lock(&self.limits).len(),
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! A link's visit report: its series, top referrers and client classes
+//! over a window.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::domain::visit::OTHER_HOST;
+use crate::domain::{AgentClass, Timestamp, VisitCounts};
+
+/// Buckets of a visit report's series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::Display)]
+#[strum(serialize_all = "lowercase")]
+pub enum Interval {
+    Hour,
+    Day,
+}
+
+/// What a visit report covers: `[from, to)`, all time by default. A bucket
+/// (an hour, or a day for referrers and agents) counts when it overlaps.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    pub from: Option<Timestamp>,
+    pub to: Option<Timestamp>,
+    pub interval: Interval,
+}
+
+impl Window {
+    fn overlaps(&self, start_ms: i64, len_ms: i64) -> bool {
+        self.from.is_none_or(|f| start_ms + len_ms > f.millis())
+            && self.to.is_none_or(|t| start_ms < t.millis())
+    }
+}
+
+/// Referrer hosts a report names; the rest are summed as `(other)`.
+pub const REPORT_REFERRERS: usize = 10;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct SeriesPoint {
+    /// Start of the hour or day (UTC).
+    #[schema(value_type = String, format = DateTime)]
+    pub start: Timestamp,
+    pub humans: u64,
+    pub bots: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct HostCount {
+    pub host: String,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct ClassCount {
+    pub class: AgentClass,
+    pub count: u64,
+}
+
+/// `GET /api/v1/links/{code}/visits`: every figure covers the window.
+/// The series lists buckets with visits only, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct VisitReport {
+    pub total: u64,
+    pub humans: u64,
+    pub bots: u64,
+    pub series: Vec<SeriesPoint>,
+    pub referrers: Vec<HostCount>,
+    pub agents: Vec<ClassCount>,
+}
+
+impl VisitReport {
+    pub fn build(counts: &VisitCounts, window: &Window) -> Self {
+        use crate::domain::visit::{DAY_MS, HOUR_MS};
+        use std::collections::BTreeMap;
+        let mut series: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
+        for h in &counts.hours {
+            if !window.overlaps(h.hour * HOUR_MS, HOUR_MS) {
+                continue;
+            }
+            let start = match window.interval {
+                Interval::Hour => h.hour * HOUR_MS,
+                Interval::Day => h.hour.div_euclid(24) * DAY_MS,
+            };
+            let b = series.entry(start).or_default();
+            b.0 += h.humans;
+            b.1 += h.bots;
+        }
+        let humans = series.values().map(|b| b.0).sum();
+        let bots = series.values().map(|b| b.1).sum();
+        let in_window = |day: i64| window.overlaps(day * DAY_MS, DAY_MS);
+        let mut hosts: HashMap<&str, u64> = HashMap::new();
+        for (day, host, n) in &counts.referrers {
+            if in_window(*day) {
+                *hosts.entry(host).or_default() += n;
+            }
+        }
+        let other = hosts.remove(OTHER_HOST).unwrap_or(0);
+        let mut referrers: Vec<HostCount> = hosts
+            .into_iter()
+            .map(|(host, count)| HostCount {
+                host: host.to_owned(),
+                count,
+            })
+            .collect();
+        referrers.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.host.cmp(&b.host)));
+        let rest: u64 = referrers
+            .iter()
+            .skip(REPORT_REFERRERS)
+            .map(|r| r.count)
+            .sum();
+        referrers.truncate(REPORT_REFERRERS);
+        if other + rest > 0 {
+            referrers.push(HostCount {
+                host: OTHER_HOST.to_owned(),
+                count: other + rest,
+            });
+        }
+        // Agent classes at day granularity, like referrers: every hour of
+        // a day that overlaps the window.
+        let (mut browser, mut other, mut bot) = (0, 0, 0);
+        for h in &counts.hours {
+            if in_window(h.hour.div_euclid(24)) {
+                browser += h.browsers;
+                other += h.others();
+                bot += h.bots;
+            }
+        }
+        let mut agents: Vec<ClassCount> = [
+            (AgentClass::Browser, browser),
+            (AgentClass::Bot, bot),
+            (AgentClass::Other, other),
+        ]
+        .into_iter()
+        .filter(|(_, count)| *count > 0)
+        .map(|(class, count)| ClassCount { class, count })
+        .collect();
+        agents.sort_by(|a, b| b.count.cmp(&a.count).then(a.class.cmp(&b.class)));
+        Self {
+            total: humans + bots,
+            humans,
+            bots,
+            series: series
+                .into_iter()
+                .map(|(start, (humans, bots))| SeriesPoint {
+                    start: Timestamp::from_millis(start),
+                    humans,
+                    bots,
+                })
+                .collect(),
+            referrers,
+            agents,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::visit::DIRECT_HOST;
+
+    #[test]
+    fn a_report_covers_its_window_and_names_the_top_referrers() {
+        use crate::domain::visit::{DAY_MS, HOUR_MS};
+        let mut counts = VisitCounts::default();
+        let day0 = 20_000 * DAY_MS;
+        // Day 0, 10:00: 12 hosts, host i with i + 1 visits; day 1, 03:00:
+        // 5 bot visits without a referrer.
+        for i in 0..12u64 {
+            for _ in 0..=i {
+                let at = Timestamp::from_millis(day0 + 10 * HOUR_MS);
+                counts.add(at, AgentClass::Browser, &format!("h{i:02}.example"));
+            }
+        }
+        for _ in 0..5 {
+            let at = Timestamp::from_millis(day0 + DAY_MS + 3 * HOUR_MS + 59_000);
+            counts.add(at, AgentClass::Bot, DIRECT_HOST);
+        }
+        let all = |interval| Window {
+            from: None,
+            to: None,
+            interval,
+        };
+        let r = VisitReport::build(&counts, &all(Interval::Hour));
+        assert_eq!((r.total, r.humans, r.bots), (78 + 5, 78, 5));
+        assert_eq!(r.series.len(), 2);
+        assert_eq!(r.series[0].start.to_string(), "2024-10-04T10:00:00Z");
+        // The ten largest by count (h11 down to h03, with (direct) at 5
+        // beside h04), then the rest: h02, h01 and h00.
+        assert_eq!(r.referrers.len(), REPORT_REFERRERS + 1);
+        assert_eq!(r.referrers[0].host, "h11.example");
+        let other = r.referrers.last().expect("other");
+        assert_eq!((other.host.as_str(), other.count), (OTHER_HOST, 3 + 2 + 1));
+        let sum: u64 = r.referrers.iter().map(|h| h.count).sum();
+        assert_eq!(sum, r.total);
+        assert_eq!(
+            r.agents,
+            vec![
+                ClassCount {
+                    class: AgentClass::Browser,
+                    count: 78
+                },
+                ClassCount {
+                    class: AgentClass::Bot,
+                    count: 5
+                },
+            ]
+        );
+        let daily = VisitReport::build(&counts, &all(Interval::Day));
+        assert_eq!(daily.series[1].start.to_string(), "2024-10-05T00:00:00Z");
+        // From 03:30 on day 1: its 03:00 hour overlaps, day 0 does not.
+        let late = Window {
+            from: Some(Timestamp::from_millis(
+                day0 + DAY_MS + 3 * HOUR_MS + 1_800_000,
+            )),
+            to: None,
+            interval: Interval::Hour,
+        };
+        let r = VisitReport::build(&counts, &late);
+        assert_eq!((r.total, r.bots), (5, 5));
+        assert_eq!(
+            r.referrers,
+            vec![HostCount {
+                host: DIRECT_HOST.into(),
+                count: 5
+            }]
+        );
+        // Up to 10:00 on day 0, exclusive: nothing.
+        let early = Window {
+            from: None,
+            to: Some(Timestamp::from_millis(day0 + 10 * HOUR_MS)),
+            interval: Interval::Hour,
+        };
+        assert_eq!(VisitReport::build(&counts, &early).total, 0);
+    }
+}

@@ -1,0 +1,80 @@
+//! Counting a redirect: a tally per link in the worker's shard, and what
+//! waits in memory read back for the API.
+
+use tokio::sync::RwLockReadGuard;
+
+use super::{AGENTS_PER_SHARD, Visit, Visits, lock, shard_index};
+use crate::domain::classify::{agent_key, class_of, referrer_host};
+use crate::domain::{AgentClass, ShortCode, Timestamp, VisitCounts};
+
+impl Visits {
+    /// Counts a redirect of a link without a limit (when counting is on).
+    pub fn record(&self, code: &ShortCode, visit: Visit<'_>) {
+        if self.settings.counting {
+            self.add(code, visit);
+        }
+    }
+
+    pub(super) fn add(&self, code: &ShortCode, visit: Visit<'_>) {
+        let agent = agent_key(visit.user_agent);
+        let host = referrer_host(visit.referer);
+        let now = Timestamp::now();
+        let shard = &self.shards[shard_index()];
+        let mut s = lock(shard);
+        let class = match agent {
+            None => AgentClass::Other,
+            Some(ua) => match s.agents.get(ua) {
+                Some(class) => *class,
+                None => {
+                    // The patterns take microseconds: not under the lock.
+                    drop(s);
+                    let class = class_of(ua);
+                    s = lock(shard);
+                    if s.agents.len() >= AGENTS_PER_SHARD {
+                        s.agents.clear();
+                    }
+                    s.agents.insert(ua.into(), class);
+                    class
+                }
+            },
+        };
+        match s.tallies.get_mut(code.as_str()) {
+            Some(counts) => counts.add(now, class, &host),
+            None => {
+                let mut counts = VisitCounts::default();
+                counts.add(now, class, &host);
+                s.tallies.insert(code.clone(), counts);
+            }
+        }
+        s.counted += 1;
+    }
+
+    /// What waits in memory for `code`.
+    pub fn pending(&self, code: &ShortCode) -> VisitCounts {
+        let mut out = VisitCounts::default();
+        for shard in self.shards.iter() {
+            if let Some(c) = lock(shard).tallies.get(code.as_str()) {
+                out.merge(c.clone());
+            }
+        }
+        if let Some(c) = lock(&self.staged).get(code.as_str()) {
+            out.merge(c.clone());
+        }
+        out
+    }
+
+    /// Held while reading stored counts to add [`pending`](Self::pending)
+    /// to: no flush moves counts from memory to the store meanwhile.
+    pub async fn read_gate(&self) -> RwLockReadGuard<'_, ()> {
+        self.gate.read().await
+    }
+
+    /// Drops what is counted in memory for a deleted link.
+    pub fn forget(&self, code: &ShortCode) {
+        for shard in self.shards.iter() {
+            lock(shard).tallies.remove(code.as_str());
+        }
+        lock(&self.staged).remove(code.as_str());
+        lock(&self.limits).remove(code.as_str());
+    }
+}
