@@ -1,48 +1,54 @@
-//! litelink: a URL shortener on SQLite, as a library. The `litelink`
-//! binary parses the command line into [`Settings`] and calls
-//! [`Application::build`]; tests do the same on port 0.
+//! litelink: a URL shortener on SQLite (or PostgreSQL), as a library. The
+//! `litelink` binary parses the command line into [`Settings`] and calls
+//! [`Application::build`]; tests do the same on port 0, and the lab
+//! (`crates/lab`) with its own switches.
 //!
 //! # Layout
 //!
 //! ```text
-//! settings    the Settings tree (http, codes, store, cache); defaults beside each type
-//! startup     Application::build -> addr(), run_until(shutdown)
-//! domain/     ShortCode, TargetUrl (parsed once, canonical), TargetPolicy, CodeGenerator
-//! http/       fn app() -> Service: the Router (routes(): the one route table) and hot (the
-//!             hot path in front of it); extractors, handlers, ApiError, openapi (the
-//!             document, checked against the table), request_id, server (the accept loop,
-//!             the watchdog of timeouts, connection cap, drain, its own recv/send),
-//!             limit (rate limits)
-//! links       the application service: cache, then store; who may manage what
-//! keys        API keys: making them, and recognising them (reloaded every second)
-//! invalidations  changes told to the other instances on one store (Valkey pub/sub),
-//!             with their WAL positions
-//! cache/      the LinkCache trait; none, memory, valkey (one server or a cluster), tiered
-//! store/      the LinkStore trait; sqlite/ (readers, writer, find, walsync, checkpointer, ...);
-//!             postgres/ (ops, grouped-create writer, migrations under an advisory lock,
-//!             replica: reads from a streaming replica, held back by WAL positions)
-//! visits      counting redirects in memory, flushed to the store; max_visits
-//! transfer    export and import records (JSON lines, CSV)
-//! observe     Prometheus metrics: the recorder, per-request cells, gauges read at a scrape
-//! doctor      `litelink doctor`; telemetry: logging set-up (text or JSON), Throttle for
-//!             repeated errors
+//! settings     the Settings tree (http, codes, store, cache, visits, invalidations);
+//!              defaults beside each type, derived values in Settings::derive
+//! startup      Application::build -> addr(), run_until(shutdown)
+//! domain/      ShortCode, TargetUrl (parsed once, canonical), TargetPolicy, CodeGenerator,
+//!              Codebook; visit counts, and classify: a Referer's host, a User-Agent's class
+//! http/        fn app() -> Service: the Router (routes(): the one route table) with the hot
+//!              path in front of it (hot); finish: what every answer carries, written once;
+//!              server: connections (accept loop, cap, timeouts, drain) for any hyper service;
+//!              extract, handlers, schema (bodies as documented), openapi (the document,
+//!              checked against the table), error (ApiError), request_id, limit (rate limits)
+//! links        the application service: who may create and manage what, cache then store
+//!              (LinksError)
+//! keys         API keys: making them, and recognising them (reloaded every second)
+//! cache/       the LinkCache trait; none, memory, valkey (one server or a cluster), tiered;
+//!              invalidations: changes told to the other instances on one store
+//! store/       the LinkStore trait and store::backend, the one place that names the
+//!              backends; queue: the group-commit queue both writers share (StoreError);
+//!              sqlite/ (backend, readers, writer, ops, find, slots, walsync, checkpointer,
+//!              doctor, ...); postgres/ (backend, ops, writer, migrations, replica, doctor)
+//! visits/      tally (counting a redirect), limits (max_visits), flush (to the store),
+//!              report (a link's visit report)
+//! transfer     export and import records (JSON lines, CSV)
+//! observability/ logging (subscriber, request ids, throttled repeats) and recording
+//!              (Prometheus: per-request cells, the recorder, gauges read at a scrape)
 //! ```
 //!
-//! A read: `http::server` hands `GET|HEAD /{code}`, `/link/{code}` and
-//! `/heart-beat` to `http::hot` (everything else to the router, and its
-//! handlers such as `handlers::redirect` take the same steps) ->
-//! `Links::resolve_now` -> `LinkCache::get_now` (an in-process tier answers
-//! at once, inside hyper's service call: no future, no timer) -> or else,
-//! boxed and under the request timeout, `Links::resolve_later` -> `LinkCache::get_rest` -> (on a miss)
-//! `LinkStore::get` -> `sqlite::readers` on the worker thread; the visit is
-//! counted in memory (`visits`), and a flush every second hands the
-//! tallies to the writer as an `Op`.
-//! A create: `handlers::create_link` (body checked by `extract::NewLinkBody`) ->
-//! `Links::create` -> `LinkStore::create` -> the writer's queue -> a batch
-//! committed (and, at full durability, synced by `walsync`) -> `replies`
-//! -> the 201, then the cache is written through. An edit or delete goes
-//! `Links` (may this key manage it?) -> the writer, as an `Op` in its own
-//! transaction -> `LinkCache::invalidate` in every tier -> the answer.
+//! A read: `http::server` hands each request to `http::hot::Service`, which
+//! answers `GET|HEAD /{code}`, `/link/{code}` and `/heart-beat` itself and
+//! everything else through the router (whose handlers, such as
+//! `handlers::redirect`, take the same steps) -> `Links::resolve_now` ->
+//! `LinkCache::get_now` (an in-process tier answers at once, inside hyper's
+//! service call: no future, no timer) -> or else, boxed and under the
+//! request timeout, `Links::resolve_later` -> `LinkCache::get_rest` -> (on a
+//! miss) `LinkStore::get` -> `sqlite::readers`; the visit is counted in
+//! memory (`visits::tally`), and a flush every second hands the tallies to
+//! the writer. Both paths end in `http::finish::finish`.
+//! A create: `handlers::create_link` (body checked by `extract::NewLinkBody`;
+//! `Links::may_create`) -> `Links::create` -> `LinkStore::create` -> the
+//! writer's queue (`store::queue`) -> a batch committed (and, at full
+//! durability, synced by `walsync`) -> the 201, then the cache is written
+//! through. An edit or delete goes `Links` (may this key manage it?) -> the
+//! writer, in its own transaction -> `LinkCache::invalidate` in every tier
+//! -> the answer.
 
 pub mod cache;
 pub mod domain;

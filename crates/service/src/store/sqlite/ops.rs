@@ -105,177 +105,209 @@ fn applied(done: Done) -> Applied {
 fn run(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError> {
     let now = Timestamp::now();
     match op {
-        Op::Update { code, patch } => {
-            let Some(id) = find::id(conn, book, code.as_str(), Rows::Live)? else {
-                return Ok(applied(Done::MaybeLink(None)));
-            };
-            let changed = conn
-                .prepare_cached(
-                    "UPDATE links SET target = coalesce(?2, target), \
-                     expires_at = CASE WHEN ?3 THEN ?4 ELSE expires_at END, \
-                     max_visits = CASE WHEN ?5 THEN ?6 ELSE max_visits END \
-                     WHERE id = ?1",
-                )?
-                .execute((
-                    id,
-                    patch.target.as_ref().map(|t| t.as_str()),
-                    patch.expires_at.is_some(),
-                    patch.expires_at.flatten().map(Timestamp::millis),
-                    patch.max_visits.is_some(),
-                    patch.max_visits.flatten().map(clamp),
-                ))?;
-            if changed == 0 {
-                return Ok(applied(Done::MaybeLink(None)));
+        Op::Update { code, patch } => update(conn, book, code, patch),
+        Op::Delete { code } => delete(conn, book, code, now),
+        Op::CreateKey { name, admin, hash } => create_key(conn, name, admin, hash, now),
+        Op::RevokeKey { name } => revoke_key(conn, name, now),
+        Op::TouchKeys(used) => touch_keys(conn, used),
+        Op::Import(rows) => import(conn, book, rows),
+        Op::RecordVisits(visits) => record_visits(conn, book, visits),
+    }
+}
+
+fn update(
+    conn: &Connection,
+    book: &Codebook,
+    code: ShortCode,
+    patch: LinkPatch,
+) -> Result<Applied, StoreError> {
+    let Some(id) = find::id(conn, book, code.as_str(), Rows::Live)? else {
+        return Ok(applied(Done::MaybeLink(None)));
+    };
+    let changed = conn
+        .prepare_cached(
+            "UPDATE links SET target = coalesce(?2, target), \
+             expires_at = CASE WHEN ?3 THEN ?4 ELSE expires_at END, \
+             max_visits = CASE WHEN ?5 THEN ?6 ELSE max_visits END \
+             WHERE id = ?1",
+        )?
+        .execute((
+            id,
+            patch.target.as_ref().map(|t| t.as_str()),
+            patch.expires_at.is_some(),
+            patch.expires_at.flatten().map(Timestamp::millis),
+            patch.max_visits.is_some(),
+            patch.max_visits.flatten().map(clamp),
+        ))?;
+    if changed == 0 {
+        return Ok(applied(Done::MaybeLink(None)));
+    }
+    let link = conn
+        .prepare_cached(&format!(
+            "SELECT {} FROM {} WHERE l.id = ?1",
+            rows::LINK_COLUMNS,
+            rows::LINK_FROM
+        ))?
+        .query_row([id], rows::link)
+        .optional()?;
+    Ok(Applied {
+        changed: Changed::Rows(vec![id]),
+        ..applied(Done::MaybeLink(link))
+    })
+}
+
+fn delete(
+    conn: &Connection,
+    book: &Codebook,
+    code: ShortCode,
+    now: Timestamp,
+) -> Result<Applied, StoreError> {
+    // The row stays as a tombstone, without its target, so that the
+    // code is never issued again; its visits go with it.
+    let Some(id) = find::id(conn, book, code.as_str(), Rows::Live)? else {
+        return Ok(applied(Done::Found(false)));
+    };
+    let deleted = conn
+        .prepare_cached(
+            "UPDATE links SET deleted_at = ?2, target = '', expires_at = NULL, \
+             max_visits = NULL, visits = 0 WHERE id = ?1",
+        )?
+        .execute((id, now.millis()))?;
+    for table in ["visits_hourly", "visits_referrers"] {
+        conn.prepare_cached(&format!("DELETE FROM {table} WHERE link = ?1"))?
+            .execute([id])?;
+    }
+    Ok(Applied {
+        done: Done::Found(deleted > 0),
+        links_added: -(deleted as i64),
+        changed: Changed::Rows(vec![id]),
+    })
+}
+
+fn create_key(
+    conn: &Connection,
+    name: String,
+    admin: bool,
+    hash: [u8; 32],
+    now: Timestamp,
+) -> Result<Applied, StoreError> {
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO keys (name, hash, admin, created_at) VALUES (?1, ?2, ?3, ?4) \
+             RETURNING id",
+        )?
+        .query_row((name.as_str(), &hash[..], admin, now.millis()), |r| {
+            r.get::<_, i64>(0)
+        });
+    let id = match inserted {
+        Ok(id) => id,
+        Err(e) if is_unique_violation(&e) => return Err(StoreError::NameTaken(name)),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(applied(Done::Key(crate::store::ApiKey {
+        id: KeyId(id),
+        name,
+        hash,
+        admin,
+        created_at: now,
+        last_used_at: None,
+        revoked_at: None,
+    })))
+}
+
+fn revoke_key(conn: &Connection, name: String, now: Timestamp) -> Result<Applied, StoreError> {
+    let revoked = conn
+        .prepare_cached("UPDATE keys SET revoked_at = ?2 WHERE name = ?1 AND revoked_at IS NULL")?
+        .execute((name.as_str(), now.millis()))?;
+    Ok(applied(Done::Found(revoked > 0)))
+}
+
+fn touch_keys(conn: &Connection, used: Vec<(KeyId, Timestamp)>) -> Result<Applied, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE keys SET last_used_at = max(coalesce(last_used_at, 0), ?2) WHERE id = ?1",
+    )?;
+    for (id, at) in used {
+        stmt.execute((id.0, at.millis()))?;
+    }
+    Ok(applied(Done::Nothing))
+}
+
+fn import(conn: &Connection, book: &Codebook, rows: Vec<ImportRow>) -> Result<Applied, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO links (id, code, target, created_at, expires_at, owner, deleted_at, \
+         max_visits, visits, named) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    )?;
+    let mut next_id = find::next_id(conn)?;
+    let mut collisions = 0;
+    let mut skipped = Vec::new();
+    let mut live = 0;
+    let mut ids = Vec::new();
+    for row in rows {
+        // A row keeps its code as a named one, unless a generated
+        // row has it; a row without one gets the next generated.
+        let (id, code, named) = match row.code {
+            Some(code) if find::generated_taken(conn, book, code.as_str())? => {
+                skipped.push(row.line);
+                continue;
             }
-            let link = conn
-                .prepare_cached(&format!(
-                    "SELECT {} FROM {} WHERE l.id = ?1",
-                    rows::LINK_COLUMNS,
-                    rows::LINK_FROM
-                ))?
-                .query_row([id], rows::link)
-                .optional()?;
-            Ok(Applied {
-                changed: Changed::Rows(vec![id]),
-                ..applied(Done::MaybeLink(link))
-            })
-        }
-        Op::Delete { code } => {
-            // The row stays as a tombstone, without its target, so that the
-            // code is never issued again; its visits go with it.
-            let Some(id) = find::id(conn, book, code.as_str(), Rows::Live)? else {
-                return Ok(applied(Done::Found(false)));
-            };
-            let deleted = conn
-                .prepare_cached(
-                    "UPDATE links SET deleted_at = ?2, target = '', expires_at = NULL, \
-                     max_visits = NULL, visits = 0 WHERE id = ?1",
-                )?
-                .execute((id, now.millis()))?;
-            for table in ["visits_hourly", "visits_referrers"] {
-                conn.prepare_cached(&format!("DELETE FROM {table} WHERE link = ?1"))?
-                    .execute([id])?;
-            }
-            Ok(Applied {
-                done: Done::Found(deleted > 0),
-                links_added: -(deleted as i64),
-                changed: Changed::Rows(vec![id]),
-            })
-        }
-        Op::CreateKey { name, admin, hash } => {
-            let inserted = conn
-                .prepare_cached(
-                    "INSERT INTO keys (name, hash, admin, created_at) VALUES (?1, ?2, ?3, ?4) \
-                     RETURNING id",
-                )?
-                .query_row((name.as_str(), &hash[..], admin, now.millis()), |r| {
-                    r.get::<_, i64>(0)
-                });
-            let id = match inserted {
-                Ok(id) => id,
-                Err(e) if is_unique_violation(&e) => return Err(StoreError::NameTaken(name)),
-                Err(e) => return Err(e.into()),
-            };
-            Ok(applied(Done::Key(crate::store::ApiKey {
-                id: KeyId(id),
-                name,
-                hash,
-                admin,
-                created_at: now,
-                last_used_at: None,
-                revoked_at: None,
-            })))
-        }
-        Op::RevokeKey { name } => {
-            let revoked = conn
-                .prepare_cached(
-                    "UPDATE keys SET revoked_at = ?2 WHERE name = ?1 AND revoked_at IS NULL",
-                )?
-                .execute((name.as_str(), now.millis()))?;
-            Ok(applied(Done::Found(revoked > 0)))
-        }
-        Op::TouchKeys(used) => {
-            let mut stmt = conn.prepare_cached(
-                "UPDATE keys SET last_used_at = max(coalesce(last_used_at, 0), ?2) WHERE id = ?1",
-            )?;
-            for (id, at) in used {
-                stmt.execute((id.0, at.millis()))?;
-            }
-            Ok(applied(Done::Nothing))
-        }
-        Op::Import(rows) => {
-            let mut stmt = conn.prepare_cached(
-                "INSERT INTO links (id, code, target, created_at, expires_at, owner, deleted_at, \
-                 max_visits, visits, named) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            )?;
-            let mut next_id = find::next_id(conn)?;
-            let mut collisions = 0;
-            let mut skipped = Vec::new();
-            let mut live = 0;
-            let mut ids = Vec::new();
-            for row in rows {
-                // A row keeps its code as a named one, unless a generated
-                // row has it; a row without one gets the next generated.
-                let (id, code, named) = match row.code {
-                    Some(code) if find::generated_taken(conn, book, code.as_str())? => {
-                        skipped.push(row.line);
-                        continue;
-                    }
-                    Some(code) => (next_id, code, true),
-                    None => match find::fresh(
-                        conn,
-                        book,
-                        &mut next_id,
-                        crate::store::queue::MAX_CODE_ATTEMPTS,
-                        &mut collisions,
-                    )? {
-                        Some(find::Fresh { id, code }) => (id, code, false),
-                        None => {
-                            skipped.push(row.line);
-                            continue;
-                        }
-                    },
-                };
-                let inserted = stmt.execute((
-                    id,
-                    code.as_str(),
-                    row.target.as_ref().map_or("", |t| t.as_str()),
-                    row.created_at.millis(),
-                    row.expires_at.map(Timestamp::millis),
-                    row.owner.map(|o| o.0),
-                    row.deleted_at.map(Timestamp::millis),
-                    row.max_visits.map(clamp),
-                    clamp(row.visits),
-                    named,
-                ));
-                match inserted {
-                    Ok(_) => {
-                        next_id = next_id.max(id + 1);
-                        live += i64::from(row.deleted_at.is_none());
-                        ids.push(id);
-                    }
-                    Err(e) if named && is_unique_violation(&e) => skipped.push(row.line),
-                    Err(e) => return Err(e.into()),
+            Some(code) => (next_id, code, true),
+            None => match find::fresh(
+                conn,
+                book,
+                &mut next_id,
+                crate::store::queue::MAX_CODE_ATTEMPTS,
+                &mut collisions,
+            )? {
+                Some(find::Fresh { id, code }) => (id, code, false),
+                None => {
+                    skipped.push(row.line);
+                    continue;
                 }
+            },
+        };
+        let inserted = stmt.execute((
+            id,
+            code.as_str(),
+            row.target.as_ref().map_or("", |t| t.as_str()),
+            row.created_at.millis(),
+            row.expires_at.map(Timestamp::millis),
+            row.owner.map(|o| o.0),
+            row.deleted_at.map(Timestamp::millis),
+            row.max_visits.map(clamp),
+            clamp(row.visits),
+            named,
+        ));
+        match inserted {
+            Ok(_) => {
+                next_id = next_id.max(id + 1);
+                live += i64::from(row.deleted_at.is_none());
+                ids.push(id);
             }
-            Ok(Applied {
-                done: Done::Skipped(skipped),
-                links_added: live,
-                changed: Changed::Rows(ids),
-            })
-        }
-        Op::RecordVisits(visits) => {
-            let mut added = Vec::with_capacity(visits.len());
-            let mut statements = VisitStatements::prepare(conn)?;
-            for (code, counts) in visits.iter() {
-                added.extend(statements.record(book, code, counts)?);
-            }
-            Ok(Applied {
-                changed: Changed::Visits(added),
-                ..applied(Done::Nothing)
-            })
+            Err(e) if named && is_unique_violation(&e) => skipped.push(row.line),
+            Err(e) => return Err(e.into()),
         }
     }
+    Ok(Applied {
+        done: Done::Skipped(skipped),
+        links_added: live,
+        changed: Changed::Rows(ids),
+    })
+}
+
+fn record_visits(
+    conn: &Connection,
+    book: &Codebook,
+    visits: std::sync::Arc<[(ShortCode, VisitCounts)]>,
+) -> Result<Applied, StoreError> {
+    let mut added = Vec::with_capacity(visits.len());
+    let mut statements = VisitStatements::prepare(conn)?;
+    for (code, counts) in visits.iter() {
+        added.extend(statements.record(book, code, counts)?);
+    }
+    Ok(Applied {
+        changed: Changed::Visits(added),
+        ..applied(Done::Nothing)
+    })
 }
 
 /// The statements of a visit flush, prepared once for a whole chunk of
