@@ -580,7 +580,8 @@ pub fn prometheus(
     handle: &metrics_exporter_prometheus::PrometheusHandle,
     links: &crate::links::Links,
 ) -> Response {
-    let body = crate::observability::recording::render(handle, &links.stats());
+    links.stats().export();
+    let body = crate::observability::recording::render(handle);
     (
         [(
             header::CONTENT_TYPE,

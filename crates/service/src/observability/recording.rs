@@ -15,8 +15,6 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::links::LinkStats;
-
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
 /// Latency buckets, in seconds: 50 µs to 10 s.
@@ -75,48 +73,13 @@ pub fn install() -> Option<&'static PrometheusHandle> {
         .as_ref()
 }
 
-/// The Prometheus text for a scrape: what was recorded, plus the gauges
-/// and totals read from `stats` now.
-pub fn render(handle: &PrometheusHandle, stats: &LinkStats) -> String {
+/// The Prometheus text for a scrape: what was recorded, and the gauges
+/// and totals set just before (`LinkStats::export`).
+pub fn render(handle: &PrometheusHandle) -> String {
     if let Some(r) = REQUESTS.get() {
         r.export();
     }
-    let store = &stats.store.metrics;
-    metrics::gauge!("litelink_links").set(store.links as f64);
-    metrics::counter!("litelink_write_commits_total").absolute(store.writes.commits);
-    metrics::counter!("litelink_write_failed_batches_total").absolute(store.writes.failed_batches);
-    metrics::counter!("litelink_write_rejected_queue_full_total")
-        .absolute(store.writes.rejected_queue_full);
-    for &(name, value) in &store.gauges {
-        metrics::gauge!(name).set(value);
-    }
-    for &(name, value) in &store.counters {
-        metrics::counter!(name).absolute(value);
-    }
-    if let Some(m) = &stats.cache.memory {
-        tier("memory", m.hits, m.negative_hits, m.misses, m.errors);
-        metrics::gauge!("litelink_cache_entries", "tier" => "memory").set(m.entries as f64);
-    }
-    if let Some(v) = &stats.cache.valkey {
-        tier(
-            "valkey",
-            v.hits,
-            v.negative_hits,
-            v.misses,
-            v.errors + v.timeouts,
-        );
-    }
-    metrics::counter!("litelink_visits_counted_total").absolute(stats.visits.counted);
-    metrics::counter!("litelink_visits_flushed_total").absolute(stats.visits.flushed);
-    metrics::counter!("litelink_visit_flushes_failed_total").absolute(stats.visits.failed_flushes);
     handle.render()
-}
-
-fn tier(name: &'static str, hits: u64, negative_hits: u64, misses: u64, errors: u64) {
-    metrics::counter!("litelink_cache_hits_total", "tier" => name).absolute(hits);
-    metrics::counter!("litelink_cache_negative_hits_total", "tier" => name).absolute(negative_hits);
-    metrics::counter!("litelink_cache_misses_total", "tier" => name).absolute(misses);
-    metrics::counter!("litelink_cache_errors_total", "tier" => name).absolute(errors);
 }
 
 /// Latency buckets in nanoseconds, the same bounds as [`LATENCY_BUCKETS`].
@@ -310,7 +273,7 @@ impl Requests {
 }
 
 /// One request being counted, from its start until its status is known
-/// ([`crate::http::finish`] ends it).
+/// (`http::finish` ends it).
 pub struct Recording {
     requests: &'static Requests,
     route: usize,

@@ -5,7 +5,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -62,11 +61,11 @@ impl DbLock {
                     io(source)
                 }
             })?;
-        // SAFETY: flock(2) on a descriptor this File owns and keeps open.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        // The standard library's lock is flock(2) on Linux: dropped by the
+        // kernel when the process ends, however it ends.
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
                 let mut text = String::new();
                 let _ = file.read_to_string(&mut text);
                 return Err(LockError::Held {
@@ -74,7 +73,7 @@ impl DbLock {
                     pid: text.trim().parse().ok(),
                 });
             }
-            return Err(io(err));
+            Err(std::fs::TryLockError::Error(err)) => return Err(io(err)),
         }
         file.set_len(0).map_err(io)?;
         file.rewind().map_err(io)?;
