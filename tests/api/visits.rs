@@ -388,6 +388,31 @@ async fn a_flush_stores_the_visits_of_generated_codes_and_aliases() {
     }
 }
 
+/// A PATCH answers with the same count as a GET: flushed visits and
+/// those still in memory (flushes pushed past the test).
+#[tokio::test]
+async fn an_edit_answers_with_every_visit_counted() {
+    let app = spawn_app(&["--visits-flush-ms", "3600000"]).await;
+    let key = app.new_key("owner", false).await;
+    let code = create(&app, &key, json!({ "url": "https://example.com/e" })).await;
+    for _ in 0..3 {
+        assert_eq!(visit(&app, &code, Some(CHROME), None).await, 302);
+    }
+    assert_eq!(link(&app, &key, &code).await["visits"], 3);
+    let r = app
+        .api(
+            Method::PATCH,
+            &format!("/api/v1/links/{code}"),
+            Some(&key),
+            Some(json!({ "url": "https://example.com/e2" })),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let patched = json(r).await;
+    assert_eq!(patched["url"], "https://example.com/e2");
+    assert_eq!(patched["visits"], 3, "{patched}");
+}
+
 #[tokio::test]
 async fn a_deleted_link_takes_its_visits_with_it() {
     let app = spawn_app(&["--visits-flush-ms", "50"]).await;

@@ -347,7 +347,8 @@ impl Links {
     }
 
     /// Changes a link; every cache tier forgets the old version before this
-    /// returns, so the next redirect goes to the new target.
+    /// returns, so the next redirect goes to the new target. Its `visits`
+    /// include those not yet flushed, as every link object's do.
     pub async fn update(
         &self,
         caller: &Principal,
@@ -357,7 +358,15 @@ impl Links {
         if self.get(caller, code).await?.is_none() {
             return Ok(None);
         }
-        let updated = self.inner.store.update(code, patch).await?;
+        let updated = {
+            // Read with the visits still in memory, as `get` reads them.
+            let _gate = self.inner.visits.read_gate().await;
+            self.inner
+                .store
+                .update(code, patch)
+                .await?
+                .map(|link| self.with_pending(link))
+        };
         self.inner.cache.invalidate(code).await;
         self.announce(code).await;
         Ok(updated)
