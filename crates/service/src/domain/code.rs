@@ -71,13 +71,14 @@ pub enum AliasError {
 }
 
 impl ShortCode {
-    /// A custom alias: 3-64 characters of `[A-Za-z0-9_-]`, not reserved.
+    /// A custom alias: 3-64 characters of `[A-Za-z0-9_-]`, not reserved in
+    /// any case (`Manage` would read as the page's name to a person).
     pub fn parse_alias(raw: &str) -> Result<Self, AliasError> {
         if raw.len() < MIN_ALIAS_LEN || raw.len() > MAX_CODE_LEN {
             return Err(AliasError::Length);
         }
         let code = Self::parse(raw).map_err(|_| AliasError::BadCharacter)?;
-        if is_reserved(raw) {
+        if is_reserved(&raw.to_ascii_lowercase()) {
             return Err(AliasError::Reserved(raw.to_owned()));
         }
         Ok(code)
@@ -260,6 +261,13 @@ mod tests {
             ShortCode::parse_alias("health"),
             Err(AliasError::Reserved("health".into()))
         );
+        for variant in ["Manage", "API", "Heart-Beat", "STATS"] {
+            assert_eq!(
+                ShortCode::parse_alias(variant),
+                Err(AliasError::Reserved(variant.into())),
+                "{variant}"
+            );
+        }
         assert_eq!(ShortCode::parse_alias("ab"), Err(AliasError::Length));
         assert_eq!(
             ShortCode::parse_alias("a b c"),
