@@ -14,6 +14,84 @@ use crate::helpers::{
 };
 use crate::valkey_server::ValkeyServer;
 
+/// A key printed by `litelink keys create` beside a running server works
+/// at once: an unknown key makes the server read its keys again (at most
+/// every 100 ms), not wait for the next periodic reload.
+#[tokio::test]
+async fn a_new_key_works_as_soon_as_it_is_printed() {
+    let app = spawn_app(&[]).await;
+    for i in 0..5 {
+        let key = app.run_keys(&["create", "--name", &format!("at-once-{i}")], false);
+        let r = app
+            .api(Method::GET, "/api/v1/links?limit=1", Some(&key), None)
+            .await;
+        assert_eq!(r.status(), 200, "key {i} refused right after it was made");
+    }
+}
+
+/// Unknown and revoked keys get one answer, so that it does not confirm a
+/// leaked string was once a key.
+#[tokio::test]
+async fn unknown_and_revoked_keys_get_the_same_answer() {
+    let app = spawn_app(&[]).await;
+    let key = app.new_key("gone", false).await;
+    app.run_keys(&["revoke", "gone"], false);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let answer = |k: String| {
+        let app = &app;
+        async move {
+            let r = app.api(Method::GET, "/api/v1/links", Some(&k), None).await;
+            (r.status().as_u16(), r.text().await.expect("body"))
+        }
+    };
+    let revoked = loop {
+        let a = answer(key.clone()).await;
+        if a.0 == 401 {
+            break a;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the revoked key is still accepted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let unknown = answer(format!("ll_{}", "x".repeat(32))).await;
+    assert_eq!(revoked, unknown);
+}
+
+/// A key that is sent must be valid in whichever header it is sent: a
+/// valid admin key in one header does not cover a bad one in the other,
+/// and two different keys are refused.
+#[tokio::test]
+async fn both_key_headers_must_name_one_valid_key() {
+    let app = spawn_app(&[]).await;
+    let admin = app.new_key("root", true).await;
+    let other = app.new_key("other", false).await;
+    app.run_keys(&["revoke", "other"], false);
+    let send = |bearer: String, x_api_key: String, path: &'static str| {
+        let app = &app;
+        async move {
+            app.client
+                .get(app.url(path))
+                .header("authorization", format!("Bearer {bearer}"))
+                .header("x-api-key", x_api_key)
+                .send()
+                .await
+                .expect("request")
+        }
+    };
+    for path in ["/api/v1/links", "/stats", "/metrics"] {
+        for bad in [other.clone(), "ll_unknown".to_owned()] {
+            let r = send(bad.clone(), admin.clone(), path).await;
+            assert_error(r, 400, "two different API keys").await;
+            let r = send(admin.clone(), bad, path).await;
+            assert_error(r, 400, "two different API keys").await;
+        }
+        let same = send(admin.clone(), admin.clone(), path).await;
+        assert_eq!(same.status(), 200, "{path}");
+    }
+}
+
 async fn create_with(app: &TestApp, key: Option<&str>, body: Value) -> reqwest::Response {
     app.api(Method::POST, "/api/v1/links", key, Some(body))
         .await
@@ -45,7 +123,7 @@ crate::on_both_stores! {
         app.api(Method::GET, "/api/v1/links", Some("ll_wrong"), None)
             .await,
         401,
-        "unknown",
+        "invalid API key",
     )
     .await;
     // Only a hash is stored (in the file and its WAL; PostgreSQL's own
@@ -65,7 +143,7 @@ crate::on_both_stores! {
             .api(Method::GET, "/api/v1/links", Some(&key), None)
             .await;
         if r.status() == 401 {
-            assert_error(r, 401, "revoked").await;
+            assert_error(r, 401, "invalid API key").await;
             break;
         }
         assert!(revoked.elapsed() < Duration::from_secs(3), "still accepted");
@@ -110,7 +188,7 @@ crate::on_both_stores! {
                 Some(json!({"url": "https://e.com"})),
             )
             .await;
-        assert_error(r, 401, "unknown").await;
+        assert_error(r, 401, "invalid API key").await;
         let r = app
             .api(
                 Method::POST,

@@ -44,13 +44,20 @@ impl Principal {
     }
 }
 
+/// Why a key was refused. Unknown and revoked keys get the same answer:
+/// a different one would confirm that a leaked string was once a key.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AuthError {
-    #[error("unknown API key")]
+    #[error("invalid API key")]
     Unknown,
-    #[error("this API key was revoked")]
+    #[error("invalid API key")]
     Revoked,
 }
+
+/// An unknown key has the keys read again (so that a key made by
+/// `litelink keys create` beside the server works as soon as it is
+/// printed), at most once in this long.
+const RELOAD_AT_MOST_EVERY: Duration = Duration::from_millis(100);
 
 /// A new key: the secret to show once, and the hash to store.
 pub fn new_secret() -> (String, [u8; 32]) {
@@ -72,6 +79,9 @@ pub struct KeyRegistry {
     /// Keys used since their last use was written, and when.
     used: Mutex<HashMap<KeyId, Timestamp>>,
     touched: Mutex<HashMap<KeyId, Instant>>,
+    /// When the last reload for an unknown key began; one such reload at
+    /// a time.
+    reloaded: tokio::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl KeyRegistry {
@@ -82,6 +92,7 @@ impl KeyRegistry {
             keys: RwLock::new(Arc::new(keys)),
             used: Mutex::default(),
             touched: Mutex::default(),
+            reloaded: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -118,6 +129,35 @@ impl KeyRegistry {
             name: key.name.clone(),
             admin: key.admin,
         })
+    }
+
+    /// [`Self::authenticate`], and for a key not known, once more after
+    /// the keys were read again: by a reload begun after this request came
+    /// (reloads for unknown keys run one at a time, at most once in
+    /// [`RELOAD_AT_MOST_EVERY`], so a request waits that long at most for
+    /// its turn). A store that cannot be read leaves the keys loaded.
+    pub async fn authenticate_fresh(&self, secret: &str) -> Result<Principal, AuthError> {
+        match self.authenticate(secret) {
+            Err(AuthError::Unknown) => {}
+            known => return known,
+        }
+        let asked = tokio::time::Instant::now();
+        {
+            let mut reloaded = self.reloaded.lock().await;
+            if reloaded.is_none_or(|began| began < asked) {
+                if let Some(began) = *reloaded {
+                    tokio::time::sleep_until(began + RELOAD_AT_MOST_EVERY).await;
+                }
+                *reloaded = Some(tokio::time::Instant::now());
+                match self.store.keys().await {
+                    Ok(keys) => {
+                        *self.keys.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(keys);
+                    }
+                    Err(e) => tracing::debug!(error = %e, "cannot reload API keys"),
+                }
+            }
+        }
+        self.authenticate(secret)
     }
 
     /// Reloads the keys, and writes last uses that are due.

@@ -208,7 +208,7 @@ impl FromRequestParts<AppState> for Caller {
         let Some(secret) = presented_key(&parts.headers)? else {
             return Ok(Self(None));
         };
-        match state.links.keys().authenticate(secret) {
+        match state.links.keys().authenticate_fresh(secret).await {
             Ok(p) => Ok(Self(Some(p))),
             Err(e @ (AuthError::Unknown | AuthError::Revoked)) => {
                 Err(ApiError::Unauthorized(e.to_string()))
@@ -275,20 +275,31 @@ impl FromRequestParts<AppState> for Operator {
     }
 }
 
+/// The key sent in `X-API-Key` or as `Authorization: Bearer`. Both may be
+/// sent, but then with the same key: two different keys are 400, so that
+/// a valid key in one header never covers a bad one in the other.
 fn presented_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
     let malformed = || ApiError::Unauthorized("malformed API key header".into());
-    if let Some(v) = headers.get("x-api-key") {
-        return v.to_str().map(|s| Some(s.trim())).map_err(|_| malformed());
-    }
-    let Some(v) = headers.get(header::AUTHORIZATION) else {
-        return Ok(None);
+    let x_api_key = match headers.get("x-api-key") {
+        Some(v) => Some(v.to_str().map(str::trim).map_err(|_| malformed())?),
+        None => None,
     };
-    let v = v.to_str().map_err(|_| malformed())?;
-    match v.split_once(' ') {
-        Some((scheme, key)) if scheme.eq_ignore_ascii_case("bearer") => Ok(Some(key.trim())),
-        _ => Err(ApiError::Unauthorized(
-            "the Authorization header must be 'Bearer KEY'".into(),
+    let bearer = match headers.get(header::AUTHORIZATION) {
+        Some(v) => match v.to_str().map_err(|_| malformed())?.split_once(' ') {
+            Some((scheme, key)) if scheme.eq_ignore_ascii_case("bearer") => Some(key.trim()),
+            _ => {
+                return Err(ApiError::Unauthorized(
+                    "the Authorization header must be 'Bearer KEY'".into(),
+                ));
+            }
+        },
+        None => None,
+    };
+    match (x_api_key, bearer) {
+        (Some(a), Some(b)) if a != b => Err(ApiError::BadRequest(
+            "two different API keys were sent (X-API-Key and Authorization)".into(),
         )),
+        (a, b) => Ok(a.or(b)),
     }
 }
 

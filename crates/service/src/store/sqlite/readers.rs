@@ -294,8 +294,11 @@ impl Readers {
         })
     }
 
+    /// Every key, read through a snapshot begun now: keys are read rarely
+    /// (every second, and when an unknown key is sent), and one that
+    /// another process just made must be seen.
     pub(super) fn keys(&self) -> rusqlite::Result<Vec<ApiKey>> {
-        self.with_connection(|conn| {
+        self.with_fresh_connection(|conn| {
             conn.prepare_cached(&format!(
                 "SELECT {} FROM keys ORDER BY id",
                 rows::KEY_COLUMNS
@@ -415,6 +418,23 @@ impl Readers {
                 result
             }
         }
+    }
+
+    /// [`Self::with_connection`], never through an older snapshot.
+    fn with_fresh_connection<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        if self.settings.connections == ConnectionMode::Pooled {
+            let epoch = self.epoch.current();
+            let mut reader = self.checkout()?;
+            let result = reader
+                .end()
+                .and_then(|()| reader.run(epoch, &self.stats, f));
+            self.checkin(reader);
+            return result;
+        }
+        self.with_connection(f)
     }
 
     fn checkout(&self) -> rusqlite::Result<Reader> {
