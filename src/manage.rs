@@ -36,10 +36,7 @@ pub fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async move {
         match command {
             KeysCommand::Create { name, admin, store } => {
-                if name.trim().is_empty() || name.len() > 100 || name.chars().any(char::is_control)
-                {
-                    anyhow::bail!("a key name is 1 to 100 printable characters");
-                }
+                keys::check_name(&name).map_err(anyhow::Error::msg)?;
                 let store = open_tool_store(&store.settings(), Purpose::Tool).await?;
                 let (secret, hash) = keys::new_secret();
                 let created = store.create_key(&name, admin, hash).await;

@@ -59,6 +59,35 @@ pub enum AuthError {
 /// printed), at most once in this long.
 const RELOAD_AT_MOST_EVERY: Duration = Duration::from_millis(100);
 
+/// Longest key name, in bytes.
+pub const MAX_NAME_BYTES: usize = 100;
+
+/// Whether `name` may name a key: 1 to [`MAX_NAME_BYTES`] bytes, not only
+/// white space, and no control or invisible formatting character (a
+/// right-to-left override would show another name in `keys list`).
+pub fn check_name(name: &str) -> Result<(), String> {
+    // Unicode's format characters (category Cf) that change how text is
+    // shown or hide in it: bidi marks, embeddings, overrides and isolates,
+    // zero-width characters, and the like.
+    let formatting = |c: char| {
+        matches!(c,
+            '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{206F}' | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}' | '\u{0600}'..='\u{0605}' | '\u{06DD}' | '\u{070F}'
+            | '\u{E0001}' | '\u{E0020}'..='\u{E007F}')
+    };
+    if name.trim().is_empty() || name.len() > MAX_NAME_BYTES {
+        return Err(format!("a key name is 1 to {MAX_NAME_BYTES} bytes"));
+    }
+    match name.chars().find(|&c| c.is_control() || formatting(c)) {
+        Some(c) => Err(format!(
+            "a key name may not hold control or formatting characters (U+{:04X})",
+            u32::from(c)
+        )),
+        None => Ok(()),
+    }
+}
+
 /// A new key: the secret to show once, and the hash to store.
 pub fn new_secret() -> (String, [u8; 32]) {
     let secret = format!(
@@ -214,6 +243,34 @@ impl KeyRegistry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_names_are_printable_and_shown_as_written() {
+        for good in [
+            "ops",
+            "alice@example.com",
+            "Zürich team",
+            "名前",
+            &"a".repeat(100),
+        ] {
+            assert_eq!(check_name(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "",
+            "   ",
+            "tab\there",
+            "nul\0",
+            "evil\u{202E}txt.exe",
+            "lre\u{202A}x",
+            "isolate\u{2067}x",
+            "mark\u{200F}x",
+            "zero\u{200B}width",
+            "bom\u{FEFF}",
+            &"a".repeat(101),
+        ] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn secrets_are_long_random_and_hashed() {
