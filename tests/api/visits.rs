@@ -388,6 +388,34 @@ async fn a_flush_stores_the_visits_of_generated_codes_and_aliases() {
     }
 }
 
+/// A leap second is read one way wherever a time is: refused, as an
+/// expiry and as a report's bound alike.
+#[tokio::test]
+async fn a_leap_second_is_refused_as_an_expiry_and_as_a_bound() {
+    let app = spawn_app(&[]).await;
+    let key = app.new_key("owner", false).await;
+    let leap = "2030-12-31T23:59:60Z";
+    let r = app
+        .api(
+            Method::POST,
+            "/api/v1/links",
+            Some(&key),
+            Some(json!({ "url": "https://example.com/leap", "expires_at": leap })),
+        )
+        .await;
+    assert_error(r, 400, "RFC 3339").await;
+    let code = create(&app, &key, json!({ "url": "https://example.com/l" })).await;
+    let r = app
+        .api(
+            Method::GET,
+            &format!("/api/v1/links/{code}/visits?from={leap}"),
+            Some(&key),
+            None,
+        )
+        .await;
+    assert_error(r, 400, "RFC 3339").await;
+}
+
 /// A PATCH answers with the same count as a GET: flushed visits and
 /// those still in memory (flushes pushed past the test).
 #[tokio::test]

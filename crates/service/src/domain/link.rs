@@ -31,7 +31,13 @@ impl Timestamp {
         self.0
     }
 
+    /// An RFC 3339 time. A leap second (`23:59:60`) is refused wherever a
+    /// time is read: Unix time, which every stored time is, has none.
     pub fn parse(raw: &str) -> Result<Self, TimestampError> {
+        // `YYYY-MM-DDTHH:MM:SS`: the seconds are bytes 17 and 18.
+        if raw.get(17..19) == Some("60") {
+            return Err(TimestampError(raw.into()));
+        }
         let t = OffsetDateTime::parse(raw, &Rfc3339).map_err(|_| TimestampError(raw.into()))?;
         let ms = t.unix_timestamp_nanos() / 1_000_000;
         i64::try_from(ms)
@@ -119,6 +125,14 @@ mod tests {
         assert_eq!(t.to_string(), "2027-03-01T00:00:00Z");
         for bad in ["", "2027-03-01", "tomorrow", "2027-13-01T00:00:00Z"] {
             assert!(Timestamp::parse(bad).is_err(), "{bad}");
+        }
+        // A leap second, on a day that may have one or not: one rule.
+        for leap in [
+            "2026-12-31T23:59:60Z",
+            "2027-06-30T23:59:60.5Z",
+            "2027-01-15T23:59:60Z",
+        ] {
+            assert!(Timestamp::parse(leap).is_err(), "{leap}");
         }
     }
 }
