@@ -117,3 +117,33 @@ async fn qr_codes_come_as_svg_and_png_and_are_not_visits() {
     assert_eq!(app.get(&format!("/{once}")).await.status(), 302);
     assert_error(app.get(&format!("/{once}/qr.svg")).await, 410, "no longer").await;
 }
+
+/// A Host header longer than any host name gets a 400 on the QR routes,
+/// not a 500 from a URL too long to encode; a long one that is a host
+/// still gets its code.
+#[tokio::test]
+async fn a_host_too_long_for_a_url_is_refused_on_the_qr_routes() {
+    let app = spawn_app(&[]).await;
+    let code = app.create_ok("https://example.com/qr-host").await;
+    let host_of = |len: usize| format!("{}.example", "a".repeat(len - 8));
+    for route in ["qr.svg", "qr.png"] {
+        for len in [2_600, 8_000] {
+            let r = app
+                .client
+                .get(app.url(&format!("/{code}/{route}")))
+                .header("host", host_of(len))
+                .send()
+                .await
+                .unwrap();
+            assert_error(r, 400, "Host header").await;
+        }
+        let r = app
+            .client
+            .get(app.url(&format!("/{code}/{route}")))
+            .header("host", host_of(250))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{route}");
+    }
+}

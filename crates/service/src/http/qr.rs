@@ -18,6 +18,9 @@ use crate::links::{Resolution, Use};
 pub const DEFAULT_PNG_SIZE: u32 = 256;
 pub const MIN_PNG_SIZE: u32 = 64;
 pub const MAX_PNG_SIZE: u32 = 2048;
+/// Longest Host header a QR code is made for: a DNS name (253) or an IPv6
+/// literal, and a port.
+const MAX_HOST_BYTES: usize = 300;
 
 /// The short URL of a live link, encoded; 404 and 410 as for the link.
 async fn encode(
@@ -33,6 +36,18 @@ async fn encode(
         Resolution::Expired | Resolution::Exhausted => {
             return Err(ApiError::Gone(format!("link '{code}' no longer redirects")));
         }
+    }
+    // Without `--public-url` the short URL is built from the Host header:
+    // one longer than any host name is refused before anything is built
+    // (a long enough one would not fit in a QR code).
+    if state.public_url.is_none()
+        && headers
+            .get(header::HOST)
+            .is_some_and(|h| h.len() > MAX_HOST_BYTES)
+    {
+        return Err(ApiError::BadRequest(format!(
+            "the Host header is longer than {MAX_HOST_BYTES} bytes"
+        )));
     }
     let url = state.short_url(headers, code);
     QrCode::new(url.as_bytes()).map_err(|e| ApiError::Internal(format!("QR encoding: {e}")))
@@ -59,7 +74,7 @@ fn image(content_type: &'static str, body: impl IntoResponse) -> Response {
 #[utoipa::path(get, path = "/{code}/qr.svg", tag = "redirect", params(("code" = String, Path, description = "A short code", pattern = "^[A-Za-z0-9_-]{1,64}$")),
     responses(
         (status = 200, description = "The short URL as a QR code (not a visit)", content_type = "image/svg+xml", body = String, headers(("cache-control" = String), ("vary" = String))),
-        (status = 400, description = "Malformed code", body = crate::http::schema::ErrorMessage),
+        (status = 400, description = "Malformed code, or a Host header too long for a URL", body = crate::http::schema::ErrorMessage),
         (status = 404, description = "No such link", body = crate::http::schema::ErrorMessage),
         (status = 410, description = "Expired, or out of visits", body = crate::http::schema::ErrorMessage),
     ))]
@@ -90,7 +105,7 @@ pub struct PngParams {
     ),
     responses(
         (status = 200, description = "The short URL as a QR code, exactly size by size pixels", content_type = "image/png", body = Vec<u8>, headers(("cache-control" = String), ("vary" = String))),
-        (status = 400, description = "Malformed code or size", body = crate::http::schema::ErrorMessage),
+        (status = 400, description = "Malformed code or size, or a Host header too long for a URL", body = crate::http::schema::ErrorMessage),
         (status = 404, description = "No such link", body = crate::http::schema::ErrorMessage),
         (status = 410, description = "Expired, or out of visits", body = crate::http::schema::ErrorMessage),
     ))]
