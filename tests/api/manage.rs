@@ -458,6 +458,42 @@ crate::on_both_stores! {
 }
 }
 
+/// A field given twice is refused, as an unknown one is: a filter in
+/// front that reads the first `url` would otherwise see another URL than
+/// the one stored.
+#[tokio::test]
+async fn a_field_given_twice_is_refused() {
+    let app = spawn_app(&[]).await;
+    let key = app.new_key("dup", false).await;
+    let code = app.create_ok("https://example.com/dup").await;
+    let twice = r#"{"url": "https://a.example/", "url": "https://b.example/"}"#;
+    for (method, path, auth) in [
+        (Method::POST, "/link".to_owned(), None),
+        (Method::POST, "/api/v1/links".to_owned(), Some(&key)),
+        (Method::PATCH, format!("/api/v1/links/{code}"), Some(&key)),
+    ] {
+        let mut req = app
+            .client
+            .request(method.clone(), app.url(&path))
+            .header("content-type", "application/json")
+            .body(twice);
+        if let Some(key) = auth {
+            req = req.bearer_auth(key);
+        }
+        let r = req.send().await.expect("request");
+        assert_error(r, 400, "given twice").await;
+    }
+    let r = app
+        .client
+        .post(app.url("/link"))
+        .header("content-type", "application/json")
+        .body(r#"{"url": "https://a.example/", "max_visits": 1, "max_visits": 2}"#)
+        .send()
+        .await
+        .expect("request");
+    assert_error(r, 400, "given twice").await;
+}
+
 /// RFC 3339 for now + `d`.
 fn time_in(d: Duration) -> String {
     let at = std::time::SystemTime::now() + d;

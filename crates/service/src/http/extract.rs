@@ -130,9 +130,47 @@ async fn json_object(req: Request, state: &AppState) -> Result<Map<String, Value
 fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::BadRequest(format!("body is not valid JSON: {e}")))?;
-    match value {
-        Value::Object(fields) => Ok(fields),
-        _ => Err(ApiError::BadRequest("body must be a JSON object".into())),
+    if !value.is_object() {
+        return Err(ApiError::BadRequest("body must be a JSON object".into()));
+    }
+    // Read again, as an object that refuses a field given twice: a filter
+    // in front that reads the first `url` must not see another URL than
+    // the one stored.
+    let UniqueFields(fields) = serde_json::from_slice(body)
+        .map_err(|e| ApiError::BadRequest(format!("body is not valid JSON: {e}")))?;
+    Ok(fields)
+}
+
+/// A JSON object whose fields each appear once.
+struct UniqueFields(Map<String, Value>);
+
+impl<'de> serde::Deserialize<'de> for UniqueFields {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = UniqueFields;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut access: A,
+            ) -> Result<UniqueFields, A::Error> {
+                let mut fields = Map::new();
+                while let Some((name, value)) = access.next_entry::<String, Value>()? {
+                    if fields.contains_key(&name) {
+                        return Err(serde::de::Error::custom(format!(
+                            "field '{name}' is given twice"
+                        )));
+                    }
+                    fields.insert(name, value);
+                }
+                Ok(UniqueFields(fields))
+            }
+        }
+        d.deserialize_map(Fields)
     }
 }
 
