@@ -85,9 +85,28 @@ static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
     let mut doc = ApiDoc::openapi();
     doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
     let mut doc = serde_json::to_value(doc).unwrap_or_default();
+    name_head_operations(&mut doc);
     add_create_links(&mut doc);
     serde_json::to_string(&doc).unwrap_or_else(|_| "{}".to_owned())
 });
+
+/// A route documented for `GET` and `HEAD` at once gets one operationId
+/// for both, and the specification wants each operation's to be unique:
+/// the `HEAD` one gets `_head` after it.
+fn name_head_operations(doc: &mut serde_json::Value) {
+    let Some(paths) = doc.get_mut("paths").and_then(|p| p.as_object_mut()) else {
+        return;
+    };
+    for item in paths.values_mut() {
+        let get_id = item.pointer("/get/operationId").cloned();
+        if let Some(head_id) = item.pointer_mut("/head/operationId")
+            && Some(&*head_id) == get_id.as_ref()
+            && let Some(id) = head_id.as_str()
+        {
+            *head_id = serde_json::Value::String(format!("{id}_head"));
+        }
+    }
+}
 
 /// OpenAPI links from each create's 201 to the operations that take the
 /// new code, so that a client generator (or schemathesis's stateful
@@ -239,6 +258,24 @@ impl Default for Routes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The specification requires every operationId to be unique.
+    #[test]
+    fn operation_ids_are_unique() {
+        let doc: serde_json::Value = serde_json::from_str(&DOCUMENT).expect("json");
+        let mut seen = BTreeSet::new();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for (method, op) in item.as_object().expect("item") {
+                if let Some(id) = op.get("operationId").and_then(|i| i.as_str()) {
+                    assert!(seen.insert(id.to_owned()), "{method} {path}: {id} twice");
+                }
+            }
+        }
+        assert!(
+            seen.contains("redirect") && seen.contains("redirect_head"),
+            "{seen:?}"
+        );
+    }
 
     #[test]
     fn every_route_is_documented_and_every_operation_routed() {
