@@ -174,8 +174,15 @@ where
     trimmer.abort();
     watchdog.shut_down();
     watching.abort();
+    drain(connections, settings.shutdown_timeout).await;
+    Ok(())
+}
+
+/// Lets the connections told to shut down finish their requests, for at
+/// most `timeout`; closes those still running then.
+async fn drain(mut connections: JoinSet<()>, timeout: Duration) {
     let open = connections.len();
-    let drained = tokio::time::timeout(settings.shutdown_timeout, async {
+    let drained = tokio::time::timeout(timeout, async {
         while connections.join_next().await.is_some() {}
     })
     .await;
@@ -183,12 +190,11 @@ where
         tracing::warn!(
             left = connections.len(),
             of = open,
-            timeout_s = settings.shutdown_timeout.as_secs_f64(),
+            timeout_s = timeout.as_secs_f64(),
             "requests still running after the shutdown timeout; closing them"
         );
         connections.shutdown().await;
     }
-    Ok(())
 }
 
 /// After many connections have closed, hands the memory their buffers

@@ -196,24 +196,7 @@ impl Writer {
                 w.run(rx);
             })?;
         if build.is_some() {
-            // The ticks that let the writer notice another process's
-            // changes. A weak sender: the queue still closes when the
-            // store's own sender is dropped, and the thread ends with it.
-            let ticks = queue.downgrade();
-            std::thread::Builder::new()
-                .name("litelink-slot-ticks".into())
-                .spawn(move || {
-                    loop {
-                        std::thread::sleep(slots::TICK);
-                        let Some(tx) = ticks.upgrade() else {
-                            break;
-                        };
-                        match tx.try_send(Message::Tick) {
-                            Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => {}
-                            Err(mpsc::error::TrySendError::Closed(_)) => break,
-                        }
-                    }
-                })?;
+            spawn_ticks(queue.downgrade())?;
         }
         Ok(Self {
             queue,
@@ -299,6 +282,27 @@ impl Writer {
             let _ = tokio::task::spawn_blocking(move || handle.join()).await;
         }
     }
+}
+
+/// The ticks that let the writer notice another process's changes (the
+/// slots' copy of the table). A weak sender: the queue still closes when
+/// the store's own sender is dropped, and the thread ends with it.
+fn spawn_ticks(ticks: mpsc::WeakSender<Message>) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("litelink-slot-ticks".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(slots::TICK);
+                let Some(tx) = ticks.upgrade() else {
+                    break;
+                };
+                match tx.try_send(Message::Tick) {
+                    Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => {}
+                    Err(mpsc::error::TrySendError::Closed(_)) => break,
+                }
+            }
+        })?;
+    Ok(())
 }
 
 struct WriterThread {
