@@ -392,7 +392,7 @@ async fn with_locality_on_consecutive_codes_share_a_prefix_that_survives_a_resta
     assert!(code.starts_with("AB"), "{code}");
     drop(dir);
 
-    // The default: every character random (item 14 of the hardening issue).
+    // The default: every character random.
     let random = spawn_app(&["--cache", "none"]).await;
     assert_eq!(random.stats().await["writer"]["code_locality"], false);
     let mut prefixes: Vec<String> = random

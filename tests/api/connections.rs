@@ -1,4 +1,4 @@
-//! Hardening (issue 16), items 1, 2, 10 and 11: slow, idle, oversized and
+//! Hardening of connections: slow, idle, oversized and
 //! malformed requests, over raw TCP so that nothing tidies them up.
 
 use std::net::SocketAddr;
@@ -30,7 +30,7 @@ async fn exchange(addr: SocketAddr, request: &[u8]) -> String {
     String::from_utf8_lossy(&read_to_close(&mut s, Duration::from_secs(10)).await).into_owned()
 }
 
-/// Item 1: a silent connection, a trickled header and an idle keep-alive
+/// A silent connection, a trickled header and an idle keep-alive
 /// connection are each closed after their own timeout.
 #[tokio::test]
 async fn slow_and_idle_connections_are_closed() {
@@ -93,7 +93,7 @@ async fn slow_and_idle_connections_are_closed() {
     );
 }
 
-/// Item 1: beyond `--max-connections` new connections wait; the file limit
+/// Beyond `--max-connections` new connections wait; the file limit
 /// is raised; a flood of fat headers is refused and its memory returned.
 #[tokio::test]
 async fn connections_are_capped_and_floods_leave_no_memory_behind() {
@@ -175,7 +175,7 @@ async fn connections_are_capped_and_floods_leave_no_memory_behind() {
     );
 }
 
-/// Item 2: SIGTERM closes a half-read connection at once and exits.
+/// SIGTERM closes a half-read connection at once and exits.
 #[tokio::test]
 async fn sigterm_does_not_wait_for_a_half_sent_request() {
     let dir = tempfile::tempdir().unwrap();
@@ -200,7 +200,7 @@ async fn sigterm_does_not_wait_for_a_half_sent_request() {
     drop((partial, idle));
 }
 
-/// Item 10: a body over the limit is refused from its Content-Length, to
+/// A body over the limit is refused from its Content-Length, to
 /// a client that writes it all before reading; `Expect: 100-continue` gets
 /// the 413 instead of `100 Continue`.
 #[tokio::test]
@@ -272,7 +272,7 @@ async fn protocol_errors_get_hypers_status_and_close() {
     }
 }
 
-/// Item 1: out of file descriptors, the accept loop neither spins nor
+/// Out of file descriptors, the accept loop neither spins nor
 /// floods the log, and serves again once connections close.
 #[tokio::test]
 async fn running_out_of_descriptors_neither_spins_nor_floods_the_log() {

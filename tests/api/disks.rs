@@ -1,4 +1,4 @@
-//! Hardening (issue 16), items 3, 4 and 6: a database file deleted or
+//! Hardening against the disk: a database file deleted or
 //! replaced under the server, a read-only or full file system, a corrupt
 //! file. Read-only and full file systems are real: a small tmpfs mounted
 //! by the test (root only; as another user these tests say so and skip).
@@ -106,7 +106,7 @@ impl Drop for Tmpfs {
     }
 }
 
-/// Item 3: the database file deleted, then replaced, under a running
+/// The database file deleted, then replaced, under a running
 /// server: no 201 after it, 503 instead, said once in the log and in
 /// `/stats`.
 #[tokio::test]
@@ -161,7 +161,7 @@ async fn a_deleted_or_replaced_database_stops_writes() {
     assert_eq!(create(&base, "https://example.com/x").await.status(), 503);
 }
 
-/// Item 4: a database on a read-only file system is refused at start,
+/// A database on a read-only file system is refused at start,
 /// and `doctor` says why.
 #[tokio::test]
 async fn a_read_only_database_is_refused_at_start() {
@@ -190,7 +190,7 @@ async fn a_read_only_database_is_refused_at_start() {
     assert!(doctor.contains("PROBLEMS FOUND"), "{doctor}");
 }
 
-/// Item 4: a full disk answers 503 with Retry-After, never 500, logs a
+/// A full disk answers 503 with Retry-After, never 500, logs a
 /// few lines rather than one per create, and creates work again once
 /// there is room.
 #[tokio::test]
@@ -250,7 +250,7 @@ async fn a_full_disk_answers_503_and_logs_little() {
     drop(server);
 }
 
-/// Item 6: a corrupt database is refused at start with "corrupt" in the
+/// A corrupt database is refused at start with "corrupt" in the
 /// message; `doctor` and `doctor --full` find it.
 #[tokio::test]
 async fn a_corrupt_database_is_refused_at_start() {
@@ -285,7 +285,7 @@ async fn a_corrupt_database_is_refused_at_start() {
     }
 }
 
-/// Item 5: one server per database. A second `serve` exits at once naming
+/// One server per database. A second `serve` exits at once naming
 /// the first one's PID; `doctor`, `export` and `keys` work beside it.
 #[tokio::test]
 async fn a_second_server_on_one_database_exits_naming_the_first() {

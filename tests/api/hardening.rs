@@ -1,4 +1,4 @@
-//! Hardening (issue 16), the items done so far: what every answer carries,
+//! Hardening: what every answer carries,
 //! and a Host header that cannot reach into `short_url`.
 
 use clap::Parser;
@@ -95,7 +95,7 @@ async fn only_a_plain_host_makes_the_short_url() {
     assert_eq!(r["short_url"], format!("https://s.example.org/{code}"));
 }
 
-/// Item 7: what is validated is what is stored and served.
+/// What is validated is what is stored and served.
 #[tokio::test]
 async fn the_validated_url_is_the_served_url() {
     let app = spawn_app(&[]).await;
@@ -128,7 +128,7 @@ async fn the_validated_url_is_the_served_url() {
     }
 }
 
-/// Item 8: no credentials in targets; private targets and denied hosts
+/// No credentials in targets; private targets and denied hosts
 /// when the operator asks.
 #[tokio::test]
 async fn credentials_private_targets_and_denied_hosts_are_refused() {
@@ -199,7 +199,7 @@ async fn the_deny_list_is_read_again_on_sighup() {
     assert_eq!(status(create("https://login.evil.example/x").await), 201);
 }
 
-/// Item 13: once keys exist, `/stats` is the operator's; no absolute path.
+/// Once keys exist, `/stats` is the operator's; no absolute path.
 #[tokio::test]
 async fn stats_needs_an_admin_key_once_keys_exist() {
     let app = spawn_app(&[]).await;
@@ -228,7 +228,7 @@ async fn stats_needs_an_admin_key_once_keys_exist() {
     assert_eq!(public.get("/stats").await.status(), 200);
 }
 
-/// Item 12: creates without a key are limited per client address, with
+/// Creates without a key are limited per client address, with
 /// a key per key when asked; loopback is free unless asked.
 #[tokio::test]
 async fn anonymous_creates_are_rate_limited_per_client() {
@@ -330,7 +330,7 @@ async fn anonymous_creates_are_rate_limited_per_client() {
     }
 }
 
-/// Item 7, as a property over the running server: for any string a client
+/// As a property over the running server: for any string a client
 /// sends, an accepted link's `Location` is exactly the URL the API
 /// answered, and that URL parses back to itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! Operations (issue 17): health checks, Prometheus metrics, request ids
+//! Operations: health checks, Prometheus metrics, request ids
 //! and JSON logs.
 
 use std::time::{Duration, Instant};

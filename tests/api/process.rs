@@ -155,7 +155,7 @@ async fn verify(base: &str, acked: &HashMap<String, String>) {
     }
 }
 
-/// On one core `litelink serve` runs a current-thread runtime (issue 21):
+/// On one core `litelink serve` runs a current-thread runtime:
 /// everything still works there, the blocking pool (a QR code) and the
 /// visit flush included, and SIGTERM still stops it gracefully.
 #[tokio::test]

@@ -2,7 +2,7 @@
 //! server is up at once and the load moves between them in short runs, so
 //! that a slow spell of the machine falls on every server alike. Used to
 //! tell changes of about 1% apart on a VM whose speed drifts from second
-//! to second (docs/benchmarks.md, issue 21).
+//! to second (docs/benchmarks.md).
 //!
 //! ```sh
 //! cargo run --release -p litelink-lab --example paired_ceiling -- \

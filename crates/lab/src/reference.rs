@@ -9,7 +9,7 @@
 //! head of a litelink redirect instead (`Location`, `Cache-Control`,
 //! `nosniff`, a fresh request id): the floor under a redirect that
 //! carries what the issues require, with no lookup, counting or metrics
-//! (docs/benchmarks.md, issue 21).
+//! (docs/benchmarks.md).
 
 use std::convert::Infallible;
 use std::io::Write;
