@@ -288,7 +288,7 @@ async fn running_out_of_descriptors_neither_spins_nor_floods_the_log() {
         .status()
         .is_ok_and(|s| s.success());
     if !lowered {
-        eprintln!("SKIPPED: prlimit cannot lower the server's file limit here");
+        crate::helpers::missing("prlimit cannot lower the server's file limit here");
         return;
     }
     let (lines_before, _) = server.log();

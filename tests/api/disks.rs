@@ -1,7 +1,8 @@
 //! Hardening against the disk: a database file deleted or
 //! replaced under the server, a read-only or full file system, a corrupt
 //! file. Read-only and full file systems are real: a small tmpfs mounted
-//! by the test (root only; as another user these tests say so and skip).
+//! by the test (root only; as another user these tests say so and skip,
+//! except under scripts/test as root, where a missing mount fails them).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -81,7 +82,7 @@ impl Tmpfs {
             .status()
             .is_ok_and(|s| s.success());
         if !ok {
-            eprintln!("SKIPPED: cannot mount a tmpfs here (not root?)");
+            crate::helpers::missing("cannot mount a tmpfs here (not root?)");
             return None;
         }
         Some(Self {

@@ -23,6 +23,16 @@ pub fn client() -> reqwest::Client {
         .expect("client")
 }
 
+/// A piece of the machine a test needs is missing (a tmpfs mount, a lower
+/// file limit): under `scripts/test`, which provides it, that is a failure
+/// (`LITELINK_TEST_STRICT`); elsewhere the test says so and passes.
+pub fn missing(what: &str) {
+    if std::env::var_os("LITELINK_TEST_STRICT").is_some_and(|v| v != "0") {
+        panic!("{what}: scripts/test provides this, so its absence is a failure");
+    }
+    eprintln!("SKIPPED: {what}");
+}
+
 /// Parses arguments exactly as the binary does, so tests run the same
 /// configuration path as users; the lab's switches (`--hot-path off`, ...)
 /// are read as `litelink-lab serve` reads them.

@@ -85,13 +85,15 @@ async fn page_cache_off_is_applied_to_every_connection() {
     let s = app.stats().await;
     for side in ["writer", "reader"] {
         assert_eq!(applied(&s, side)["cache_size"], 0, "{side}: {s}");
-        assert_eq!(applied(&s, side)["temp_store"], "default", "{side}: {s}");
+        assert_eq!(applied(&s, side)["temp_store"], "file", "{side}: {s}");
     }
     let on = spawn_app(&["--cache", "none"]).await;
     exercise_api(&on).await;
     let s = on.stats().await;
-    // SQLite's default: 2,000 KiB, written as -2000.
+    // SQLite's defaults: 2,000 KiB, written as -2000, and its build's own
+    // temporary store.
     assert_eq!(applied(&s, "reader")["cache_size"], -2000, "{s}");
+    assert_eq!(applied(&s, "reader")["temp_store"], "default", "{s}");
 }
 
 #[tokio::test]

@@ -178,6 +178,23 @@ async fn one_core_serves_everything_on_a_current_thread_runtime() {
         "{allowed}"
     );
     let base = server.url();
+    let runtime = stats(base.clone() + "/stats").await["runtime"].clone();
+    assert_eq!(runtime["flavor"], "current_thread", "{runtime}");
+    assert_eq!(runtime["workers"], 1, "{runtime}");
+    // Not pinned, on a machine of several CPUs, the other flavour.
+    if std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
+        let mut wide = litelink_lab::process::ServerProcess::start(
+            exe,
+            &dir.path().join("wide.db"),
+            &[],
+            None,
+        )
+        .expect("litelink");
+        let runtime = stats(wide.url() + "/stats").await["runtime"].clone();
+        assert_eq!(runtime["flavor"], "multi_thread", "{runtime}");
+        wide.stop_with(libc::SIGTERM, Duration::from_secs(5))
+            .expect("stops");
+    }
     let code = crate::helpers::create_code(&base).await;
     let get = |path: String| client().get(format!("{base}{path}")).send();
     for _ in 0..20 {

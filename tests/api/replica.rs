@@ -181,11 +181,12 @@ async fn reads_never_come_from_a_replica_behind_a_known_change() {
     let started = Instant::now();
     while target_of(&b, "fresh-one").await.0 != 200 {
         assert!(
-            started.elapsed() < Duration::from_millis(100),
+            started.elapsed() < Duration::from_secs(5),
             "B never saw the create"
         );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+    eprintln!("B saw the create in {:?}", started.elapsed());
     // Unchanged codes still come from the replica.
     let s = stats(&a, &admin).await;
     let (reads, primary_reads) = (
@@ -233,11 +234,12 @@ async fn reads_never_come_from_a_replica_behind_a_known_change() {
             break;
         }
         assert!(
-            started.elapsed() < Duration::from_millis(100),
+            started.elapsed() < Duration::from_secs(5),
             "the edit was not seen: A {on_a}, B {on_b}"
         );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+    eprintln!("A and B served the edit in {:?}", started.elapsed());
     // A delete through A: B stops redirecting.
     let r = a
         .api(Method::DELETE, "/api/v1/links/fresh-one", Some(&key), None)
@@ -246,11 +248,12 @@ async fn reads_never_come_from_a_replica_behind_a_known_change() {
     let started = Instant::now();
     while b.get("/fresh-one").await.status() != 404 {
         assert!(
-            started.elapsed() < Duration::from_millis(100),
+            started.elapsed() < Duration::from_secs(5),
             "B still redirects"
         );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+    eprintln!("B stopped redirecting in {:?}", started.elapsed());
     assert_eq!(a.get("/fresh-one").await.status(), 404);
 
     drop(paused);

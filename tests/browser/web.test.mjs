@@ -70,8 +70,18 @@ function startTarget() {
   });
 }
 
+/// `/stats`, read with the admin key (a key exists, so it needs one).
 async function stats() {
-  return (await fetch(`${base}/stats`)).json();
+  const r = await fetch(`${base}/stats`, { headers: { authorization: `Bearer ${key}` } });
+  assert.equal(r.status, 200, "/stats with the admin key");
+  return r.json();
+}
+
+/// The number of links, which must be a number.
+async function linkCount() {
+  const links = (await stats()).links;
+  assert.equal(typeof links, "number", `links is ${links}`);
+  return links;
 }
 
 async function newPage(options = {}) {
@@ -170,7 +180,7 @@ test("the QR code decodes to the short URL", async () => {
 test("an invalid URL shows the error and creates nothing", async () => {
   const page = await newPage();
   await page.goto(`${base}/`);
-  const before = (await stats()).links;
+  const before = await linkCount();
   await page.getByLabel("Long URL").fill("not a url");
   await page.keyboard.press("Enter");
   const error = page.locator("#url-error");
@@ -180,7 +190,7 @@ test("an invalid URL shows the error and creates nothing", async () => {
   await page.getByLabel("Long URL").fill("");
   await page.keyboard.press("Enter");
   assert.equal(await error.textContent(), "Enter the URL to shorten.");
-  assert.equal((await stats()).links, before);
+  assert.equal(await linkCount(), before);
   await page.context().close();
 });
 

@@ -101,7 +101,7 @@ pub struct LabArgs {
           default_value_t = d().store.sqlite.read_on)]
     pub sqlite_read_on: ReadOn,
 
-    /// SQLite's page cache; `off` sets cache_size=0 and temp_store=0 on every
+    /// SQLite's page cache; `off` sets cache_size=0 and temp_store=FILE on every
     /// connection (the second article's experiment).
     #[arg(long, env = "LITELINK_SQLITE_PAGE_CACHE", value_enum,
           default_value = on_off(d().store.sqlite.page_cache))]

@@ -40,9 +40,9 @@ pub(super) fn configure(
     conn.busy_timeout(settings.busy_timeout)?;
     if !settings.page_cache {
         // The second article's experiment: no page cache of SQLite's own,
-        // temporary tables on disk; only the OS file cache remains.
+        // temporary tables in files; only the OS file cache remains.
         conn.pragma_update(None, "cache_size", 0)?;
-        conn.pragma_update(None, "temp_store", 0)?;
+        conn.pragma_update(None, "temp_store", "FILE")?;
     } else if role == Role::Writer && settings.writer_cache_mib > 0 {
         // Negative: KiB rather than pages.
         conn.pragma_update(

@@ -131,7 +131,7 @@ pub struct SqliteSettings {
     pub memstatus: bool,
     pub connections: ConnectionMode,
     pub read_on: ReadOn,
-    /// `false` sets `cache_size=0` and `temp_store=0` on every connection.
+    /// `false` sets `cache_size=0` and `temp_store=FILE` on every connection.
     pub page_cache: bool,
     pub durability: Durability,
     pub busy_timeout: Duration,
