@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::Context;
+use litelink_service::domain::TargetPolicy;
 use litelink_service::keys;
 use litelink_service::startup::open_tool_store;
 use litelink_service::store::{ImportRow, LinkStore, Purpose};
@@ -129,8 +130,10 @@ pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
         settings.sqlite.writer_cache_mib = IMPORT_CACHE_MIB;
         // A SQLite file has one writer, so import takes its lock;
         // PostgreSQL takes imports beside servers.
+        let targets = TargetPolicy::new(args.refuse_private_targets, args.deny_hosts.clone())?
+            .with_own_hosts(args.public_url.as_deref(), None);
         let store = open_tool_store(&settings, Purpose::Import).await?;
-        let outcome = import_into(&store, args.format, input).await;
+        let outcome = import_into(&store, args.format, input, targets).await;
         store.close().await;
         let s = outcome?;
         eprintln!(
@@ -163,9 +166,10 @@ async fn import_into(
     store: &Arc<dyn LinkStore>,
     format: transfer::Format,
     input: BufReader<File>,
+    targets: TargetPolicy,
 ) -> anyhow::Result<ImportSummary> {
     let started = Instant::now();
-    let mut checker = Checker::new(&store.keys().await?);
+    let mut checker = Checker::new(&store.keys().await?, targets);
     let bar = progress();
     let mut s = ImportSummary::default();
     let mut batch: Vec<ImportRow> = Vec::with_capacity(IMPORT_BATCH);

@@ -54,4 +54,14 @@ pub struct ImportArgs {
     pub format: Format,
     #[command(flatten)]
     pub store: StoreArgs,
+    /// Refuse links to private, loopback and other special-use addresses,
+    /// as `serve --refuse-private-targets` does.
+    #[arg(long, env = "LITELINK_REFUSE_PRIVATE_TARGETS")]
+    pub refuse_private_targets: bool,
+    /// Refuse links to the domains in this file, as `serve --deny-hosts`.
+    #[arg(long, env = "LITELINK_DENY_HOSTS")]
+    pub deny_hosts: Option<PathBuf>,
+    /// Refuse links to this service's public host, as `serve` does.
+    #[arg(long, env = "LITELINK_PUBLIC_URL")]
+    pub public_url: Option<String>,
 }

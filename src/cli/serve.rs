@@ -9,6 +9,7 @@ use clap::Args;
 use litelink_service::Settings;
 use litelink_service::cache::CacheMode;
 use litelink_service::domain::code::{MAX_GENERATED_LEN, MIN_GENERATED_LEN};
+use litelink_service::http::limit::TrustProxy;
 use litelink_service::http::{CreateAuth, RedirectStatus, ReferrerPolicy};
 use litelink_service::observability::logging::LogFormat;
 use litelink_service::store::StoreSettings;
@@ -45,7 +46,8 @@ pub struct AbuseArgs {
     pub refuse_private_targets: bool,
 
     /// File of refused target domains, one a line (`#` comments;
-    /// subdomains included); read again on SIGHUP.
+    /// subdomains included); read again on SIGHUP. Checked on every
+    /// redirect too: a link to a host added later answers 410.
     #[arg(long, env = "LITELINK_DENY_HOSTS")]
     pub deny_hosts: Option<PathBuf>,
 
@@ -75,11 +77,15 @@ pub struct AbuseArgs {
     #[arg(long, env = "LITELINK_RATE_LIMIT_LOOPBACK")]
     pub rate_limit_loopback: bool,
 
-    /// Take the client's address from X-Forwarded-For or Forwarded (the
-    /// address the nearest proxy added). Only behind a proxy that sets it:
-    /// otherwise clients choose their own bucket.
-    #[arg(long, env = "LITELINK_TRUST_PROXY")]
-    pub trust_proxy: bool,
+    /// Which proxies may name the client in X-Forwarded-For or Forwarded:
+    /// `on` (the direct peer, one proxy in front), or a comma-separated list
+    /// of addresses and CIDR ranges (the client is the nearest forwarded
+    /// address not on it; headers from other peers are ignored). A
+    /// forwarded address is never exempt from the limits.
+    #[arg(long, env = "LITELINK_TRUST_PROXY", value_name = "on|off|LIST",
+          num_args = 0..=1, default_missing_value = "on",
+          default_value_t = TrustProxy::Off)]
+    pub trust_proxy: TrustProxy,
 
     /// Serve `/stats` to anyone even once API keys exist (without it, it
     /// then needs an admin key).
@@ -311,7 +317,8 @@ pub struct CacheArgs {
     /// Milliseconds an in-process cache entry is served after it was
     /// cached while the invalidation channel is down, so that another
     /// instance's change is seen within this (0: the in-process cache is
-    /// off meanwhile). Back up, the cache starts empty.
+    /// off meanwhile). Back up, the cache starts empty. On a shared store
+    /// without --invalidations-url, entries always live at most this long.
     #[arg(long, env = "LITELINK_INVALIDATIONS_DOWN_TTL_MS",
           default_value_t = d().cache.unheard_ttl.as_millis() as u64)]
     pub invalidations_down_ttl_ms: u64,
@@ -380,7 +387,7 @@ impl ServeArgs {
         limits.key_per_minute = abuse.key_create_rate;
         limits.key_burst = abuse.key_create_burst;
         limits.loopback = abuse.rate_limit_loopback;
-        limits.trust_proxy = abuse.trust_proxy;
+        limits.trust_proxy = abuse.trust_proxy.clone();
 
         s.codes.length = usize::from(storage.code_length);
         s.store = store_settings(&storage.db);

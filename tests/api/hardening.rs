@@ -151,9 +151,40 @@ async fn credentials_private_targets_and_denied_hosts_are_refused() {
         "http://169.254.169.254/",
         "http://[::1]/",
         "http://localhost/",
+        // Special-use ranges, and IPv4 inside IPv6.
+        "http://[::127.0.0.1]/",
+        "http://[64:ff9b::10.0.0.1]/",
+        "http://[2002:c0a8:101::1]/",
+        "http://[::ffff:0:0]/",
+        "http://[fec0::1]/",
+        "http://[ff02::1]/",
+        "http://224.0.0.1/",
+        "http://198.18.0.1/",
+        "http://240.0.0.1/",
+        "http://192.0.0.1/",
     ] {
         assert_error(strict.create(raw).await, 400, "private").await;
     }
+    // A name the machine's hosts file gives a private address (every
+    // Debian machine maps its own name so) reaches this machine too.
+    let hosts = std::fs::read_to_string("/etc/hosts").expect("/etc/hosts");
+    let name = hosts
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split('#').next()?.split_whitespace();
+            let ip: std::net::IpAddr = words.next()?.parse().ok()?;
+            ip.is_loopback()
+                .then_some(words.find(|w| !w.contains("localhost"))?)
+        })
+        .next()
+        .expect("/etc/hosts names this machine on a loopback address");
+    assert_error(
+        strict.create(&format!("http://{name}/")).await,
+        400,
+        "private",
+    )
+    .await;
+    assert_eq!(app.create(&format!("http://{name}/")).await.status(), 201);
     let code = strict.create_ok("https://example.com/public").await;
     let key = strict.new_key("admin", true).await;
     let r = strict
@@ -199,6 +230,103 @@ async fn the_deny_list_is_read_again_on_sighup() {
     assert_eq!(status(create("https://login.evil.example/x").await), 201);
 }
 
+/// A host added to the deny list stops the links made before: once the
+/// list is read again, each answers 410 on every way it is read, from the
+/// cache too (each was read twice before), is counted as no visit, and
+/// redirects again once the host leaves the list. A list that cannot be
+/// read keeps the old one.
+#[tokio::test]
+async fn a_reloaded_deny_list_stops_existing_links() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("deny.txt");
+    std::fs::write(&list, "# nothing yet\n").unwrap();
+    let server = spawn_process(
+        &dir.path().join("d.db"),
+        &["--deny-hosts", list.to_str().unwrap()],
+    );
+    let client = crate::helpers::client();
+    let mut codes = Vec::new();
+    for url in ["https://shop.later-bad.example/a", "https://fine.example/b"] {
+        let r = client
+            .post(format!("{}/link", server.url()))
+            .json(&json!({ "url": url }))
+            .send()
+            .await
+            .expect("POST");
+        assert_eq!(r.status(), 201);
+        let body: Value = r.json().await.expect("json");
+        codes.push(body["short_link"].as_str().expect("code").to_owned());
+    }
+    let (bad, fine) = (&codes[0], &codes[1]);
+    let status = async |method: reqwest::Method, path: &str| {
+        let r = client
+            .request(method, format!("{}{path}", server.url()))
+            .send()
+            .await
+            .expect("request");
+        let status = r.status().as_u16();
+        (status, r.text().await.expect("body"))
+    };
+    for _ in 0..2 {
+        assert_eq!(
+            status(reqwest::Method::GET, &format!("/{bad}")).await.0,
+            302
+        );
+    }
+    std::fs::write(&list, "later-bad.example\n").unwrap();
+    server.signal(libc::SIGHUP).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while status(reqwest::Method::GET, &format!("/{bad}")).await.0 != 410 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still redirected after SIGHUP"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let blocked = json!({"error": "the target of this link is blocked"});
+    for (method, path) in [
+        (reqwest::Method::GET, format!("/{bad}")),
+        (reqwest::Method::GET, format!("/link/{bad}")),
+        (reqwest::Method::HEAD, format!("/{bad}")),
+    ] {
+        let (code, body) = status(method.clone(), &path).await;
+        assert_eq!(code, 410, "{method} {path}");
+        if method == reqwest::Method::GET {
+            let body: Value = serde_json::from_str(&body).expect("a JSON error");
+            assert_eq!(body, blocked, "{path}");
+        }
+    }
+    assert_eq!(
+        status(reqwest::Method::GET, &format!("/{fine}")).await.0,
+        302
+    );
+
+    // An unreadable list keeps the old one.
+    std::fs::remove_file(&list).unwrap();
+    server.signal(libc::SIGHUP).unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        status(reqwest::Method::GET, &format!("/{bad}")).await.0,
+        410
+    );
+
+    // Off the list, the link redirects again; the blocked answers were
+    // no visits (two redirects before, one now, and the other link's one).
+    std::fs::write(&list, "elsewhere.example\n").unwrap();
+    server.signal(libc::SIGHUP).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while status(reqwest::Method::GET, &format!("/{bad}")).await.0 != 302 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never redirected again"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (_, stats) = status(reqwest::Method::GET, "/stats").await;
+    let stats: Value = serde_json::from_str(&stats).expect("stats");
+    assert_eq!(stats["visits"]["counted"], 4, "{stats}");
+}
+
 /// Once keys exist, `/stats` is the operator's; no absolute path.
 #[tokio::test]
 async fn stats_needs_an_admin_key_once_keys_exist() {
@@ -226,6 +354,128 @@ async fn stats_needs_an_admin_key_once_keys_exist() {
     let public = spawn_app(&["--stats-public"]).await;
     public.new_key("user", false).await;
     assert_eq!(public.get("/stats").await.status(), 200);
+}
+
+/// A link to the service itself is a loop: refused on its public host at
+/// any port, on its listen address, and on the Host a client reached it
+/// by, for creates and edits alike.
+#[tokio::test]
+async fn links_to_the_service_itself_are_refused() {
+    let app = spawn_app(&[]).await;
+    let port = app.addr.port();
+    let own = [
+        format!("http://127.0.0.1:{port}/abc"),
+        format!("http://localhost:{port}/"),
+        format!("http://[::ffff:127.0.0.1]:{port}/x"),
+    ];
+    for raw in &own {
+        assert_error(app.create(raw).await, 400, "this service itself").await;
+    }
+    // The short URL of a link made a moment ago, as the client was given it.
+    let r = app.create("https://example.com/first").await;
+    let short: serde_json::Value = r.json().await.expect("json");
+    let short = short["short_url"].as_str().expect("short_url").to_owned();
+    assert_error(app.create(&short).await, 400, "this service itself").await;
+    // The Host a request came in by is one of its names.
+    let r = app
+        .client
+        .post(app.url("/link"))
+        .header("host", "short.test")
+        .json(&json!({ "url": "http://short.test/abc" }))
+        .send()
+        .await
+        .expect("POST");
+    assert_error(r, 400, "this service itself").await;
+    assert_eq!(
+        app.create(&format!("http://127.0.0.1:{}/", port ^ 1))
+            .await
+            .status(),
+        201
+    );
+
+    let public = spawn_app(&["--public-url", "https://sho.rt"]).await;
+    for raw in [
+        "https://sho.rt/abc",
+        "http://SHO.RT:8080/",
+        "https://sho.rt./",
+    ] {
+        assert_error(public.create(raw).await, 400, "this service itself").await;
+    }
+    assert_eq!(public.create("https://www.sho.rt/").await.status(), 201);
+    let code = public.create_ok("https://example.com/to-edit").await;
+    let key = public.new_key("admin", true).await;
+    let r = public
+        .api(
+            reqwest::Method::PATCH,
+            &format!("/api/v1/links/{code}"),
+            Some(&key),
+            Some(json!({ "url": "https://sho.rt/other" })),
+        )
+        .await;
+    assert_error(r, 400, "this service itself").await;
+}
+
+/// A forwarded address never exempts a client: with `--trust-proxy on`,
+/// `X-Forwarded-For: 203.0.113.5, 127.0.0.1` is the loopback client
+/// named by a proxy, limited like any other. With a list, the client is
+/// the nearest address that is no listed proxy, and a peer that is not
+/// listed cannot name one at all.
+#[tokio::test]
+async fn forwarded_addresses_name_clients_only_from_trusted_proxies() {
+    let limits = ["--create-rate", "6", "--create-burst", "3"];
+    let post = async |app: &crate::helpers::TestApp, header: (&str, &str)| {
+        let r = app
+            .client
+            .post(app.url("/link"))
+            .header(header.0, header.1)
+            .json(&json!({ "url": "https://example.com/fwd" }))
+            .send()
+            .await
+            .expect("POST");
+        r.status().as_u16()
+    };
+    fn xff(v: &str) -> (&'static str, &str) {
+        ("x-forwarded-for", v)
+    }
+
+    let on = spawn_app(&[&["--trust-proxy"], &limits[..]].concat()).await;
+    for _ in 0..3 {
+        assert_eq!(post(&on, xff("203.0.113.5, 127.0.0.1")).await, 201);
+    }
+    assert_eq!(post(&on, xff("203.0.113.5, 127.0.0.1")).await, 429);
+
+    // The test's peer is 127.0.0.1, a listed proxy, as is 10.0.0.0/8.
+    let listed =
+        spawn_app(&[&["--trust-proxy", "127.0.0.1,10.0.0.0/8"], &limits[..]].concat()).await;
+    for _ in 0..3 {
+        assert_eq!(post(&listed, xff("198.51.100.7, 10.1.2.3")).await, 201);
+    }
+    assert_eq!(post(&listed, xff("198.51.100.7")).await, 429);
+    assert_eq!(
+        post(
+            &listed,
+            ("forwarded", "for=198.51.100.7;proto=https, for=10.9.9.9")
+        )
+        .await,
+        429
+    );
+    assert_eq!(post(&listed, xff("198.51.100.8, 10.1.2.3")).await, 201);
+    assert_eq!(post(&listed, xff("203.0.113.5, 127.0.0.1")).await, 201);
+
+    // A peer that is not listed: its headers name nobody, so every
+    // request is the peer's own (loopback, limited when asked).
+    let elsewhere = spawn_app(
+        &[
+            &["--trust-proxy", "10.0.0.0/8", "--rate-limit-loopback"],
+            &limits[..],
+        ]
+        .concat(),
+    )
+    .await;
+    for i in 0..3 {
+        assert_eq!(post(&elsewhere, xff(&format!("198.51.100.{i}"))).await, 201);
+    }
+    assert_eq!(post(&elsewhere, xff("198.51.100.99")).await, 429);
 }
 
 /// Creates without a key are limited per client address, with

@@ -1034,6 +1034,65 @@ fn import_reports_bad_lines_and_unknown_owners_and_keeps_the_rest() {
     assert_eq!(expires, Some(978_307_200_000), "2001-01-01T00:00:00Z");
 }
 
+/// Import refuses what the API refuses: with the server's options, a
+/// private target, a denied host and the service's own host are each a
+/// refused line, named in the report, and the rest is imported.
+#[test]
+fn import_checks_targets_as_the_api_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("in.jsonl");
+    let line = |code: &str, url: &str| {
+        format!(r#"{{"code":"{code}","url":"{url}","created_at":"2026-01-01T00:00:00Z"}}"#)
+    };
+    std::fs::write(
+        &file,
+        [
+            line("fine1", "https://example.com/1"),
+            line("priv1", "http://10.0.0.1/"),
+            line("priv2", "http://[64:ff9b::127.0.0.1]/"),
+            line("deny1", "https://login.evil.example/"),
+            line("self1", "https://s.example/fine1"),
+            line("fine2", "https://example.org/2"),
+        ]
+        .join("\n"),
+    )
+    .expect("write");
+    let deny = dir.path().join("deny.txt");
+    std::fs::write(&deny, "evil.example\n").expect("write");
+    let db = dir.path().join("i.db");
+    let out = litelink(
+        &[
+            "import",
+            file.to_str().expect("path"),
+            "--refuse-private-targets",
+            "--deny-hosts",
+            deny.to_str().expect("path"),
+            "--public-url",
+            "https://s.example",
+        ],
+        &db,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for needle in [
+        "line 2: url: url points to a private",
+        "line 3: url: url points to a private",
+        "line 4: url: url's host is on the deny list",
+        "line 5: url: url points to this service itself",
+        "imported 2 links",
+        "4 invalid",
+    ] {
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+    // Without the options, the same file is taken whole.
+    let out = litelink(
+        &["import", file.to_str().expect("path")],
+        &dir.path().join("j.db"),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("imported 6 links"), "{err}");
+}
+
 #[tokio::test]
 async fn a_schema_1_database_is_migrated_and_keeps_its_links() {
     let dir = tempfile::tempdir().expect("tempdir");

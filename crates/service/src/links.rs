@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::cache::invalidations::{InvalidationStats, Invalidations};
 use crate::cache::{CacheStats, LinkCache, Lookup};
-use crate::domain::{Link, Resolved, ShortCode, TargetUrl, VisitCounts};
+use crate::domain::{Link, Resolved, ShortCode, TargetPolicy, TargetUrl, VisitCounts};
 use crate::keys::{KeyRegistry, Principal};
 use crate::store::{LinkPatch, LinkStore, ListPage, ListQuery, NewLink, StoreError, StoreStats};
 use crate::visits::{Visit, VisitStats, Visits};
@@ -109,6 +109,8 @@ pub enum Resolution {
     Expired,
     /// The link has served its `max_visits`: 410.
     Exhausted,
+    /// The target's host is on the deny list now: 410.
+    Blocked,
     Missing,
 }
 
@@ -140,6 +142,8 @@ struct Parts {
     /// Tells the other instances on the same store what changed.
     invalidations: Option<Arc<Invalidations>>,
     create_auth: CreateAuth,
+    /// The deny list, checked on every redirect.
+    targets: Arc<TargetPolicy>,
 }
 
 /// Whether `caller` may see and change `link`: its owner, or an admin.
@@ -156,6 +160,7 @@ impl Links {
         visits: Arc<Visits>,
         invalidations: Option<Arc<Invalidations>>,
         create_auth: CreateAuth,
+        targets: Arc<TargetPolicy>,
     ) -> Self {
         Self {
             inner: Arc::new(Parts {
@@ -165,6 +170,7 @@ impl Links {
                 visits,
                 invalidations,
                 create_auth,
+                targets,
             }),
         }
     }
@@ -206,6 +212,9 @@ impl Links {
             return Err(Later(None));
         };
         match known {
+            Lookup::Found(link) if self.inner.targets.blocks(&link.target) => {
+                Ok(Resolution::Blocked)
+            }
             Lookup::Found(link) if link.is_expired() => Ok(Resolution::Expired),
             Lookup::Found(link) if link.max_visits.is_none() => {
                 if let Use::Visit(visit) = how {
@@ -234,6 +243,9 @@ impl Links {
         let Some(link) = self.fill(code, known).await? else {
             return Ok(Resolution::Missing);
         };
+        if self.inner.targets.blocks(&link.target) {
+            return Ok(Resolution::Blocked);
+        }
         if link.is_expired() {
             return Ok(Resolution::Expired);
         }

@@ -58,10 +58,14 @@ impl Application {
             && settings.invalidations.url.is_none()
             && matches!(settings.cache.mode, CacheMode::Memory | CacheMode::Tiered)
         {
-            tracing::warn!(
-                "the in-process cache is on without --invalidations-url: if other instances \
-                 share this database, their edits and deletes reach this cache only when the \
-                 entry is evicted"
+            // Other instances may change links here unheard: the in-process
+            // tier serves an entry only as long as it does while the
+            // channel is down, never an old link for longer.
+            cache.set_local(false);
+            tracing::info!(
+                ttl_ms = settings.cache.unheard_ttl.as_millis() as u64,
+                "a shared database without --invalidations-url: in-process cache entries \
+                 live at most --invalidations-down-ttl-ms"
             );
         }
         let invalidations = match &settings.invalidations.url {
@@ -77,6 +81,16 @@ impl Application {
             )),
             None => None,
         };
+        let targets = Arc::new(
+            TargetPolicy::new(
+                settings.http.refuse_private_targets,
+                settings.http.deny_hosts.clone(),
+            )?
+            .with_own_hosts(
+                settings.http.public_url.as_deref(),
+                Some(listener.local_addr()?),
+            ),
+        );
         let links = Links::new(
             cache,
             store,
@@ -84,11 +98,8 @@ impl Application {
             visits,
             invalidations,
             settings.http.create_auth,
+            Arc::clone(&targets),
         );
-        let targets = Arc::new(TargetPolicy::new(
-            settings.http.refuse_private_targets,
-            settings.http.deny_hosts.clone(),
-        )?);
         let reloader = targets
             .has_deny_list()
             .then(|| spawn_deny_list_reloader(Arc::clone(&targets)))

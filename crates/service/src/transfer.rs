@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, Write};
 
-use crate::domain::{KeyId, ShortCode, TargetUrl, Timestamp, is_reserved};
+use crate::domain::{KeyId, ShortCode, TargetPolicy, TargetUrl, Timestamp, is_reserved};
 use crate::store::{ApiKey, ImportRow, Record};
 
 #[derive(
@@ -149,14 +149,17 @@ pub fn read<R: BufRead + 'static>(
 /// would (except that past expiries are kept), owners found by name.
 pub struct Checker {
     owners: HashMap<String, KeyId>,
+    /// The targets refused, as the server refuses them.
+    targets: TargetPolicy,
     /// Owner names without a key here, each warned about once.
     pub unknown_owners: HashSet<String>,
 }
 
 impl Checker {
-    pub fn new(keys: &[ApiKey]) -> Self {
+    pub fn new(keys: &[ApiKey], targets: TargetPolicy) -> Self {
         Self {
             owners: keys.iter().map(|k| (k.name.clone(), k.id)).collect(),
+            targets,
             unknown_owners: HashSet::new(),
         }
     }
@@ -181,7 +184,13 @@ impl Checker {
         let deleted_at = stamp("deleted_at", r.deleted_at.as_deref())?;
         let target = match (&r.url, deleted_at) {
             (None, Some(_)) if code.is_none() => return Err("a deleted link needs its code".into()),
-            (Some(url), None) => Some(TargetUrl::parse(url).map_err(|e| format!("url: {e}"))?),
+            (Some(url), None) => {
+                let target = TargetUrl::parse(url).map_err(|e| format!("url: {e}"))?;
+                self.targets
+                    .check(&target, None)
+                    .map_err(|e| format!("url: {e}"))?;
+                Some(target)
+            }
             (None, Some(_)) => None,
             (Some(_), Some(_)) => return Err("a deleted code has no url".into()),
             (None, None) => return Err("url is required".into()),
@@ -262,7 +271,7 @@ mod tests {
 
     #[test]
     fn records_are_checked_like_api_input() {
-        let mut c = Checker::new(&[]);
+        let mut c = Checker::new(&[], TargetPolicy::default());
         assert!(
             c.check(1, record("abc123", Some("https://example.com")))
                 .is_ok()

@@ -1,8 +1,9 @@
 use std::collections::HashSet;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use url::{Host, Url};
@@ -52,6 +53,8 @@ pub enum TargetUrlError {
     PrivateTarget,
     #[error("url's host is on the deny list")]
     DeniedHost,
+    #[error("url points to this service itself")]
+    OwnHost,
 }
 
 impl TargetUrl {
@@ -139,8 +142,18 @@ impl TargetUrl {
             .then(|| unsafe { axum::http::HeaderValue::from_maybe_shared_unchecked(self.bytes) })
     }
 
-    fn host(&self) -> Option<Host<String>> {
-        Url::parse(self.as_str()).ok()?.host().map(|h| h.to_owned())
+    /// The host as serialized, read off the bytes without a parse: every
+    /// target is `http://` or `https://`, a host, then `:`, `/` or the end
+    /// (no user name: refused at parse). An IPv6 host keeps its brackets.
+    fn host_str(&self) -> &str {
+        let s = self.as_str();
+        let rest = s.split_once("://").map_or(s, |(_, rest)| rest);
+        let end = if rest.starts_with('[') {
+            rest.find(']').map_or(rest.len(), |i| i + 1)
+        } else {
+            rest.find([':', '/', '?', '#']).unwrap_or(rest.len())
+        };
+        &rest[..end]
     }
 }
 
@@ -180,13 +193,25 @@ impl<const N: usize> AsRef<[u8]> for Inline<N> {
 }
 
 /// Which targets an operator refuses on top of [`TargetUrl`]'s own checks:
-/// known-bad domains (`--deny-hosts`, reloaded on SIGHUP) and, when asked,
-/// private addresses. Applied to creates and edits.
+/// this service's own hosts (a link to itself is a loop), known-bad
+/// domains (`--deny-hosts`, reloaded on SIGHUP) and, when asked, private
+/// addresses. Applied to creates, edits and imports, and the deny list to
+/// every redirect as well ([`TargetPolicy::blocks`]), so a host added to
+/// it stops links made before.
 #[derive(Debug, Default)]
 pub struct TargetPolicy {
     pub refuse_private: bool,
     deny_file: Option<PathBuf>,
-    deny: RwLock<Arc<HashSet<String>>>,
+    deny: RwLock<HashSet<String>>,
+    /// Whether the list holds anything: without one a redirect takes no
+    /// lock.
+    denying: AtomicBool,
+    /// Names the machine's hosts file gives private addresses.
+    private_names: HashSet<String>,
+    /// The public URL's host, at any port.
+    public_host: Option<String>,
+    /// The address the server listens on.
+    listen: Option<SocketAddr>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -196,17 +221,41 @@ pub struct DenyListError {
     source: std::io::Error,
 }
 
+/// The hosts file read for names of private addresses.
+const HOSTS_FILE: &str = "/etc/hosts";
+
 impl TargetPolicy {
     /// Reads `deny_file` (one domain a line; `#` starts a comment; a domain
-    /// denies its subdomains too).
+    /// denies its subdomains too) and, to refuse private targets, the
+    /// machine's hosts file.
     pub fn new(refuse_private: bool, deny_file: Option<PathBuf>) -> Result<Self, DenyListError> {
+        let private_names = if refuse_private {
+            // No hosts file: no names to add to `localhost`.
+            std::fs::read_to_string(HOSTS_FILE)
+                .map(|text| private_names(&text))
+                .unwrap_or_default()
+        } else {
+            HashSet::new()
+        };
         let policy = Self {
             refuse_private,
             deny_file,
-            deny: RwLock::default(),
+            private_names,
+            ..Self::default()
         };
         policy.reload()?;
         Ok(policy)
+    }
+
+    /// Also refuses targets on this service itself: the host of
+    /// `public_url` at any port, and the address it listens on (with every
+    /// loopback name for it when it listens on all addresses or loopback).
+    pub fn with_own_hosts(mut self, public_url: Option<&str>, listen: Option<SocketAddr>) -> Self {
+        self.public_host = public_url
+            .and_then(|u| Url::parse(u).ok())
+            .and_then(|u| u.host_str().map(|h| h.trim_end_matches('.').to_owned()));
+        self.listen = listen;
+        self
     }
 
     /// Reads the deny list again; on an error the old list stays.
@@ -216,7 +265,8 @@ impl TargetPolicy {
         };
         let hosts = read_deny_list(path)?;
         let n = hosts.len();
-        *self.deny.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(hosts);
+        *self.deny.write().unwrap_or_else(|e| e.into_inner()) = hosts;
+        self.denying.store(n > 0, Ordering::Release);
         Ok(n)
     }
 
@@ -224,31 +274,107 @@ impl TargetPolicy {
         self.deny_file.is_some()
     }
 
-    pub fn check(&self, url: &TargetUrl) -> Result<(), TargetUrlError> {
-        if !self.refuse_private && self.deny_file.is_none() {
+    /// Whether `url` may be a link's target; `via` is the `Host` the
+    /// request came in on, one more name of this service.
+    pub fn check(&self, url: &TargetUrl, via: Option<&str>) -> Result<(), TargetUrlError> {
+        let nothing_to_refuse = !self.refuse_private
+            && self.deny_file.is_none()
+            && self.public_host.is_none()
+            && self.listen.is_none()
+            && via.is_none();
+        if nothing_to_refuse {
+            // An import without these options checks nothing more, and
+            // parses nothing again.
             return Ok(());
         }
-        let Some(host) = url.host() else {
+        let parsed =
+            Url::parse(url.as_str()).map_err(|e| TargetUrlError::Invalid(e.to_string()))?;
+        let Some(host) = parsed.host() else {
             return Err(TargetUrlError::NoHost);
         };
-        if self.refuse_private && is_private(&host) {
+        let port = parsed.port_or_known_default().unwrap_or(80);
+        if self.is_own(&host, port, via) {
+            return Err(TargetUrlError::OwnHost);
+        }
+        if self.refuse_private && (is_private(&host) || self.has_private_name(&host)) {
             return Err(TargetUrlError::PrivateTarget);
         }
-        if let Host::Domain(domain) = &host {
-            let deny = Arc::clone(&self.deny.read().unwrap_or_else(|e| e.into_inner()));
-            let domain = domain.trim_end_matches('.');
-            let mut rest = domain;
-            loop {
-                if deny.contains(rest) {
-                    return Err(TargetUrlError::DeniedHost);
-                }
-                match rest.split_once('.') {
-                    Some((_, parent)) => rest = parent,
-                    None => break,
-                }
-            }
+        if let Host::Domain(domain) = &host
+            && self.deny_file.is_some()
+            && self.denies(domain)
+        {
+            return Err(TargetUrlError::DeniedHost);
         }
         Ok(())
+    }
+
+    fn has_private_name(&self, host: &Host<&str>) -> bool {
+        matches!(host, Host::Domain(d) if self.private_names.contains(d.trim_end_matches('.')))
+    }
+
+    /// Whether `host:port` is this service: its public host, the address
+    /// it listens on, or the `Host` a request reached it by.
+    fn is_own(&self, host: &Host<&str>, port: u16, via: Option<&str>) -> bool {
+        let name = match host {
+            Host::Domain(d) => d.trim_end_matches('.').to_owned(),
+            Host::Ipv4(ip) => ip.to_string(),
+            Host::Ipv6(ip) => format!("[{ip}]"),
+        };
+        if self.public_host.as_deref() == Some(name.as_str()) {
+            return true;
+        }
+        if let Some(via) = via.and_then(|v| Url::parse(&format!("http://{v}/")).ok())
+            && via.host_str().map(|h| h.trim_end_matches('.')) == Some(name.as_str())
+            && via.port().is_none_or(|p| p == port)
+        {
+            return true;
+        }
+        let Some(listen) = self.listen else {
+            return false;
+        };
+        if port != listen.port() {
+            return false;
+        }
+        let ip = match host {
+            Host::Domain(d) => {
+                let d = d.trim_end_matches('.');
+                let loopback = d == "localhost" || d.ends_with(".localhost");
+                return loopback && (listen.ip().is_unspecified() || listen.ip().is_loopback());
+            }
+            Host::Ipv4(ip) => IpAddr::V4(*ip),
+            Host::Ipv6(ip) => ip.to_ipv4_mapped().map_or(IpAddr::V6(*ip), IpAddr::V4),
+        };
+        ip == listen.ip()
+            || ip.is_unspecified()
+            || (ip.is_loopback() && (listen.ip().is_unspecified() || listen.ip().is_loopback()))
+    }
+
+    /// Whether the deny list blocks `url` now: checked on every redirect,
+    /// from the store or from any cache. One atomic load without a list;
+    /// with one, a hashed lookup of the host and of each parent domain.
+    pub fn blocks(&self, url: &TargetUrl) -> bool {
+        if !self.denying.load(Ordering::Acquire) {
+            return false;
+        }
+        let host = url.host_str();
+        // An IP address is never a domain on the list (as at create time).
+        let ip = host.starts_with('[') || host.parse::<Ipv4Addr>().is_ok();
+        !ip && self.denies(host)
+    }
+
+    /// Whether `domain` or a parent of it is on the deny list.
+    fn denies(&self, domain: &str) -> bool {
+        let deny = self.deny.read().unwrap_or_else(|e| e.into_inner());
+        let mut rest = domain.trim_end_matches('.');
+        loop {
+            if deny.contains(rest) {
+                return true;
+            }
+            match rest.split_once('.') {
+                Some((_, parent)) => rest = parent,
+                None => return false,
+            }
+        }
     }
 }
 
@@ -273,11 +399,12 @@ fn read_deny_list(path: &Path) -> Result<HashSet<String>, DenyListError> {
         .collect())
 }
 
-/// Loopback, private, link-local, unspecified, broadcast, shared and
-/// unique-local addresses, and `localhost`. Decimal and hex IPv4 forms
-/// (`http://2130706433/`, `http://0x7f.1/`) arrive here already parsed as
-/// IPv4 by the WHATWG rules.
-fn is_private(host: &Host<String>) -> bool {
+/// Addresses no public web server has, and `localhost`: every IANA
+/// special-purpose range and multicast, and IPv4 carried inside IPv6
+/// (mapped, compatible, NAT64, 6to4) judged as the IPv4 it carries.
+/// Decimal and hex IPv4 forms (`http://2130706433/`, `http://0x7f.1/`)
+/// arrive here already parsed as IPv4 by the WHATWG rules.
+fn is_private(host: &Host<&str>) -> bool {
     match host {
         Host::Domain(d) => {
             let d = d.trim_end_matches('.');
@@ -288,26 +415,84 @@ fn is_private(host: &Host<String>) -> bool {
     }
 }
 
+/// The IANA IPv4 special-purpose registry (RFC 6890 and its updates),
+/// every range whole, with multicast and the reserved `240.0.0.0/4`
+/// (which holds the broadcast address).
+const SPECIAL_V4: [(Ipv4Addr, u8); 18] = [
+    (Ipv4Addr::new(0, 0, 0, 0), 8),
+    (Ipv4Addr::new(10, 0, 0, 0), 8),
+    (Ipv4Addr::new(100, 64, 0, 0), 10),
+    (Ipv4Addr::new(127, 0, 0, 0), 8),
+    (Ipv4Addr::new(169, 254, 0, 0), 16),
+    (Ipv4Addr::new(172, 16, 0, 0), 12),
+    (Ipv4Addr::new(192, 0, 0, 0), 24),
+    (Ipv4Addr::new(192, 0, 2, 0), 24),
+    (Ipv4Addr::new(192, 31, 196, 0), 24),
+    (Ipv4Addr::new(192, 52, 193, 0), 24),
+    (Ipv4Addr::new(192, 88, 99, 0), 24),
+    (Ipv4Addr::new(192, 168, 0, 0), 16),
+    (Ipv4Addr::new(192, 175, 48, 0), 24),
+    (Ipv4Addr::new(198, 18, 0, 0), 15),
+    (Ipv4Addr::new(198, 51, 100, 0), 24),
+    (Ipv4Addr::new(203, 0, 113, 0), 24),
+    (Ipv4Addr::new(224, 0, 0, 0), 4),
+    (Ipv4Addr::new(240, 0, 0, 0), 4),
+];
+
+/// The IANA IPv6 special-purpose registry, multicast, and the deprecated
+/// site-local and IPv4-compatible ranges. The ranges that carry an IPv4
+/// address are not here: [`embedded_v4`] unwraps them.
+const SPECIAL_V6: [(Ipv6Addr, u8); 12] = [
+    (Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 0), 128),
+    (Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 1), 128),
+    (Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0), 48),
+    (Ipv6Addr::new(0x100, 0, 0, 0, 0, 0, 0, 0), 64),
+    (Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0), 23),
+    (Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0), 32),
+    (Ipv6Addr::new(0x3fff, 0, 0, 0, 0, 0, 0, 0), 20),
+    (Ipv6Addr::new(0x5f00, 0, 0, 0, 0, 0, 0, 0), 16),
+    (Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0), 7),
+    (Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10),
+    (Ipv6Addr::new(0xfec0, 0, 0, 0, 0, 0, 0, 0), 10),
+    (Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0), 8),
+];
+
 fn private_v4(ip: Ipv4Addr) -> bool {
-    let [a, b, ..] = ip.octets();
-    ip.is_loopback()
-        || ip.is_private()
-        || ip.is_link_local()
-        || ip.is_unspecified()
-        || ip.is_broadcast()
-        || a == 0
-        || (a == 100 && (64..128).contains(&b)) // carrier-grade NAT
+    let ip = u32::from(ip);
+    SPECIAL_V4
+        .iter()
+        .any(|&(net, len)| (ip ^ u32::from(net)) >> (32 - u32::from(len)) == 0)
 }
 
 fn private_v6(ip: Ipv6Addr) -> bool {
-    if let Some(v4) = ip.to_ipv4_mapped() {
+    if let Some(v4) = embedded_v4(ip) {
         return private_v4(v4);
     }
-    let first = ip.segments()[0];
-    ip.is_loopback()
-        || ip.is_unspecified()
-        || (first & 0xfe00) == 0xfc00 // unique local
-        || (first & 0xffc0) == 0xfe80 // link-local
+    let ip = u128::from(ip);
+    SPECIAL_V6.iter().any(|&(net, len)| {
+        let len = u32::from(len);
+        (ip ^ u128::from(net)).checked_shr(128 - len).unwrap_or(0) == 0
+    })
+}
+
+/// The IPv4 address an IPv6 one carries: mapped (`::ffff:0:0/96`),
+/// compatible (`::/96`, past `::` and `::1`), NAT64 (`64:ff9b::/96`) and
+/// 6to4 (`2002::/16`).
+fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = ip.segments();
+    let low = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+    match s {
+        [0, 0, 0, 0, 0, 0xffff, ..] => Some(low),
+        [0, 0, 0, 0, 0, 0, 0, 0 | 1] => None,
+        [0, 0, 0, 0, 0, 0, ..] | [0x64, 0xff9b, 0, 0, 0, 0, ..] => Some(low),
+        [0x2002, hi, lo, ..] => Some(Ipv4Addr::new(
+            (hi >> 8) as u8,
+            hi as u8,
+            (lo >> 8) as u8,
+            lo as u8,
+        )),
+        _ => None,
+    }
 }
 
 /// Whether `ip` is one [`TargetPolicy`] refuses as private.
@@ -316,6 +501,22 @@ pub fn is_private_ip(ip: IpAddr) -> bool {
         IpAddr::V4(v4) => private_v4(v4),
         IpAddr::V6(v6) => private_v6(v6),
     }
+}
+
+/// The names a hosts file (`/etc/hosts`) gives a private address: a
+/// target on one of them reaches this machine or its network.
+fn private_names(hosts_file: &str) -> HashSet<String> {
+    let mut names = HashSet::new();
+    for line in hosts_file.lines() {
+        let mut words = line.split('#').next().unwrap_or("").split_whitespace();
+        let Some(ip) = words.next().and_then(|w| w.parse::<IpAddr>().ok()) else {
+            continue;
+        };
+        if is_private_ip(ip) {
+            names.extend(words.map(|n| n.trim_end_matches('.').to_ascii_lowercase()));
+        }
+    }
+    names
 }
 
 impl fmt::Display for TargetUrl {
@@ -450,26 +651,133 @@ mod tests {
             "http://[fd00::1]/",
             "http://localhost:8080/",
             "http://api.localhost/",
+            // IANA special-purpose ranges and multicast.
+            "http://[::127.0.0.1]/",
+            "http://[64:ff9b::10.0.0.1]/",
+            "http://[64:ff9b:1::1]/",
+            "http://[2002:7f00:1::1]/",
+            "http://[2002:c0a8:101::]/",
+            "http://[::ffff:0:0]/",
+            "http://[::ffff:10.1.1.1]/",
+            "http://[fec0::1]/",
+            "http://[ff02::1]/",
+            "http://[2001::1]/",
+            "http://[2001:db8::1]/",
+            "http://[100::1]/",
+            "http://[::]/",
+            "http://224.0.0.1/",
+            "http://239.255.255.250/",
+            "http://198.18.0.1/",
+            "http://198.19.255.255/",
+            "http://240.0.0.1/",
+            "http://255.255.255.255/",
+            "http://192.0.0.8/",
+            "http://192.0.2.1/",
+            "http://198.51.100.7/",
+            "http://203.0.113.9/",
+            "http://100.64.0.1/",
         ] {
             let url = TargetUrl::parse(raw).unwrap();
             assert_eq!(
-                strict.check(&url),
+                strict.check(&url, None),
                 Err(TargetUrlError::PrivateTarget),
                 "{raw}"
             );
-            assert_eq!(open.check(&url), Ok(()), "{raw}");
+            assert_eq!(open.check(&url, None), Ok(()), "{raw}");
         }
         for raw in [
             "https://example.com/",
             "http://8.8.8.8/",
-            "http://[2001:db8::1]/",
+            "http://198.20.0.1/",
+            "http://223.255.255.255/",
+            "http://[2606:4700::1111]/",
+            "http://[::ffff:8.8.8.8]/",
+            "http://[64:ff9b::8.8.8.8]/",
+            "http://[2002:808:808::1]/",
         ] {
             assert_eq!(
-                strict.check(&TargetUrl::parse(raw).unwrap()),
+                strict.check(&TargetUrl::parse(raw).unwrap(), None),
                 Ok(()),
                 "{raw}"
             );
         }
+    }
+
+    /// Names the hosts file gives a private address are private targets.
+    #[test]
+    fn names_of_private_addresses_in_the_hosts_file() {
+        let names = private_names(
+            "127.0.0.1 localhost\n127.0.1.1 build-box.lan build-box # this machine\n\
+             ::1 ip6-localhost ip6-loopback\n10.0.0.5 NAS.home.\n93.184.215.14 example.com\n\
+             # 10.0.0.6 commented.example\nnot-an-address name\n",
+        );
+        let mut names: Vec<_> = names.into_iter().collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "build-box",
+                "build-box.lan",
+                "ip6-localhost",
+                "ip6-loopback",
+                "localhost",
+                "nas.home"
+            ]
+        );
+    }
+
+    /// A target on the service itself is a loop: refused on the public
+    /// host at any port, on the listen address and its loopback names,
+    /// and on the Host a request came in by.
+    #[test]
+    fn refuses_targets_on_the_service_itself() {
+        let listen: SocketAddr = "0.0.0.0:8080".parse().unwrap();
+        let policy = TargetPolicy::new(false, None)
+            .unwrap()
+            .with_own_hosts(Some("https://S.example/"), Some(listen));
+        let check =
+            |raw: &str, via: Option<&str>| policy.check(&TargetUrl::parse(raw).unwrap(), via);
+        for raw in [
+            "https://s.example/abc",
+            "http://s.example:8443/",
+            "https://S.EXAMPLE./x",
+            "http://127.0.0.1:8080/abc",
+            "http://127.9.9.9:8080/",
+            "http://localhost:8080/",
+            "http://[::1]:8080/",
+            "http://[::ffff:127.0.0.1]:8080/",
+            "http://0.0.0.0:8080/",
+        ] {
+            assert_eq!(check(raw, None), Err(TargetUrlError::OwnHost), "{raw}");
+        }
+        for raw in [
+            "https://example.com/",
+            "https://www.s.example/",
+            "http://127.0.0.1:8081/",
+            "http://localhost/",
+        ] {
+            assert_eq!(check(raw, None), Ok(()), "{raw}");
+        }
+        assert_eq!(
+            check("http://short.lan/a", Some("short.lan")),
+            Err(TargetUrlError::OwnHost)
+        );
+        assert_eq!(
+            check("http://short.lan:81/a", Some("short.lan:81")),
+            Err(TargetUrlError::OwnHost)
+        );
+        assert_eq!(check("http://short.lan:82/a", Some("short.lan:81")), Ok(()));
+        // Listening on one address, only that address at that port is it.
+        let one = TargetPolicy::new(false, None)
+            .unwrap()
+            .with_own_hosts(None, Some("192.0.2.7:9000".parse().unwrap()));
+        let check = |raw: &str| one.check(&TargetUrl::parse(raw).unwrap(), None);
+        assert_eq!(
+            check("http://192.0.2.7:9000/"),
+            Err(TargetUrlError::OwnHost)
+        );
+        assert_eq!(check("http://127.0.0.1:9000/"), Ok(()));
+        assert_eq!(check("http://192.0.2.7/"), Ok(()));
     }
 
     #[test]
@@ -482,7 +790,7 @@ mod tests {
         )
         .unwrap();
         let policy = TargetPolicy::new(false, Some(file.clone())).unwrap();
-        let check = |raw: &str| policy.check(&TargetUrl::parse(raw).unwrap());
+        let check = |raw: &str| policy.check(&TargetUrl::parse(raw).unwrap(), None);
         assert_eq!(check("https://evil.com/x"), Err(TargetUrlError::DeniedHost));
         assert_eq!(
             check("https://a.b.EVIL.com./"),
@@ -507,6 +815,38 @@ mod tests {
             check("https://www.example.com/"),
             Err(TargetUrlError::DeniedHost)
         );
+    }
+
+    /// What a redirect checks is what a create checks: the same hosts
+    /// blocked, read off the stored bytes instead of a parse.
+    #[test]
+    fn a_redirect_blocks_what_a_create_refuses() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("deny.txt");
+        let policy = TargetPolicy::new(false, Some(file.clone())).unwrap_err();
+        drop(policy);
+        std::fs::write(&file, "").unwrap();
+        let policy = TargetPolicy::new(false, Some(file.clone())).unwrap();
+        let blocks = |raw: &str| policy.blocks(&TargetUrl::parse(raw).unwrap());
+        assert!(!blocks("https://evil.com/"), "an empty list blocks nothing");
+        std::fs::write(&file, "evil.com\n127.0.0.1\n").unwrap();
+        policy.reload().unwrap();
+        for (raw, blocked) in [
+            ("https://evil.com", true),
+            ("http://a.b.evil.com:8080/x?y#z", true),
+            ("https://EVIL.com.:443/", true),
+            ("https://evil.com?q", true),
+            ("https://evil.com#f", true),
+            ("https://notevil.com/evil.com", false),
+            ("https://example.com/?u=https://evil.com/", false),
+            ("http://127.0.0.1/", false),
+            ("http://[::1]/", false),
+        ] {
+            let url = TargetUrl::parse(raw).unwrap();
+            assert_eq!(policy.blocks(&url), blocked, "{raw}");
+            let refused = policy.check(&url, None) == Err(TargetUrlError::DeniedHost);
+            assert_eq!(refused, blocked, "{raw}: create and redirect agree");
+        }
     }
 
     #[test]

@@ -90,7 +90,9 @@ impl AppState {
         self.links
             .may_create(caller.as_ref(), body.code.is_some())?;
         self.limiter.check(client.0, headers, caller.as_ref())?;
-        self.targets.check(&body.url).map_err(bad_target)?;
+        self.targets
+            .check(&body.url, self.host(headers))
+            .map_err(bad_target)?;
         let new = NewLink {
             target: body.url,
             code: body.code,
@@ -201,6 +203,9 @@ pub(super) fn target_of(code: &ShortCode, resolution: Resolution) -> Result<Targ
         Resolution::Exhausted => Err(ApiError::Gone(format!(
             "link '{code}' has reached its visit limit"
         ))),
+        Resolution::Blocked => Err(ApiError::Gone(
+            "the target of this link is blocked".to_owned(),
+        )),
         Resolution::Missing => Err(not_found(code)),
     }
 }
@@ -211,7 +216,7 @@ pub(super) fn target_of(code: &ShortCode, resolution: Resolution) -> Result<Targ
         (status = 200, description = "Where the link leads (not a visit)", body = LinkBody),
         (status = 400, description = "Malformed code", body = crate::http::schema::ErrorMessage),
         (status = 404, description = "No such link, or deleted", body = crate::http::schema::ErrorMessage),
-        (status = 410, description = "Expired, or out of visits", body = crate::http::schema::ErrorMessage),
+        (status = 410, description = "Expired, out of visits, or its target blocked", body = crate::http::schema::ErrorMessage),
     ))]
 pub async fn get_link(
     State(state): State<AppState>,
@@ -252,7 +257,7 @@ pub(super) fn link_answer(target: &TargetUrl, headers: &mut HeaderMap) -> bytes:
         (status = 308, description = "Redirect (when the server is set to 308)", headers(("location" = String, description = "The target URL"), ("cache-control" = String, description = "private, max-age=0"))),
         (status = 400, description = "Malformed code", body = crate::http::schema::ErrorMessage),
         (status = 404, description = "No such link, or deleted", body = crate::http::schema::ErrorMessage),
-        (status = 410, description = "Expired, or out of visits", body = crate::http::schema::ErrorMessage),
+        (status = 410, description = "Expired, out of visits, or its target blocked", body = crate::http::schema::ErrorMessage),
     ))]
 pub async fn redirect(
     State(state): State<AppState>,
@@ -357,7 +362,10 @@ pub async fn api_update(
     body: PatchBody,
 ) -> Result<Json<LinkObject>, ApiError> {
     if let Some(url) = &body.url {
-        state.targets.check(url).map_err(bad_target)?;
+        state
+            .targets
+            .check(url, state.host(&headers))
+            .map_err(bad_target)?;
     }
     let patch = LinkPatch {
         target: body.url,
@@ -538,6 +546,27 @@ pub struct Stats {
     links: LinkStats,
     version: &'static str,
     redirect_status: u16,
+    runtime: RuntimeFacts,
+}
+
+/// The tokio runtime serving this process: `current_thread` on one CPU.
+#[derive(Serialize)]
+struct RuntimeFacts {
+    flavor: &'static str,
+    workers: usize,
+}
+
+impl RuntimeFacts {
+    fn current() -> Self {
+        let handle = tokio::runtime::Handle::current();
+        Self {
+            flavor: match handle.runtime_flavor() {
+                tokio::runtime::RuntimeFlavor::CurrentThread => "current_thread",
+                _ => "multi_thread",
+            },
+            workers: handle.metrics().num_workers(),
+        }
+    }
 }
 
 #[utoipa::path(get, path = "/stats", tag = "operations",
@@ -552,6 +581,7 @@ pub async fn stats(State(state): State<AppState>, _: Operator) -> Json<Stats> {
         links: state.links.stats(),
         version: env!("CARGO_PKG_VERSION"),
         redirect_status: state.redirect_status.as_u16(),
+        runtime: RuntimeFacts::current(),
     })
 }
 

@@ -27,8 +27,101 @@ pub struct RateLimitSettings {
     pub key_burst: u32,
     /// Limit loopback clients too.
     pub loopback: bool,
-    /// Take the client's address from `X-Forwarded-For` or `Forwarded`.
-    pub trust_proxy: bool,
+    /// Which peers may name the client in `X-Forwarded-For` or `Forwarded`.
+    pub trust_proxy: TrustProxy,
+}
+
+/// Which proxies may say who the client is (`--trust-proxy`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum TrustProxy {
+    /// None: the client is the connection's peer.
+    #[default]
+    Off,
+    /// The direct peer, whoever it is (`on`): one proxy in front, and the
+    /// client is the address it added.
+    Peer,
+    /// Proxies at these addresses or ranges: forwarded headers count only
+    /// from one of them, and the client is the nearest forwarded address
+    /// that is not one of them.
+    List(Vec<ipnet::IpNet>),
+}
+
+impl std::str::FromStr for TrustProxy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "" | "off" | "false" | "no" | "0" => return Ok(Self::Off),
+            "on" | "true" | "yes" | "1" => return Ok(Self::Peer),
+            _ => {}
+        }
+        s.split(',')
+            .map(|item| {
+                let item = item.trim();
+                item.parse::<ipnet::IpNet>()
+                    .or_else(|_| item.parse::<IpAddr>().map(ipnet::IpNet::from))
+                    .map_err(|_| {
+                        format!("'{item}' is not an address or a CIDR range (or use on or off)")
+                    })
+            })
+            .collect::<Result<_, _>>()
+            .map(Self::List)
+    }
+}
+
+impl std::fmt::Display for TrustProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Off => f.write_str("off"),
+            Self::Peer => f.write_str("on"),
+            Self::List(nets) => {
+                let nets: Vec<String> = nets.iter().map(ToString::to_string).collect();
+                f.write_str(&nets.join(","))
+            }
+        }
+    }
+}
+
+impl TrustProxy {
+    /// The client's address, and whether a forwarded header named it (a
+    /// forwarded address is never exempt from the limits, whatever it is).
+    fn client(&self, peer: IpAddr, headers: &HeaderMap) -> (IpAddr, bool) {
+        let trusted = |ip: IpAddr| match self {
+            Self::Off => false,
+            Self::Peer => ip == peer,
+            Self::List(nets) => {
+                let ip = unmapped(ip);
+                nets.iter().any(|n| n.contains(&ip))
+            }
+        };
+        if !trusted(peer) {
+            return (peer, false);
+        }
+        let chain = forwarded_chain(headers);
+        if chain.is_empty() {
+            return (peer, false);
+        }
+        // From the nearest hop outwards, past every trusted proxy; with
+        // `on` only the peer is trusted, so the nearest address is it. An
+        // address that does not parse ends the walk at the last one known.
+        let mut client = peer;
+        for hop in chain.iter().rev() {
+            let Some(ip) = hop else { break };
+            client = *ip;
+            if matches!(self, Self::Peer) || !trusted(client) {
+                break;
+            }
+        }
+        (client, true)
+    }
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it is.
+fn unmapped(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        IpAddr::V4(_) => ip,
+    }
 }
 
 impl Default for RateLimitSettings {
@@ -39,7 +132,7 @@ impl Default for RateLimitSettings {
             key_per_minute: 0,
             key_burst: 60,
             loopback: false,
-            trust_proxy: false,
+            trust_proxy: TrustProxy::Off,
         }
     }
 }
@@ -49,7 +142,7 @@ pub struct CreateLimiter {
     anonymous: Option<DefaultKeyedRateLimiter<IpAddr>>,
     keys: Option<DefaultKeyedRateLimiter<KeyId>>,
     loopback: bool,
-    trust_proxy: bool,
+    trust_proxy: TrustProxy,
 }
 
 fn quota(per_minute: u32, burst: u32) -> Option<Quota> {
@@ -65,7 +158,7 @@ impl CreateLimiter {
                 .map(DefaultKeyedRateLimiter::keyed),
             keys: quota(s.key_per_minute, s.key_burst).map(DefaultKeyedRateLimiter::keyed),
             loopback: s.loopback,
-            trust_proxy: s.trust_proxy,
+            trust_proxy: s.trust_proxy.clone(),
         });
         if limiter.anonymous.is_some() || limiter.keys.is_some() {
             tokio::spawn(forget_full_buckets(Arc::downgrade(&limiter)));
@@ -90,8 +183,8 @@ impl CreateLimiter {
                     return Ok(());
                 };
                 let Some(peer) = peer else { return Ok(()) };
-                let client = self.client(peer.ip(), headers);
-                if client.is_loopback() && !self.loopback {
+                let (client, forwarded) = self.trust_proxy.client(unmapped(peer.ip()), headers);
+                if client.is_loopback() && !forwarded && !self.loopback {
                     return Ok(());
                 }
                 limiter.check_key(&bucket(client))
@@ -111,41 +204,36 @@ impl CreateLimiter {
             }
         })
     }
-
-    /// The client's address: the connection's peer, or with `--trust-proxy`
-    /// what the proxy in front of litelink says (the last address it added).
-    fn client(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
-        if !self.trust_proxy {
-            return peer;
-        }
-        forwarded_for(headers).unwrap_or(peer)
-    }
 }
 
-/// The rightmost address of `X-Forwarded-For`, else the last `for=` of
-/// `Forwarded`: the one the nearest proxy added, which a client cannot
-/// forge (anything a client sends itself is further left).
-fn forwarded_for(headers: &HeaderMap) -> Option<IpAddr> {
-    if let Some(last) = headers
+/// The addresses of `X-Forwarded-For`, else the `for=` values of
+/// `Forwarded`, in order, the nearest proxy's last; `None` where one does
+/// not parse.
+fn forwarded_chain(headers: &HeaderMap) -> Vec<Option<IpAddr>> {
+    let xff: Vec<Option<IpAddr>> = headers
         .get_all("x-forwarded-for")
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .next_back()
-    {
-        return last.trim().parse().ok();
+        .flat_map(|v| v.to_str().unwrap_or(",").split(','))
+        .map(|a| a.trim().parse().ok())
+        .collect();
+    if !xff.is_empty() {
+        return xff;
     }
-    let last = headers
+    headers
         .get_all("forwarded")
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split([',', ';']))
+        .flat_map(|v| v.to_str().unwrap_or("").split([',', ';']))
         .filter_map(|pair| {
             let (k, v) = pair.trim().split_once('=')?;
-            k.eq_ignore_ascii_case("for").then_some(v)
+            k.trim().eq_ignore_ascii_case("for").then_some(v)
         })
-        .next_back()?;
-    let v = last.trim_matches('"');
+        .map(forwarded_node)
+        .collect()
+}
+
+/// A `for=` node: an address, quoted, bracketed, with a port or not.
+fn forwarded_node(v: &str) -> Option<IpAddr> {
+    let v = v.trim().trim_matches('"');
     let v = v
         .strip_prefix('[')
         .map_or(v, |v| v.split(']').next().unwrap_or(v));
@@ -194,20 +282,61 @@ async fn forget_full_buckets(limiter: std::sync::Weak<CreateLimiter>) {
 mod tests {
     use super::*;
 
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (name, value) in pairs {
+            h.append(*name, value.parse().unwrap());
+        }
+        h
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
     #[test]
     fn the_nearest_proxy_names_the_client() {
-        let mut h = HeaderMap::new();
-        h.insert("x-forwarded-for", "1.2.3.4, 5.6.7.8".parse().unwrap());
-        assert_eq!(forwarded_for(&h), "5.6.7.8".parse().ok());
-        let mut h = HeaderMap::new();
-        h.append(
+        let on = TrustProxy::Peer;
+        let peer = ip("127.0.0.1");
+        let h = headers(&[("x-forwarded-for", "1.2.3.4, 5.6.7.8")]);
+        assert_eq!(on.client(peer, &h), (ip("5.6.7.8"), true));
+        let h = headers(&[(
             "forwarded",
-            "for=1.2.3.4;proto=https, for=\"[2001:db8::1]:4711\""
-                .parse()
-                .unwrap(),
+            "for=1.2.3.4;proto=https, for=\"[2001:db8::1]:4711\"",
+        )]);
+        assert_eq!(on.client(peer, &h), (ip("2001:db8::1"), true));
+        assert_eq!(on.client(peer, &HeaderMap::new()), (peer, false));
+        // A forwarded loopback address is a forwarded address.
+        let h = headers(&[("x-forwarded-for", "203.0.113.5, 127.0.0.1")]);
+        assert_eq!(on.client(peer, &h), (ip("127.0.0.1"), true));
+        assert_eq!(TrustProxy::Off.client(peer, &h), (peer, false));
+    }
+
+    #[test]
+    fn a_list_of_proxies_is_walked_past() {
+        let list: TrustProxy = "127.0.0.1, 10.0.0.0/8,::1".parse().unwrap();
+        assert_eq!(list.to_string(), "127.0.0.1/32,10.0.0.0/8,::1/128");
+        let h = headers(&[("x-forwarded-for", "198.51.100.7, 203.0.113.5, 10.1.2.3")]);
+        // From a listed proxy: past 10.1.2.3 to the first that is not one.
+        assert_eq!(list.client(ip("127.0.0.1"), &h), (ip("203.0.113.5"), true));
+        assert_eq!(
+            list.client(ip("::ffff:127.0.0.1"), &h),
+            (ip("203.0.113.5"), true)
         );
-        assert_eq!(forwarded_for(&h), "2001:db8::1".parse().ok());
-        assert_eq!(forwarded_for(&HeaderMap::new()), None);
+        // From anyone else the headers do not count.
+        assert_eq!(list.client(ip("192.0.2.1"), &h), (ip("192.0.2.1"), false));
+        // Every hop a proxy: the farthest; one that does not parse ends it.
+        let h = headers(&[("x-forwarded-for", "10.0.0.9, 10.0.0.8")]);
+        assert_eq!(list.client(ip("::1"), &h), (ip("10.0.0.9"), true));
+        let h = headers(&[("x-forwarded-for", "198.51.100.7, junk, 10.0.0.8")]);
+        assert_eq!(list.client(ip("::1"), &h), (ip("10.0.0.8"), true));
+        let h = headers(&[("forwarded", "for=198.51.100.9, for=10.0.0.1")]);
+        assert_eq!(list.client(ip("::1"), &h), (ip("198.51.100.9"), true));
+        for bad in ["10.0.0.0/33", "proxy.lan", "1.2.3.4,"] {
+            assert!(bad.parse::<TrustProxy>().is_err(), "{bad}");
+        }
+        assert_eq!("on".parse(), Ok(TrustProxy::Peer));
+        assert_eq!("off".parse(), Ok(TrustProxy::Off));
     }
 
     #[test]

@@ -187,14 +187,18 @@ impl AppState {
         if let Some(base) = &self.public_url {
             return format!("{}/{code}", base.trim_end_matches('/'));
         }
-        let host = headers
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .filter(|h| is_host_and_port(h));
-        match host {
+        match self.host(headers) {
             Some(host) => format!("http://{host}/{code}"),
             None => format!("http://{}/{code}", self.listen),
         }
+    }
+
+    /// The request's `Host`, when it is `host[:port]` and nothing else.
+    fn host<'h>(&self, headers: &'h HeaderMap) -> Option<&'h str> {
+        headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .filter(|h| is_host_and_port(h))
     }
 }
 

@@ -33,7 +33,7 @@ async fn encode(
         Resolution::Missing => {
             return Err(ApiError::NotFound(format!("no link with code '{code}'")));
         }
-        Resolution::Expired | Resolution::Exhausted => {
+        Resolution::Expired | Resolution::Exhausted | Resolution::Blocked => {
             return Err(ApiError::Gone(format!("link '{code}' no longer redirects")));
         }
     }
@@ -76,7 +76,7 @@ fn image(content_type: &'static str, body: impl IntoResponse) -> Response {
         (status = 200, description = "The short URL as a QR code (not a visit)", content_type = "image/svg+xml", body = String, headers(("cache-control" = String), ("vary" = String))),
         (status = 400, description = "Malformed code, or a Host header too long for a URL", body = crate::http::schema::ErrorMessage),
         (status = 404, description = "No such link", body = crate::http::schema::ErrorMessage),
-        (status = 410, description = "Expired, or out of visits", body = crate::http::schema::ErrorMessage),
+        (status = 410, description = "Expired, out of visits, or its target blocked", body = crate::http::schema::ErrorMessage),
     ))]
 pub async fn svg(
     State(state): State<AppState>,
@@ -107,7 +107,7 @@ pub struct PngParams {
         (status = 200, description = "The short URL as a QR code, exactly size by size pixels", content_type = "image/png", body = Vec<u8>, headers(("cache-control" = String), ("vary" = String))),
         (status = 400, description = "Malformed code or size, or a Host header too long for a URL", body = crate::http::schema::ErrorMessage),
         (status = 404, description = "No such link", body = crate::http::schema::ErrorMessage),
-        (status = 410, description = "Expired, or out of visits", body = crate::http::schema::ErrorMessage),
+        (status = 410, description = "Expired, out of visits, or its target blocked", body = crate::http::schema::ErrorMessage),
     ))]
 pub async fn png(
     State(state): State<AppState>,
