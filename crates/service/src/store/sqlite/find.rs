@@ -120,6 +120,26 @@ pub(super) fn generated_taken(
         .map(|found| found.is_some())
 }
 
+/// [`generated_taken`] with the id already worked out (`None`: no id has
+/// `code`); an id at or past `next_id` has no row yet.
+pub(super) fn generated_id_taken(
+    conn: &Connection,
+    id: Option<u64>,
+    next_id: i64,
+    code: &str,
+) -> rusqlite::Result<bool> {
+    let Some(id) = id
+        .and_then(|id| i64::try_from(id).ok())
+        .filter(|&id| id < next_id)
+    else {
+        return Ok(false);
+    };
+    conn.prepare_cached("SELECT 1 FROM links WHERE id = ?1 AND code = ?2")?
+        .query_row((id, code), |_| Ok(()))
+        .optional()
+        .map(|found| found.is_some())
+}
+
 /// Whether a named row (live or a tombstone) has `code`.
 pub(super) fn named_taken(conn: &Connection, code: &str) -> rusqlite::Result<bool> {
     conn.prepare_cached("SELECT 1 FROM links WHERE code = ?1 AND named = 1")?

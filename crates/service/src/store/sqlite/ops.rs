@@ -29,7 +29,8 @@ pub(super) enum Op {
         name: String,
     },
     TouchKeys(Vec<(KeyId, Timestamp)>),
-    Import(Vec<ImportRow>),
+    /// Rows, and for each the row id its code would be generated for.
+    Import(Vec<ImportRow>, Vec<Option<u64>>),
     RecordVisits(std::sync::Arc<[(ShortCode, VisitCounts)]>),
 }
 
@@ -110,7 +111,7 @@ fn run(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError
         Op::CreateKey { name, admin, hash } => create_key(conn, name, admin, hash, now),
         Op::RevokeKey { name } => revoke_key(conn, name, now),
         Op::TouchKeys(used) => touch_keys(conn, used),
-        Op::Import(rows) => import(conn, book, rows),
+        Op::Import(rows, generated) => import(conn, book, rows, generated),
         Op::RecordVisits(visits) => record_visits(conn, book, visits),
     }
 }
@@ -232,7 +233,12 @@ fn touch_keys(conn: &Connection, used: Vec<(KeyId, Timestamp)>) -> Result<Applie
     Ok(applied(Done::Nothing))
 }
 
-fn import(conn: &Connection, book: &Codebook, rows: Vec<ImportRow>) -> Result<Applied, StoreError> {
+fn import(
+    conn: &Connection,
+    book: &Codebook,
+    rows: Vec<ImportRow>,
+    generated: Vec<Option<u64>>,
+) -> Result<Applied, StoreError> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO links (id, code, target, created_at, expires_at, owner, deleted_at, \
          max_visits, visits, named) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
@@ -242,11 +248,11 @@ fn import(conn: &Connection, book: &Codebook, rows: Vec<ImportRow>) -> Result<Ap
     let mut skipped = Vec::new();
     let mut live = 0;
     let mut ids = Vec::new();
-    for row in rows {
+    for (row, generated_id) in rows.into_iter().zip(generated) {
         // A row keeps its code as a named one, unless a generated
         // row has it; a row without one gets the next generated.
         let (id, code, named) = match row.code {
-            Some(code) if find::generated_taken(conn, book, code.as_str())? => {
+            Some(code) if find::generated_id_taken(conn, generated_id, next_id, code.as_str())? => {
                 skipped.push(row.line);
                 continue;
             }
