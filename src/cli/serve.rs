@@ -12,9 +12,9 @@ use litelink_service::domain::code::{MAX_GENERATED_LEN, MIN_GENERATED_LEN};
 use litelink_service::http::limit::TrustProxy;
 use litelink_service::http::{CreateAuth, RedirectStatus, ReferrerPolicy};
 use litelink_service::observability::logging::LogFormat;
-use litelink_service::store::StoreSettings;
 use litelink_service::store::postgres::PostgresSettings;
 use litelink_service::store::sqlite::Durability;
+use litelink_service::store::{BackendChoice, StoreSettings};
 
 use super::{OnOff, keyword, on_off};
 
@@ -391,7 +391,7 @@ impl ServeArgs {
 
         s.codes.length = usize::from(storage.code_length);
         s.store = store_settings(&storage.db);
-        if let Some(pg) = &mut s.store.postgres {
+        if let BackendChoice::Postgres(pg) = &mut s.store.backend {
             pg.read_url = storage.postgres_read_url.clone();
         }
         let sqlite = &mut s.store.sqlite;
@@ -426,11 +426,13 @@ fn store_settings(db: &DbArgs) -> StoreSettings {
         db: db.db.clone(),
         ..StoreSettings::default()
     };
-    store.postgres = db.store.as_ref().map(|url| PostgresSettings {
-        url: url.clone(),
-        pool_size: db.postgres_pool_size as usize,
-        ..PostgresSettings::default()
-    });
+    if let Some(url) = &db.store {
+        store.backend = BackendChoice::Postgres(PostgresSettings {
+            url: url.clone(),
+            pool_size: db.postgres_pool_size as usize,
+            ..PostgresSettings::default()
+        });
+    }
     store
 }
 

@@ -8,7 +8,7 @@ use crate::cache::CacheSettings;
 use crate::cache::invalidations::InvalidationSettings;
 use crate::domain::CodeSettings;
 use crate::http::HttpSettings;
-use crate::store::StoreSettings;
+use crate::store::{BackendChoice, StoreSettings};
 use crate::visits::VisitSettings;
 
 #[derive(Debug, Clone)]
@@ -30,7 +30,7 @@ impl Settings {
     /// changes, and the invalidation channel is named under the Valkey
     /// prefix. Calling it again changes nothing.
     pub fn derive(&mut self) {
-        if let Some(pg) = &mut self.store.postgres {
+        if let BackendChoice::Postgres(pg) = &mut self.store.backend {
             pg.batch_max = self.store.sqlite.batch_max;
             pg.write_queue = self.store.sqlite.write_queue;
             pg.track_positions |= self.invalidations.url.is_some();

@@ -47,13 +47,24 @@ pub trait Backend: Send + Sync {
 
 /// The backend `settings` name: the only code that knows which there are.
 pub fn backend(settings: &StoreSettings) -> Box<dyn Backend> {
-    match &settings.postgres {
-        Some(pg) => Box::new(postgres::Backend::new(pg.clone())),
-        None => Box::new(sqlite::Backend::new(
+    match &settings.backend {
+        BackendChoice::Sqlite => Box::new(sqlite::Backend::new(
             settings.db.clone(),
             settings.sqlite.clone(),
         )),
+        BackendChoice::Postgres(pg) => Box::new(postgres::Backend::new(pg.clone())),
     }
+}
+
+/// Which backend holds the links; a new backend is a folder beside
+/// `sqlite/` and `postgres/`, an arm here and one in [`backend`].
+#[derive(Debug, Clone, Default)]
+pub enum BackendChoice {
+    /// The SQLite file `StoreSettings::db` (the default).
+    #[default]
+    Sqlite,
+    /// A PostgreSQL database (`--store postgres://...`).
+    Postgres(postgres::PostgresSettings),
 }
 
 /// Opens the store `settings` name, for `purpose`.
@@ -71,8 +82,8 @@ pub struct StoreSettings {
     /// The SQLite database file; created with its schema on first start.
     pub db: PathBuf,
     pub sqlite: sqlite::SqliteSettings,
-    /// Set: links live in this PostgreSQL database instead (`--store`).
-    pub postgres: Option<postgres::PostgresSettings>,
+    /// Which backend holds the links.
+    pub backend: BackendChoice,
 }
 
 impl Default for StoreSettings {
@@ -80,7 +91,7 @@ impl Default for StoreSettings {
         Self {
             db: PathBuf::from("litelink.db"),
             sqlite: sqlite::SqliteSettings::default(),
-            postgres: None,
+            backend: BackendChoice::Sqlite,
         }
     }
 }
