@@ -6,6 +6,7 @@ mod helpers;
 mod api;
 mod cache;
 mod cluster;
+mod config;
 mod connections;
 mod deploy;
 mod disks;

@@ -1,0 +1,189 @@
+//! The `LITELINK_*` variables: every one the command lines define is
+//! documented, and those whose effect a client can see are set on a
+//! running server and seen.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+use clap::CommandFactory;
+use litelink_lab::process::ServerProcess;
+use serde_json::{Value, json};
+
+use crate::helpers::client;
+
+/// Every environment variable `cmd` and its subcommands read.
+fn variables(cmd: &clap::Command, out: &mut BTreeSet<String>) {
+    for arg in cmd.get_arguments() {
+        if let Some(env) = arg.get_env() {
+            out.insert(env.to_string_lossy().into_owned());
+        }
+    }
+    for sub in cmd.get_subcommands() {
+        variables(sub, out);
+    }
+}
+
+#[test]
+fn every_variable_is_documented_and_lab_ones_stay_out_of_the_product() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("README.md");
+    let mut product = BTreeSet::new();
+    variables(&litelink::cli::Cli::command(), &mut product);
+    let mut lab = BTreeSet::new();
+    variables(&litelink_lab::cli::LabCli::command(), &mut lab);
+    // A walk that found nothing would pass: the product has dozens.
+    assert!(product.len() >= 45, "{product:?}");
+    let missing: Vec<&String> = product
+        .union(&lab)
+        .filter(|v| !readme.contains(&format!("`{v}`")))
+        .collect();
+    assert!(missing.is_empty(), "not in the README: {missing:?}");
+    let lab_only: Vec<&String> = lab.difference(&product).collect();
+    assert!(!lab_only.is_empty());
+    let mut help = Vec::new();
+    litelink::cli::Cli::command()
+        .find_subcommand_mut("serve")
+        .expect("serve")
+        .write_long_help(&mut help)
+        .expect("help");
+    let help = String::from_utf8(help).expect("utf-8");
+    for v in lab_only {
+        assert!(!help.contains(v.as_str()), "{v} in serve --help");
+    }
+}
+
+/// One server started with variables only (no flags past its listen
+/// address and file): each variable's effect, as a client or the operator
+/// sees it.
+#[tokio::test]
+async fn variables_set_what_their_flags_set() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let deny = dir.path().join("deny.txt");
+    std::fs::write(&deny, "denied.example\n").expect("deny list");
+    let deny = deny.to_str().expect("path").to_owned();
+    let env = [
+        ("LITELINK_DURABILITY", "normal"),
+        ("LITELINK_WRITE_BATCH_MAX", "64"),
+        ("LITELINK_WRITE_QUEUE", "100"),
+        ("LITELINK_WAL_PREALLOCATE_MIB", "0"),
+        ("LITELINK_SQLITE_MMAP_MIB", "1"),
+        ("LITELINK_SQLITE_SLOTS", "off"),
+        ("LITELINK_CACHE_CAPACITY", "123"),
+        ("LITELINK_REDIRECT_STATUS", "301"),
+        ("LITELINK_CODE_LENGTH", "12"),
+        ("LITELINK_PUBLIC_URL", "https://sho.rt"),
+        ("LITELINK_REFERRER_POLICY", "no-referrer"),
+        ("LITELINK_MAX_BODY_BYTES", "200"),
+        ("LITELINK_REFUSE_PRIVATE_TARGETS", "true"),
+        ("LITELINK_DENY_HOSTS", deny.as_str()),
+        ("LITELINK_METRICS", "off"),
+        ("LITELINK_VISITS", "off"),
+        ("LITELINK_LOG_FORMAT", "json"),
+        ("LITELINK_CREATE_RATE", "1"),
+        ("LITELINK_CREATE_BURST", "3"),
+        ("LITELINK_RATE_LIMIT_LOOPBACK", "true"),
+    ];
+    let mut server = ServerProcess::start_with_env(
+        Path::new(env!("CARGO_BIN_EXE_litelink")),
+        &dir.path().join("env.db"),
+        &[],
+        &env,
+        None,
+    )
+    .expect("litelink");
+    let base = server.url();
+    let http = client();
+    let stats: Value = http
+        .get(format!("{base}/stats"))
+        .send()
+        .await
+        .expect("stats")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(stats["durability"], "normal", "{stats}");
+    assert_eq!(stats["writer"]["batch_max"], 64, "{stats}");
+    assert_eq!(stats["writer"]["queue_capacity"], 100, "{stats}");
+    assert_eq!(stats["writer"]["wal_preallocate_bytes"], 0, "{stats}");
+    assert_eq!(stats["applied"]["writer"]["mmap_size"], 1 << 20, "{stats}");
+    assert_eq!(stats["slots"], Value::Null, "{stats}");
+    assert_eq!(stats["cache"]["memory"]["capacity"], 123, "{stats}");
+    assert_eq!(stats["redirect_status"], 301, "{stats}");
+
+    let create = |body: Value| http.post(format!("{base}/link")).json(&body).send();
+    let r = create(json!({"url": "https://example.com/env"}))
+        .await
+        .expect("create");
+    assert_eq!(r.status(), 201);
+    let made: Value = r.json().await.expect("json");
+    let code = made["short_link"].as_str().expect("code").to_owned();
+    assert_eq!(code.len(), 12, "{made}");
+    assert_eq!(
+        made["short_url"],
+        format!("https://sho.rt/{code}"),
+        "{made}"
+    );
+    let r = http
+        .get(format!("{base}/{code}"))
+        .send()
+        .await
+        .expect("redirect");
+    assert_eq!(r.status(), 301);
+    assert_eq!(r.headers()["referrer-policy"], "no-referrer");
+    let long = format!("https://example.com/{}", "a".repeat(300));
+    assert_eq!(
+        create(json!({ "url": long }))
+            .await
+            .expect("create")
+            .status(),
+        413
+    );
+    for (url, why) in [
+        ("http://10.0.0.1/", "private"),
+        ("https://denied.example/", "deny list"),
+    ] {
+        let r = create(json!({ "url": url })).await.expect("create");
+        assert_eq!(r.status(), 400, "{url}");
+        let body: Value = r.json().await.expect("json");
+        assert!(
+            body["error"].as_str().expect("error").contains(why),
+            "{body}"
+        );
+    }
+    // The burst of 3 was taken by the create and the two refused ones
+    // above (a create is counted before its body is judged).
+    let r = create(json!({"url": "https://example.com/one-more"}))
+        .await
+        .expect("create");
+    assert_eq!(r.status(), 429);
+    assert_eq!(
+        http.get(format!("{base}/metrics"))
+            .send()
+            .await
+            .expect("metrics")
+            .status(),
+        404
+    );
+    // Visits off: the redirect above was not counted.
+    let stats: Value = http
+        .get(format!("{base}/stats"))
+        .send()
+        .await
+        .expect("stats")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(stats["visits"]["counted"], 0, "{stats}");
+    assert_eq!(stats["visits"]["counting"], false, "{stats}");
+    server
+        .stop_with(libc::SIGTERM, Duration::from_secs(5))
+        .expect("stops");
+    let (_, lines) = server.log();
+    assert!(
+        lines
+            .iter()
+            .any(|l| serde_json::from_str::<Value>(l).is_ok_and(|v| v.is_object())),
+        "no JSON log line: {lines:?}"
+    );
+}
