@@ -38,6 +38,23 @@ fn counter(v: &Value, tier: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("cache.{tier}.{name} in {v}"))
 }
 
+/// `/stats` names the Valkey server without the password in its URL.
+#[tokio::test]
+async fn stats_show_the_valkey_url_without_its_password() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("port")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let url = format!("redis://litelink:s3cret-pw@127.0.0.1:{port}/0");
+    let app = spawn_app(&["--cache", "tiered", "--valkey-url", &url]).await;
+    let stats = app.stats().await;
+    let shown = stats["cache"]["valkey"]["url"].as_str().expect("url");
+    assert!(!stats.to_string().contains("s3cret-pw"), "{stats}");
+    assert!(shown.contains(&format!("127.0.0.1:{port}")), "{shown}");
+    assert!(shown.contains("litelink"), "the user name stays: {shown}");
+}
+
 #[tokio::test]
 async fn valkey_mode_serves_the_api() {
     let valkey = ValkeyServer::start();

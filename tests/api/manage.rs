@@ -57,6 +57,12 @@ async fn unknown_and_revoked_keys_get_the_same_answer() {
     };
     let unknown = answer(format!("ll_{}", "x".repeat(32))).await;
     assert_eq!(revoked, unknown);
+    // Every 401 names the scheme it wants, with or without a key sent.
+    for key in [None, Some(key.as_str())] {
+        let r = app.api(Method::GET, "/api/v1/links", key, None).await;
+        assert_eq!(r.status(), 401);
+        assert_eq!(r.headers()["www-authenticate"], "Bearer");
+    }
 }
 
 /// A key that is sent must be valid in whichever header it is sent: a
@@ -361,6 +367,30 @@ crate::on_both_stores! {
         app.api(Method::DELETE, &path, None, None).await.status(),
         401
     );
+    assert_eq!(
+        app.api(Method::DELETE, &path, Some(&revoked), None)
+            .await
+            .status(),
+        401
+    );
+    // An ownerless link is an admin's to delete, and any link is.
+    let unowned = format!("/api/v1/links/{}", ownerless["code"].as_str().expect("code"));
+    assert_eq!(
+        app.api(Method::DELETE, &unowned, Some(&owner), None)
+            .await
+            .status(),
+        404
+    );
+    let second =
+        json(create_with(&app, Some(&owner), json!({"url": "https://e.com/second"})).await).await;
+    let second = format!("/api/v1/links/{}", second["code"].as_str().expect("code"));
+    assert_eq!(
+        app.api(Method::DELETE, &second, Some(&admin), None)
+            .await
+            .status(),
+        204
+    );
+    assert_eq!(app.api(Method::GET, &second, Some(&owner), None).await.status(), 404);
     assert_eq!(app.stats().await["links"], 2);
     assert_eq!(
         app.api(Method::DELETE, &path, Some(&owner), None)
@@ -841,6 +871,50 @@ crate::on_both_stores! {
         !urls.is_empty() && urls.iter().all(|u| u.contains("page7/1")),
         "{urls:?}"
     );
+    // Without a limit: 50, newest first.
+    let first = json(app.api(Method::GET, "/api/v1/links", Some(&admin), None).await).await;
+    let links = first["links"].as_array().expect("links");
+    assert_eq!(links.len(), 50);
+    let made: Vec<time::OffsetDateTime> = links
+        .iter()
+        .map(|l| {
+            let at = l["created_at"].as_str().expect("created_at");
+            time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339)
+                .expect("RFC 3339")
+        })
+        .collect();
+    assert!(made.windows(2).all(|w| w[0] >= w[1]), "{made:?}");
+    let newest = json(
+        app.api(
+            Method::POST,
+            "/api/v1/links",
+            Some(&admin),
+            Some(json!({"url": "https://example.com/newest"})),
+        )
+        .await,
+    )
+    .await;
+    let page = json(app.api(Method::GET, "/api/v1/links?limit=1", Some(&admin), None).await).await;
+    assert_eq!(page["links"][0]["code"], newest["code"], "{page}");
+    // `q` is also a prefix of the code, in its case.
+    let code = newest["code"].as_str().expect("code");
+    let found = json(
+        app.api(
+            Method::GET,
+            &format!("/api/v1/links?q={}&limit=1000", &code[..5]),
+            Some(&admin),
+            None,
+        )
+        .await,
+    )
+    .await;
+    let codes: Vec<&str> = found["links"]
+        .as_array()
+        .expect("links")
+        .iter()
+        .map(|l| l["code"].as_str().expect("code"))
+        .collect();
+    assert!(codes.contains(&code), "{codes:?}");
     for bad in ["limit=0", "limit=1001", "limit=x", "cursor=x"] {
         let r = app
             .api(
