@@ -118,7 +118,9 @@ async fn reads_never_come_from_a_replica_behind_a_known_change() {
         .copied()
         .chain(["--cache", "memory", "--cache-negative-ttl-ms", "60000"])
         .collect();
-    // C hears nothing from the others.
+    // C has no channel: it cannot hear the others, so it reads only the
+    // primary. D listens on a channel nobody else uses: it has not heard
+    // of a change yet, as an instance is before the message arrives.
     let c_args = [
         "--store",
         primary.as_str(),
@@ -127,7 +129,24 @@ async fn reads_never_come_from_a_replica_behind_a_known_change() {
         "--cache",
         "none",
     ];
-    let (a, b, c) = tokio::join!(spawn_app(&a_args), spawn_app(&b_args), spawn_app(&c_args));
+    let other_bus = ValkeyServer::start();
+    let other_bus_url = other_bus.url();
+    let d_args = [
+        "--store",
+        primary.as_str(),
+        "--postgres-read-url",
+        replica.as_str(),
+        "--invalidations-url",
+        other_bus_url.as_str(),
+        "--cache",
+        "none",
+    ];
+    let (a, b, c, d) = tokio::join!(
+        spawn_app(&a_args),
+        spawn_app(&b_args),
+        spawn_app(&c_args),
+        spawn_app(&d_args)
+    );
     let key = a.new_key("k", false).await;
     let admin = a.new_key("admin", true).await;
     let old = a.create_ok("https://example.com/old").await;
@@ -139,6 +158,7 @@ async fn reads_never_come_from_a_replica_behind_a_known_change() {
         );
     }
     until_caught_up(&c, &admin).await;
+    until_caught_up(&d, &admin).await;
     let before = replica_counter(&stats(&a, &admin).await, "reads");
     assert_eq!(target_of(&a, &old).await.0, 200);
     assert!(
@@ -166,17 +186,20 @@ async fn reads_never_come_from_a_replica_behind_a_known_change() {
         .expect("query the replica");
     assert!(on_replica.is_none(), "the paused replica has the link");
 
-    // A made it: read from the primary at once. C, which was not told,
-    // asks the primary about a code the replica does not have: a link
-    // resolves everywhere once its 201 is out.
-    for app in [&a, &c] {
+    // A made it: read from the primary at once. C reads the primary
+    // only. D, which was not told, asks the primary about a code the
+    // replica does not have: a link resolves everywhere once its 201 is
+    // out.
+    for app in [&a, &c, &d] {
         let (status, body) = target_of(app, "fresh-one").await;
         assert_eq!(
             (status, &body["link"]),
             (200, &json!("https://example.com/v1"))
         );
     }
-    assert!(replica_counter(&stats(&c, &admin).await, "misses") > 0);
+    assert!(replica_counter(&stats(&d, &admin).await, "misses") > 0);
+    let c_stats = stats(&c, &admin).await;
+    assert_eq!(replica_counter(&c_stats, "reads"), 0, "{c_stats}");
     // B was told, with the position: read from the primary too.
     let started = Instant::now();
     while target_of(&b, "fresh-one").await.0 != 200 {
@@ -270,9 +293,106 @@ async fn reads_never_come_from_a_replica_behind_a_known_change() {
         (reads + 1, misses + 1),
         "the replica has it all now, and is read again (a deleted code is then confirmed on the primary)"
     );
+
+    // A link the replica holds, then replay paused, an edit and a delete
+    // through A: once B has heard of each, neither B nor C ever serves the
+    // old form, which the replica still has (B refills its cache from the
+    // primary, held back by the change's position; C reads the primary).
+    let r = a
+        .api(
+            Method::POST,
+            "/api/v1/links",
+            Some(&key),
+            Some(json!({"url": "https://example.com/held-v1", "code": "held-one"})),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    for app in [&a, &b, &c] {
+        until_caught_up(app, &admin).await;
+    }
+    let on_replica = async || -> Option<String> {
+        direct
+            .query_opt(
+                "SELECT target FROM links WHERE code = 'held-one' AND deleted_at IS NULL",
+                &[],
+            )
+            .await
+            .expect("query the replica")
+            .map(|row| row.get(0))
+    };
+    assert_eq!(
+        on_replica().await.as_deref(),
+        Some("https://example.com/held-v1")
+    );
+    for app in [&b, &c] {
+        assert_eq!(
+            target_of(app, "held-one").await.1["link"],
+            "https://example.com/held-v1"
+        );
+    }
+    let paused = Paused::start().await;
+    let r = a
+        .api(
+            Method::PATCH,
+            "/api/v1/links/held-one",
+            Some(&key),
+            Some(json!({"url": "https://example.com/held-v2"})),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let started = Instant::now();
+    while target_of(&b, "held-one").await.1["link"] != "https://example.com/held-v2" {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "B never heard of the edit"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    eprintln!("B served the edit in {:?}", started.elapsed());
+    assert_eq!(
+        on_replica().await.as_deref(),
+        Some("https://example.com/held-v1")
+    );
+    for _ in 0..50 {
+        for app in [&b, &c] {
+            let (status, body) = target_of(app, "held-one").await;
+            assert_eq!(
+                (status, &body["link"]),
+                (200, &json!("https://example.com/held-v2"))
+            );
+            let r = app.get("/held-one").await;
+            assert_eq!(r.headers()["location"], "https://example.com/held-v2");
+        }
+    }
+    let r = a
+        .api(Method::DELETE, "/api/v1/links/held-one", Some(&key), None)
+        .await;
+    assert_eq!(r.status(), 204);
+    let started = Instant::now();
+    while b.get("/held-one").await.status() != 404 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "B never heard of the delete"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    eprintln!("B served the delete in {:?}", started.elapsed());
+    assert_eq!(
+        on_replica().await.as_deref(),
+        Some("https://example.com/held-v1")
+    );
+    for _ in 0..50 {
+        for app in [&b, &c] {
+            assert_eq!(app.get("/held-one").await.status(), 404);
+            assert_eq!(target_of(app, "held-one").await.0, 404);
+        }
+    }
+    drop(paused);
+
     a.stop().await;
     b.stop().await;
     c.stop().await;
+    d.stop().await;
 }
 
 /// The replica's lag on this machine: the time from a 201 to the link
@@ -283,11 +403,15 @@ async fn reads_never_come_from_a_replica_behind_a_known_change() {
 async fn the_replica_lag_is_measured() {
     let _replay = REPLAY.read().await;
     let (primary, replica) = fresh_replicated_db().await;
+    // A replica is read only by an instance that hears the others.
+    let bus = ValkeyServer::start();
     let app = spawn_app(&[
         "--store",
         &primary,
         "--postgres-read-url",
         &replica,
+        "--invalidations-url",
+        &bus.url(),
         "--cache",
         "none",
     ])
@@ -353,11 +477,14 @@ async fn a_replica_that_fails_costs_no_read() {
     let mut relay = Relay::start(replica_addr).await;
     let dbname = replica.rsplit_once('/').expect("db").1;
     let through_relay = format!("postgres://postgres@127.0.0.1:{}/{dbname}", relay.port);
+    let bus = ValkeyServer::start();
     let app = spawn_app(&[
         "--store",
         &primary,
         "--postgres-read-url",
         &through_relay,
+        "--invalidations-url",
+        &bus.url(),
         "--cache",
         "none",
     ])

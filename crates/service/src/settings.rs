@@ -27,13 +27,15 @@ impl Settings {
     /// Fills in what follows from other settings, once they are all set:
     /// the PostgreSQL writer batches and queues as SQLite's does and keeps
     /// positions for other instances' replica reads when it tells them of
-    /// changes, and the invalidation channel is named under the Valkey
+    /// changes (and reads a replica only when it hears theirs), and the
+    /// invalidation channel is named under the Valkey
     /// prefix. Calling it again changes nothing.
     pub fn derive(&mut self) {
         if let BackendChoice::Postgres(pg) = &mut self.store.backend {
             pg.batch_max = self.store.sqlite.batch_max;
             pg.write_queue = self.store.sqlite.write_queue;
             pg.track_positions |= self.invalidations.url.is_some();
+            pg.hears_others = self.invalidations.url.is_some();
         }
         self.invalidations.channel = format!("{}invalidations", self.cache.valkey.prefix);
     }

@@ -57,6 +57,10 @@ pub struct PostgresSettings {
     /// Read the WAL position after every write, to announce it with the
     /// change (set with `--invalidations-url`; always with a replica).
     pub track_positions: bool,
+    /// Other instances tell this one of their changes (`--invalidations-url`).
+    /// Without it a replica is never read: a change made elsewhere could
+    /// not be told from the replica's older copy.
+    pub hears_others: bool,
 }
 
 impl Default for PostgresSettings {
@@ -70,6 +74,7 @@ impl Default for PostgresSettings {
             statement_timeout: Duration::from_secs(5),
             read_url: None,
             track_positions: false,
+            hears_others: false,
         }
     }
 }
@@ -330,6 +335,13 @@ impl PostgresStore {
             settings.track_positions,
             settings.read_url.is_some(),
         ));
+        if settings.read_url.is_some() && !settings.hears_others {
+            tracing::warn!(
+                "a read replica without --invalidations-url: other instances' changes \
+                 cannot be heard, so every read goes to the primary"
+            );
+            positions.hearing(false);
+        }
         let replica = match &settings.read_url {
             Some(url) => Some(open_replica(url, &settings, &pool, &positions).await?),
             None => None,
