@@ -65,6 +65,70 @@ async fn unknown_and_revoked_keys_get_the_same_answer() {
     }
 }
 
+/// Key names are unique; a key's last use is written once, then not again
+/// within the minute however often it is used, and once more at shutdown.
+#[tokio::test]
+async fn key_names_are_unique_and_last_use_is_written_at_most_once_a_minute() {
+    let app = spawn_app(&[]).await;
+    let key = app.new_key("alice", false).await;
+    let again = std::process::Command::new(env!("CARGO_BIN_EXE_litelink"))
+        .args(["keys", "create", "--name", "alice", "--db"])
+        .arg(&app.db)
+        .output()
+        .expect("litelink keys");
+    assert!(!again.status.success());
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(err.contains("alice") && err.contains("exists"), "{err}");
+
+    let last_used = || -> Option<i64> {
+        rusqlite::Connection::open(&app.db)
+            .expect("open")
+            .query_row(
+                "SELECT last_used_at FROM keys WHERE name = 'alice'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("alice")
+    };
+    let use_key = async || {
+        let r = app
+            .api(Method::GET, "/api/v1/links", Some(&key), None)
+            .await;
+        assert_eq!(r.status(), 200);
+    };
+    use_key().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let first = loop {
+        if let Some(at) = last_used() {
+            break at;
+        }
+        assert!(Instant::now() < deadline, "the first use was never written");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // Used again for 2.5 s, through two or more of the once-a-second
+    // writes: the stored time stays.
+    let until = Instant::now() + Duration::from_millis(2500);
+    while Instant::now() < until {
+        use_key().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(last_used(), Some(first));
+    let db = app.db.clone();
+    let _dir = app.stop().await;
+    let at_shutdown: Option<i64> = rusqlite::Connection::open(&db)
+        .expect("open")
+        .query_row(
+            "SELECT last_used_at FROM keys WHERE name = 'alice'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("alice");
+    assert!(
+        at_shutdown.is_some_and(|t| t > first),
+        "{at_shutdown:?} after {first}"
+    );
+}
+
 /// A key that is sent must be valid in whichever header it is sent: a
 /// valid admin key in one header does not cover a bad one in the other,
 /// and two different keys are refused.
