@@ -198,7 +198,7 @@ async fn a_slow_lookup_times_out_on_both_paths() {
             "--valkey-url",
             &url,
             "--valkey-timeout-ms",
-            "4000",
+            "60000",
             "--request-timeout",
             "1",
             "--hot-path",
@@ -209,8 +209,11 @@ async fn a_slow_lookup_times_out_on_both_paths() {
             let started = std::time::Instant::now();
             let r = app.get(read).await;
             let took = started.elapsed();
+            // Not before the request timeout; and far before Valkey's own
+            // (a minute), with room for a loaded machine.
+            eprintln!("{path} {read}: answered after {took:?}");
             assert!(
-                took >= Duration::from_millis(900) && took < Duration::from_millis(3500),
+                took >= Duration::from_millis(900) && took < Duration::from_secs(30),
                 "{path} {read}: {took:?}"
             );
             assert!(r.headers().contains_key("x-request-id"));

@@ -219,3 +219,69 @@ async fn one_core_serves_everything_on_a_current_thread_runtime() {
         .expect("exits within 5 s of SIGTERM");
     assert!(status.success(), "{status:?}");
 }
+
+/// On SIGTERM a request in flight finishes if it can within
+/// `--shutdown-timeout`, and one that would run past it is cut there; the
+/// server exits either way. The request waits on a Valkey tier that
+/// accepts connections and never answers, for its `--valkey-timeout-ms`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_in_flight_get_the_shutdown_timeout() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let valkey = format!("redis://{}", silent.local_addr().expect("addr"));
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((tcp, _)) = silent.accept().await {
+            open.push(tcp);
+        }
+    });
+    for (shutdown_timeout, valkey_ms, finishes) in [("10", "1500", true), ("1", "60000", false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut server = spawn_process(
+            &dir.path().join("s.db"),
+            &[
+                "--cache",
+                "valkey",
+                "--valkey-url",
+                &valkey,
+                "--valkey-timeout-ms",
+                valkey_ms,
+                "--request-timeout",
+                "120",
+                "--shutdown-timeout",
+                shutdown_timeout,
+            ],
+        );
+        let base = server.url();
+        let request = tokio::spawn(client().get(format!("{base}/link/no-such-code")).send());
+        // The request is in its handler, waiting on Valkey.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let signalled = std::time::Instant::now();
+        server.signal(libc::SIGTERM).expect("SIGTERM");
+        let answer = request.await.expect("request task");
+        let after = signalled.elapsed();
+        if finishes {
+            // Valkey gave up at 1.5 s; the store has no such code.
+            let r = answer.expect("the request in flight was answered");
+            assert_eq!(r.status(), 404, "answered {after:?} after SIGTERM");
+        } else {
+            assert!(answer.is_err(), "answered past the shutdown timeout");
+            assert!(
+                after >= Duration::from_millis(900),
+                "cut {after:?} after SIGTERM, before the 1 s shutdown timeout"
+            );
+        }
+        eprintln!(
+            "shutdown timeout {shutdown_timeout} s: the request ended {after:?} after SIGTERM"
+        );
+        // Signal 0 sends nothing: this waits for the exit.
+        let status =
+            tokio::task::spawn_blocking(move || server.stop_with(0, Duration::from_secs(20)))
+                .await
+                .expect("join")
+                .expect("exits on its own after SIGTERM");
+        assert!(status.success(), "{status:?}");
+    }
+    held.abort();
+}
