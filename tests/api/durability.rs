@@ -196,3 +196,88 @@ async fn the_wal_is_preallocated_at_full_durability_only() {
     assert!(wal_len(&normal.db) < 1 << 20, "{}", wal_len(&normal.db));
     assert_eq!(normal.stats().await["writer"]["wal_preallocate_bytes"], 0);
 }
+
+/// A flood of 503s from a full write queue is logged once per 10 s, and
+/// the next line says how many it held back (`suppressed`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_logs_once_with_a_suppressed_count() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("q.db");
+    let server = crate::helpers::spawn_process(
+        &db,
+        &[
+            "--write-queue",
+            "2",
+            "--write-batch-max",
+            "1",
+            "--sqlite-busy-timeout-ms",
+            "60000",
+            "--cache",
+            "none",
+            "--log-format",
+            "json",
+        ],
+    );
+    let base = server.url();
+    let create = |i: usize| {
+        crate::helpers::client()
+            .post(format!("{base}/link"))
+            .json(&serde_json::json!({ "url": format!("https://example.com/q/{i}") }))
+            .send()
+    };
+    assert_eq!(create(0).await.expect("create").status(), 201);
+    let answered_503 = |lines: &[String]| -> Vec<u64> {
+        lines
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v.to_string().contains("answered 503"))
+            .map(|v| {
+                let fields = v.get("fields").unwrap_or(&v);
+                fields["suppressed"].as_u64().expect("a suppressed count")
+            })
+            .collect()
+    };
+    // The writer waits on another connection's write lock; creates pile up.
+    let blocker = rusqlite::Connection::open(&db).expect("open");
+    blocker.execute_batch("BEGIN IMMEDIATE").expect("lock");
+    let flood = |from: usize| {
+        (from..from + 30)
+            .map(|i| tokio::spawn(create(i)))
+            .collect::<Vec<_>>()
+    };
+    let first = flood(1);
+    let mut refused = 0;
+    // Refusals answer at once; the few queued wait for the lock.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for t in first.iter().filter(|t| t.is_finished()) {
+        let _ = t;
+        refused += 1;
+    }
+    assert!(
+        refused >= 20,
+        "only {refused} of 30 answered while the lock was held"
+    );
+    let (_, lines) = server.log();
+    assert_eq!(
+        answered_503(&lines),
+        [0],
+        "one line for the flood: {lines:#?}"
+    );
+    // Past the 10 s window, the next refusal's line carries the count.
+    tokio::time::sleep(Duration::from_millis(10_500)).await;
+    let second = flood(100);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (_, lines) = server.log();
+    let counts = answered_503(&lines);
+    assert_eq!(counts.len(), 2, "{lines:#?}");
+    assert!(
+        counts[1] >= 19,
+        "suppressed {} of the first flood",
+        counts[1]
+    );
+    blocker.execute_batch("COMMIT").expect("unlock");
+    for t in first.into_iter().chain(second) {
+        let status = t.await.expect("task").expect("answer").status();
+        assert!(status == 201 || status == 503, "{status}");
+    }
+}

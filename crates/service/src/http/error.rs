@@ -87,7 +87,7 @@ impl IntoResponse for ApiError {
                 "internal server error".to_owned()
             }
             Self::Unavailable { message, .. } => {
-                throttled!(UNAVAILABLE, warn, %message, request_id = %crate::observability::logging::request_id(), "answered 503");
+                throttled!(UNAVAILABLE, warn, reason = %message, request_id = %crate::observability::logging::request_id(), "answered 503");
                 message.clone()
             }
             other => other.to_string(),
