@@ -381,3 +381,64 @@ async fn caches_follow_changes_made_through_another_instance() {
     a.stop().await;
     b.stop().await;
 }
+
+/// A read that waits past the 5 s `statement_timeout` (another session
+/// holds a lock on the table), and reads that wait for the pool's only
+/// connection meanwhile (the second gets it when the first gives up and
+/// waits on the lock in turn; the third waits past the pool's 5 s), all
+/// answer 503, never 500 and never a hang; once the lock goes, reads work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_and_pool_timeouts_answer_503() {
+    let url = fresh_postgres_db().await;
+    let app = spawn_app(&[
+        "--store",
+        url.as_str(),
+        "--cache",
+        "none",
+        "--postgres-pool-size",
+        "1",
+        "--request-timeout",
+        "60",
+    ])
+    .await;
+    let code = app.create_ok("https://example.com/locked").await;
+    let (locker, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let task = tokio::spawn(connection);
+    locker
+        .batch_execute("BEGIN; LOCK TABLE links IN ACCESS EXCLUSIVE MODE")
+        .await
+        .expect("lock");
+    let read = |app: &crate::helpers::TestApp| {
+        let request = app.client.get(app.url(&format!("/link/{code}")));
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let r = request.send().await.expect("answered");
+            let status = r.status().as_u16();
+            (status, r.text().await.expect("body"), started.elapsed())
+        })
+    };
+    let on_statement = read(&app);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let next = read(&app);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let on_pool = read(&app);
+    for (what, answer) in [
+        ("statement", on_statement),
+        ("statement, after waiting for the pool", next),
+        ("pool", on_pool),
+    ] {
+        let (status, body, took) = answer.await.expect("task");
+        eprintln!("{what} timeout: {status} after {took:?}");
+        assert_eq!(status, 503, "{what}: {body}");
+        assert!(body.contains("busy"), "{what}: {body}");
+        assert!(
+            took >= Duration::from_secs(4),
+            "{what}: before its 5 s bound: {took:?}"
+        );
+    }
+    locker.batch_execute("ROLLBACK").await.expect("unlock");
+    assert_eq!(app.get(&format!("/link/{code}")).await.status(), 200);
+    task.abort();
+}
