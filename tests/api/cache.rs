@@ -385,3 +385,60 @@ async fn litelink_starts_and_serves_while_valkey_is_down() {
         "https://example.com/no-valkey"
     );
 }
+
+/// Past 100,000 invalidations kept while Valkey is down, the tier drops
+/// every key under its prefix once Valkey is back, instead of each; keys
+/// under another prefix stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_100000_kept_invalidations_the_whole_prefix_is_dropped() {
+    use litelink_service::cache::{CacheMode, CacheSettings, ValkeySettings, build};
+    use litelink_service::domain::ShortCode;
+    use redis::Commands;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut valkey = ValkeyServer::start_persistent(dir.path());
+    let settings = CacheSettings {
+        mode: CacheMode::Valkey,
+        valkey: ValkeySettings {
+            url: valkey.url(),
+            prefix: "drop:".into(),
+            timeout: Duration::from_secs(2),
+            ..ValkeySettings::default()
+        },
+        ..CacheSettings::default()
+    };
+    let cache = build(&settings).expect("cache");
+    {
+        let mut c = valkey.connection();
+        for key in ["drop:a", "drop:b", "keep:c"] {
+            let () = c.set(key, "x").expect("SET");
+        }
+    }
+    valkey.kill();
+    let pending = |cache: &std::sync::Arc<dyn litelink_service::cache::LinkCache>| {
+        cache
+            .stats()
+            .valkey
+            .expect("valkey tier")
+            .pending_invalidations
+    };
+    for i in 0..100_001 {
+        let code = ShortCode::parse(&format!("gone{i}")).expect("code");
+        cache.invalidate(&code).await;
+    }
+    assert_eq!(pending(&cache), 100_000, "reported as the cap");
+    valkey.restart();
+    let probe = ShortCode::parse("probe").expect("code");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while pending(&cache) != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the kept invalidations were never applied"
+        );
+        let _ = cache.get(&probe).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut c = valkey.connection();
+    let left: Vec<String> = c.keys("*").expect("KEYS");
+    assert_eq!(left, ["keep:c"], "the prefix went, the rest stayed");
+}
