@@ -313,3 +313,61 @@ async fn a_second_server_on_one_database_exits_naming_the_first() {
     let (_, exported) = litelink(&["export"], &db);
     assert!(exported.contains("https://example.com/one"), "{exported}");
 }
+
+/// Corruption found while serving: the reads that meet it answer 500 with
+/// the usual JSON body, and the log says `database corrupt` once, however
+/// many reads meet it, pointing at `doctor --full`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corruption_found_while_serving_is_a_500_and_one_log_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("c.db");
+    let server = spawn_process(&db, &["--cache", "none", "--sqlite-slots", "off"]);
+    let base = server.url();
+    let mut codes = Vec::new();
+    for i in 0..1500 {
+        let r = create(
+            &base,
+            &format!("https://example.com/{i}/{}", "p".repeat(200)),
+        )
+        .await;
+        assert_eq!(r.status(), 201);
+        let body: Value = r.json().await.unwrap();
+        codes.push(body["short_link"].as_str().unwrap().to_owned());
+    }
+    // Everything in the database file itself, not only in the WAL.
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
+    drop(conn);
+    // Garbage over every page past the first two.
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = std::fs::OpenOptions::new().write(true).open(&db).unwrap();
+        let len = f.metadata().unwrap().len();
+        f.seek(SeekFrom::Start(8192)).unwrap();
+        f.write_all(&vec![0xA5; (len - 8192) as usize]).unwrap();
+        f.sync_all().unwrap();
+    }
+    let client = crate::helpers::client();
+    let mut failed = 0;
+    for code in codes.iter().rev().take(40) {
+        let r = client
+            .get(format!("{base}/link/{code}"))
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 500 {
+            failed += 1;
+            let body: Value = r.json().await.unwrap();
+            assert_eq!(body, serde_json::json!({"error": "internal server error"}));
+        }
+    }
+    assert!(failed >= 20, "only {failed} of 40 reads met the damage");
+    let (_, log) = server.log();
+    let corrupt: Vec<&String> = log
+        .iter()
+        .filter(|l| l.contains("database corrupt"))
+        .collect();
+    assert_eq!(corrupt.len(), 1, "{log:#?}");
+    assert!(corrupt[0].contains("doctor --full"), "{}", corrupt[0]);
+}
