@@ -310,7 +310,7 @@ pub struct CacheArgs {
 
     /// Valkey (or Redis) server on which instances that share a store tell
     /// each other what changed, so that in-process caches forget it
-    /// (README, "Two stores"); unset: this instance is alone on its store.
+    /// (docs/deploy.md, "Two stores"); unset: this instance is alone on its store.
     #[arg(long, env = "LITELINK_INVALIDATIONS_URL")]
     pub invalidations_url: Option<String>,
 

@@ -1,4 +1,4 @@
-//! What the README promises and no other test shows: shutdown with creates
+//! What the docs promise and no other test shows: shutdown with creates
 //! in flight, changes made by another process, a failed batch, settings
 //! through the environment, and doctor on a damaged file.
 
@@ -61,7 +61,7 @@ async fn a_signal_during_creates_loses_nothing_acknowledged() {
 
 /// A row written by another process (an operator's `sqlite3`, say) is
 /// served once the readers' snapshots age out, 100 ms after they were
-/// taken (README, "Storage design"): every read asked for 100 ms or more
+/// taken (docs/architecture.md, "Storage design"): every read asked for 100 ms or more
 /// after the write sees it, since the snapshot it might reuse began
 /// before the write. Without a cache or link slots, so that the read is
 /// SQLite's own.

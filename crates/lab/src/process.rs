@@ -39,7 +39,7 @@ pub fn cpus() -> usize {
 }
 
 /// What `litelink serve` prints on stdout once it listens, before the
-/// address (README, "Configuration").
+/// address (docs/configuration.md).
 pub const LISTENING: &str = "litelink listening on http://";
 
 /// The log line of builds from before [`LISTENING`].

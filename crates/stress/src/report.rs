@@ -1,6 +1,6 @@
 //! The stress report: the seed article's summary for comparison, then
 //! per-request percentiles per phase, status codes and failures. Serialises
-//! to the JSON documented in the README.
+//! to the JSON documented in docs/stress.md.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;

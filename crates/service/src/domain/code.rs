@@ -132,7 +132,7 @@ impl fmt::Debug for ShortCode {
 /// the first [`LOCALITY_PREFIX`] characters name a bucket that
 /// [`LOCALITY_RUN`] consecutive creates share, so that a batch's index
 /// entries land on a few pages. What it buys and what it costs in entropy:
-/// README "API" and docs/benchmarks.md section 5.
+/// docs/api.md and docs/benchmarks.md section 5.
 #[derive(Debug, Clone, Copy)]
 pub struct CodeGenerator {
     length: usize,

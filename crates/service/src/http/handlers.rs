@@ -571,7 +571,7 @@ impl RuntimeFacts {
 
 #[utoipa::path(get, path = "/stats", tag = "operations",
     responses(
-        (status = 200, description = "Counters and facts (see the README); open until API keys exist or with --stats-public", body = Object),
+        (status = 200, description = "Counters and facts (see docs/api.md); open until API keys exist or with --stats-public", body = Object),
         (status = 401, description = "Keys exist and no valid key was sent", body = crate::http::schema::ErrorMessage),
         (status = 403, description = "The key is not an admin key", body = crate::http::schema::ErrorMessage),
     ),

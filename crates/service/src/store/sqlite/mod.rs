@@ -291,7 +291,7 @@ fn quick_check(conn: &Connection, path: &Path) -> Result<(), OpenError> {
     }
 }
 
-/// `/stats` of the SQLite store. The JSON shape is documented in the README.
+/// `/stats` of the SQLite store. The JSON shape is documented in docs/api.md.
 #[derive(Debug, Clone, Serialize)]
 pub struct SqliteStats {
     pub file: String,

@@ -5,7 +5,7 @@
 //! A kept connection also keeps its read transaction open between lookups
 //! for as long as nothing has been committed since it began: a snapshot that
 //! no commit has overtaken is as current as a new one, and beginning one
-//! costs about a fifth of a pooled lookup (README, "Storage design").
+//! costs about a fifth of a pooled lookup (docs/architecture.md, "Storage design").
 //! [`Epoch`] is how readers learn that a commit (or a checkpoint) happened.
 
 use std::path::PathBuf;
