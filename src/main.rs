@@ -5,13 +5,27 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use clap::Parser;
-use litelink::cli::{Cli, Command, StressArgs};
+use litelink::cli::config;
+use litelink::cli::{Command, StressArgs};
 use litelink_service::observability::logging;
 use litelink_service::store;
 
 fn main() -> ExitCode {
-    let command = Cli::parse().into_command();
+    let (cli, matches) = match config::parse_from(std::env::args_os().collect()) {
+        Ok(parsed) => parsed,
+        Err(config::Error::Args(e)) => e.exit(),
+        Err(config::Error::File(e)) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let command = cli.into_command();
+    if let Command::Serve(args) = &command
+        && args.print_config
+    {
+        print!("{}", config::print(&matches));
+        return ExitCode::SUCCESS;
+    }
     let (filter, format) = match &command {
         Command::Serve(args) => (logging::SERVER_FILTER, args.server.log_format),
         _ => (logging::TOOL_FILTER, logging::LogFormat::Text),

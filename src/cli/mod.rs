@@ -3,6 +3,7 @@
 //! ([`Settings`](litelink_service::Settings), `StressConfig`,
 //! `BenchOptions`), whose defaults they show in `--help`.
 
+pub mod config;
 mod manage;
 mod serve;
 mod stress;
@@ -26,6 +27,11 @@ pub use stress::StressArgs;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// A TOML file of settings, one flat key per option, named as its flag
+    /// without the dashes (`cache-capacity = 50000`). Flags override the
+    /// environment, which overrides the file.
+    #[arg(long, global = true, env = "LITELINK_CONFIG", value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
     /// Options for `serve`, which also runs when no subcommand is given.
     #[command(flatten)]
     pub serve: ServeArgs,

@@ -35,6 +35,10 @@ pub struct ServeArgs {
     pub visits: VisitArgs,
     #[command(flatten)]
     pub abuse: AbuseArgs,
+    /// Print the effective configuration as TOML (passwords in URLs as
+    /// `***`) and exit; `--config` reads it back.
+    #[arg(long)]
+    pub print_config: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -360,6 +364,7 @@ impl ServeArgs {
             cache,
             visits,
             abuse,
+            print_config: _,
         } = self;
         let mut s = Settings {
             listen: server.listen,

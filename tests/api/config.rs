@@ -200,3 +200,182 @@ async fn variables_set_what_their_flags_set() {
         "no JSON log line: {lines:?}"
     );
 }
+
+fn litelink(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_litelink"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("litelink")
+}
+
+/// A flag overrides the environment, which overrides the file, which
+/// overrides the built-in default: each layer seen on a running server.
+#[tokio::test]
+async fn flags_beat_the_environment_which_beats_the_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("litelink.toml");
+    std::fs::write(
+        &file,
+        "# every layer sets some of these\n\
+         redirect-status = 301\n\
+         code-length = 12\n\
+         cache-capacity = 111\n\
+         visits = \"off\"\n",
+    )
+    .expect("config");
+    let file = file.to_str().expect("path").to_owned();
+    let mut server = ServerProcess::start_with_env(
+        Path::new(env!("CARGO_BIN_EXE_litelink")),
+        &dir.path().join("layers.db"),
+        &[
+            "--config".into(),
+            file,
+            "--cache-capacity".into(),
+            "333".into(),
+        ],
+        &[
+            ("LITELINK_CODE_LENGTH", "14"),
+            ("LITELINK_CACHE_CAPACITY", "222"),
+        ],
+        None,
+    )
+    .expect("litelink");
+    let base = server.url();
+    let http = client();
+    let stats: Value = http
+        .get(format!("{base}/stats"))
+        .send()
+        .await
+        .expect("stats")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(stats["redirect_status"], 301, "the file: {stats}");
+    assert_eq!(stats["visits"]["counting"], false, "the file: {stats}");
+    assert_eq!(
+        stats["cache"]["memory"]["capacity"], 333,
+        "the flag: {stats}"
+    );
+    let made: Value = http
+        .post(format!("{base}/link"))
+        .json(&json!({"url": "https://example.com/layers"}))
+        .send()
+        .await
+        .expect("create")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        made["short_link"].as_str().expect("code").len(),
+        14,
+        "the environment: {made}"
+    );
+    server
+        .stop_with(libc::SIGTERM, Duration::from_secs(5))
+        .expect("stops");
+}
+
+/// An unknown key, or a table, is an error that names the key and its line.
+#[test]
+fn an_unknown_key_is_named_with_its_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("bad.toml");
+    for (text, key, line) in [
+        (
+            "listen = \"127.0.0.1:0\"\n\ncache-capacty = 5\n",
+            "cache-capacty",
+            3,
+        ),
+        ("[cache]\ncapacity = 5\n", "cache", 1),
+    ] {
+        std::fs::write(&file, text).expect("config");
+        let out = litelink(&["serve", "--config", file.to_str().expect("path")], &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!("line {line}")) && err.contains(&format!("'{key}'")),
+            "{err}"
+        );
+    }
+}
+
+/// `--print-config` prints every setting with its effective value and
+/// hides passwords; read back, it prints the same again. Other
+/// subcommands take from the same file the keys they have.
+#[test]
+fn the_printed_configuration_reads_back_and_hides_passwords() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("a.toml");
+    let db = dir.path().join("keys.db");
+    std::fs::write(
+        &file,
+        format!(
+            "listen = \"127.0.0.1:9999\"\ncache-capacity = 4242\ndb = {:?}\n",
+            db.to_str().expect("path")
+        ),
+    )
+    .expect("config");
+    let file = file.to_str().expect("path");
+    let store = "postgres://litelink:s3cret-pw@db.internal/links";
+    let out = litelink(
+        &[
+            "serve",
+            "--config",
+            file,
+            "--store",
+            store,
+            "--print-config",
+        ],
+        &[("LITELINK_VALKEY_PREFIX", "env:")],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(!printed.contains("s3cret-pw"), "{printed}");
+    for line in [
+        "listen = \"127.0.0.1:9999\"",
+        "cache-capacity = 4242",
+        "valkey-prefix = \"env:\"",
+        "store = \"postgres://litelink:***@db.internal/links\"",
+        "durability = \"full\"",
+    ] {
+        assert!(printed.lines().any(|l| l == line), "{line} in:\n{printed}");
+    }
+    let again = dir.path().join("printed.toml");
+    std::fs::write(&again, &printed).expect("write");
+    let out = litelink(
+        &[
+            "serve",
+            "--config",
+            again.to_str().expect("path"),
+            "--print-config",
+        ],
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8(out.stdout).expect("utf-8"), printed);
+
+    // `keys` takes `db` from the file and leaves `listen` and the rest.
+    let out = litelink(
+        &["keys", "create", "--name", "from-file", "--config", file],
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = litelink(&["keys", "list", "--db", db.to_str().expect("path")], &[]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("from-file"),
+        "the key went to the file's database"
+    );
+}
