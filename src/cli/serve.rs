@@ -42,7 +42,7 @@ pub struct ServeArgs {
 }
 
 #[derive(Debug, Clone, Args)]
-#[command(next_help_heading = "Abuse")]
+#[command(next_help_heading = "HTTP")]
 pub struct AbuseArgs {
     /// Refuse targets on loopback, private, link-local and unspecified
     /// addresses (any IPv4 form) and `localhost`, answered 400.
@@ -98,7 +98,7 @@ pub struct AbuseArgs {
 }
 
 #[derive(Debug, Clone, Args)]
-#[command(next_help_heading = "Server")]
+#[command(next_help_heading = "HTTP")]
 pub struct ServerArgs {
     /// Address to listen on.
     #[arg(long, env = "LITELINK_LISTEN", default_value_t = d().listen)]
@@ -143,7 +143,7 @@ pub struct ServerArgs {
     /// Log lines on stderr: `text`, or `json` (one object per line, for
     /// log shippers).
     #[arg(long, env = "LITELINK_LOG_FORMAT", value_parser = keyword::<LogFormat>(),
-          default_value_t = LogFormat::default())]
+          default_value_t = LogFormat::default(), help_heading = "Logging")]
     pub log_format: LogFormat,
 
     /// Seconds a client may take to send a request's headers; the
@@ -211,7 +211,7 @@ fn postgres_url(s: &str) -> Result<String, String> {
 }
 
 #[derive(Debug, Clone, Args)]
-#[command(next_help_heading = "Storage")]
+#[command(next_help_heading = "Store")]
 pub struct StorageArgs {
     #[command(flatten)]
     pub db: DbArgs,
@@ -275,6 +275,7 @@ pub struct StorageArgs {
 
     /// Length of generated codes (characters of [A-Za-z0-9]).
     #[arg(long, env = "LITELINK_CODE_LENGTH", default_value_t = d().codes.length as u8,
+          help_heading = "Codes",
           value_parser = clap::value_parser!(u8).range(MIN_GENERATED_LEN as i64..=MAX_GENERATED_LEN as i64))]
     pub code_length: u8,
 }
@@ -315,7 +316,11 @@ pub struct CacheArgs {
     /// Valkey (or Redis) server on which instances that share a store tell
     /// each other what changed, so that in-process caches forget it
     /// (docs/deploy.md, "Two stores"); unset: this instance is alone on its store.
-    #[arg(long, env = "LITELINK_INVALIDATIONS_URL")]
+    #[arg(
+        long,
+        env = "LITELINK_INVALIDATIONS_URL",
+        help_heading = "Invalidations"
+    )]
     pub invalidations_url: Option<String>,
 
     /// Milliseconds an in-process cache entry is served after it was
