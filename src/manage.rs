@@ -23,10 +23,6 @@ const IMPORT_BATCH: usize = 10_000;
 /// Batches handed to the writer and not yet answered; bounds memory.
 const IMPORT_IN_FLIGHT: usize = 3;
 
-/// The writer's page cache during an import: enough for the index pages of
-/// several million links.
-const IMPORT_CACHE_MIB: u32 = 256;
-
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -126,8 +122,7 @@ pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
         File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?,
     );
     runtime()?.block_on(async move {
-        let mut settings = args.store.settings();
-        settings.sqlite.writer_cache_mib = IMPORT_CACHE_MIB;
+        let settings = args.store.settings();
         // A SQLite file has one writer, so import takes its lock;
         // PostgreSQL takes imports beside servers.
         let targets = TargetPolicy::new(args.refuse_private_targets, args.deny_hosts.clone())?

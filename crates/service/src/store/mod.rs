@@ -73,7 +73,25 @@ pub async fn open(
     codes: CodeGenerator,
     purpose: Purpose,
 ) -> anyhow::Result<Arc<dyn LinkStore>> {
-    backend(settings).open(codes, purpose).await
+    backend(&settings.for_purpose(purpose))
+        .open(codes, purpose)
+        .await
+}
+
+/// The writer's page cache during an import: enough for the index pages of
+/// several million links.
+const IMPORT_CACHE_MIB: u32 = 256;
+
+impl StoreSettings {
+    /// These settings as `purpose` runs them: an import gives SQLite's
+    /// writer a large page cache.
+    pub fn for_purpose(&self, purpose: Purpose) -> StoreSettings {
+        let mut settings = self.clone();
+        if purpose == Purpose::Import {
+            settings.sqlite.writer_cache_mib = IMPORT_CACHE_MIB;
+        }
+        settings
+    }
 }
 
 /// Where and how links are stored.
