@@ -379,3 +379,39 @@ fn the_printed_configuration_reads_back_and_hides_passwords() {
         "the key went to the file's database"
     );
 }
+
+/// docs/configuration.md cannot drift from the command line: each setting
+/// `serve --print-config` prints has a row there with its flag, its
+/// variable and its default (`off` for a switch that is off).
+#[test]
+fn the_configuration_page_names_every_flag_and_its_default() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_litelink"))
+        .args(["serve", "--print-config"])
+        .env_clear()
+        .output()
+        .expect("litelink");
+    assert!(out.status.success());
+    let printed = String::from_utf8(out.stdout).expect("utf-8");
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/configuration.md"),
+    )
+    .expect("docs/configuration.md");
+    let mut checked = 0;
+    for line in printed.lines() {
+        let (key, value) = line.split_once(" = ").expect("key = value");
+        let value = value.trim_matches('"');
+        let variable = format!("`LITELINK_{}`", key.to_uppercase().replace('-', "_"));
+        let row = page
+            .lines()
+            .find(|l| l.starts_with('|') && l.contains(&variable))
+            .unwrap_or_else(|| panic!("no row for {variable}"));
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        assert_eq!(cells[0], format!("`--{key}`"), "{row}");
+        let default = cells[2];
+        let shown =
+            default.contains(&format!("`{value}`")) || (value == "false" && default == "off");
+        assert!(shown, "{key}: default {value}, the page says {default}");
+        checked += 1;
+    }
+    assert!(checked >= 40, "{checked} settings printed");
+}
