@@ -1,4 +1,4 @@
-//! Link management and API keys: every status the management issue names,
+//! Link management and API keys: every status the API documents,
 //! the ownership matrix, edits and deletes through every cache mode, paging
 //! while links are created, export and import, and the schema migration.
 

@@ -8,7 +8,7 @@
 //! With [`Answer::Redirect`] it answers every request with the response
 //! head of a litelink redirect instead (`Location`, `Cache-Control`,
 //! `nosniff`, a fresh request id): the floor under a redirect that
-//! carries what the issues require, with no lookup, counting or metrics
+//! carries what every answer must, with no lookup, counting or metrics
 //! (docs/benchmarks.md).
 
 use std::convert::Infallible;

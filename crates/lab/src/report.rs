@@ -156,7 +156,10 @@ pub fn markdown(r: &Results, charts: &[Chart]) -> String {
     let _ = writeln!(s, "## Machine\n");
     let _ = writeln!(s, "- CPU: {} ({} CPUs available)", m.cpu_model, m.cpus);
     let _ = writeln!(s, "- Memory: {}", m.memory);
-    let _ = writeln!(s, "- OS: {} (kernel {})", m.os, m.kernel);
+    // The kernel's series, not its build: reports are compared across
+    // machines of a kind, whose builds differ.
+    let series: String = m.kernel.split('.').take(2).collect::<Vec<_>>().join(".");
+    let _ = writeln!(s, "- OS: {} (kernel {series})", m.os);
     let _ = writeln!(s, "- SQLite: {}", r.sqlite_version);
     let _ = writeln!(
         s,
