@@ -10,7 +10,7 @@ use clap::CommandFactory;
 use litelink_lab::process::ServerProcess;
 use serde_json::{Value, json};
 
-use crate::helpers::client;
+use crate::helpers::{client, stats_at};
 
 /// Every environment variable `cmd` and its subcommands read.
 fn variables(cmd: &clap::Command, out: &mut BTreeSet<String>) {
@@ -107,14 +107,7 @@ async fn variables_set_what_their_flags_set() {
     .expect("litelink");
     let base = server.url();
     let http = client();
-    let stats: Value = http
-        .get(format!("{base}/stats"))
-        .send()
-        .await
-        .expect("stats")
-        .json()
-        .await
-        .expect("json");
+    let stats = stats_at(&base).await;
     assert_eq!(stats["durability"], "normal", "{stats}");
     assert_eq!(stats["writer"]["batch_max"], 64, "{stats}");
     assert_eq!(stats["writer"]["queue_capacity"], 100, "{stats}");
@@ -179,14 +172,7 @@ async fn variables_set_what_their_flags_set() {
         404
     );
     // Visits off: the redirect above was not counted.
-    let stats: Value = http
-        .get(format!("{base}/stats"))
-        .send()
-        .await
-        .expect("stats")
-        .json()
-        .await
-        .expect("json");
+    let stats = stats_at(&base).await;
     assert_eq!(stats["visits"]["counted"], 0, "{stats}");
     assert_eq!(stats["visits"]["counting"], false, "{stats}");
     server
@@ -243,14 +229,7 @@ async fn flags_beat_the_environment_which_beats_the_file() {
     .expect("litelink");
     let base = server.url();
     let http = client();
-    let stats: Value = http
-        .get(format!("{base}/stats"))
-        .send()
-        .await
-        .expect("stats")
-        .json()
-        .await
-        .expect("json");
+    let stats = stats_at(&base).await;
     assert_eq!(stats["redirect_status"], 301, "the file: {stats}");
     assert_eq!(stats["visits"]["counting"], false, "the file: {stats}");
     assert_eq!(

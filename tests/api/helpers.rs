@@ -23,6 +23,18 @@ pub fn client() -> reqwest::Client {
         .expect("client")
 }
 
+/// `GET {base}/stats` of a server that serves it without a key.
+pub async fn stats_at(base: &str) -> Value {
+    client()
+        .get(format!("{base}/stats"))
+        .send()
+        .await
+        .expect("GET /stats")
+        .json()
+        .await
+        .expect("/stats is JSON")
+}
+
 /// A piece of the machine a test needs is missing (a tmpfs mount, a lower
 /// file limit): under `scripts/test`, which provides it, that is a failure
 /// (`LITELINK_TEST_STRICT`); elsewhere the test says so and passes.

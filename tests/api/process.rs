@@ -9,18 +9,7 @@ use std::time::Duration;
 use rand::RngExt;
 use serde_json::{Value, json};
 
-use crate::helpers::{Answers, client, create_until_gone, spawn_process};
-
-async fn stats(url: String) -> Value {
-    client()
-        .get(url)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
+use crate::helpers::{Answers, client, create_until_gone, spawn_process, stats_at};
 
 #[tokio::test]
 async fn sigterm_finishes_cleanly_and_doctor_approves_the_database() {
@@ -130,7 +119,7 @@ async fn acknowledged_creates_survive_kill_9() {
     );
     let server = spawn_process(&db, &["--cache", "none"]);
     verify(&server.url(), &acked).await;
-    let stats = stats(server.url() + "/stats").await;
+    let stats = stats_at(&server.url()).await;
     assert!(stats["links"].as_u64().unwrap() >= acked.len() as u64);
     drop(server);
 
@@ -178,7 +167,7 @@ async fn one_core_serves_everything_on_a_current_thread_runtime() {
         "{allowed}"
     );
     let base = server.url();
-    let runtime = stats(base.clone() + "/stats").await["runtime"].clone();
+    let runtime = stats_at(&base).await["runtime"].clone();
     assert_eq!(runtime["flavor"], "current_thread", "{runtime}");
     assert_eq!(runtime["workers"], 1, "{runtime}");
     // Not pinned, on a machine of several CPUs, the other flavour.
@@ -190,7 +179,7 @@ async fn one_core_serves_everything_on_a_current_thread_runtime() {
             None,
         )
         .expect("litelink");
-        let runtime = stats(wide.url() + "/stats").await["runtime"].clone();
+        let runtime = stats_at(&wide.url()).await["runtime"].clone();
         assert_eq!(runtime["flavor"], "multi_thread", "{runtime}");
         wide.stop_with(libc::SIGTERM, Duration::from_secs(5))
             .expect("stops");
@@ -207,7 +196,7 @@ async fn one_core_serves_everything_on_a_current_thread_runtime() {
     assert_eq!(get("/nosuchcode".into()).await.unwrap().status(), 404);
     let mut flushed = Value::Null;
     for _ in 0..50 {
-        flushed = stats(base.clone() + "/stats").await["visits"]["flushed"].clone();
+        flushed = stats_at(&base).await["visits"]["flushed"].clone();
         if flushed == 20 {
             break;
         }
