@@ -8,13 +8,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::Context;
-use litelink_service::domain::TargetPolicy;
+use litelink_service::domain::{DomainId, DomainRedirects, Host, TargetPolicy, TargetUrl};
+use litelink_service::domains::{DomainRegistry, DomainSettings};
 use litelink_service::keys;
 use litelink_service::startup::open_tool_store;
 use litelink_service::store::{ImportRow, LinkStore, Purpose};
 use litelink_service::transfer::{self, Checker};
 
-use crate::cli::{ExportArgs, ImportArgs, KeysCommand};
+use crate::cli::{DomainsCommand, ExportArgs, ImportArgs, KeysCommand, RedirectArgs};
 
 /// Rows per import transaction: large enough that a commit (and its sync)
 /// is a small share of the time.
@@ -32,37 +33,63 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 pub fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async move {
         match command {
-            KeysCommand::Create { name, admin, store } => {
+            KeysCommand::Create {
+                name,
+                admin,
+                domain,
+                store,
+            } => {
                 keys::check_name(&name).map_err(anyhow::Error::msg)?;
                 let store = open_tool_store(&store.settings(), Purpose::Tool).await?;
-                let (secret, hash) = keys::new_secret();
-                let created = store.create_key(&name, admin, hash).await;
+                let created = async {
+                    let domain = match &domain {
+                        Some(name) => Some(named_domain(&registry(&store).await?, name)?),
+                        None => None,
+                    };
+                    let (secret, hash) = keys::new_secret();
+                    let key = store.create_key(&name, admin, hash, domain).await?;
+                    anyhow::Ok((secret, key))
+                }
+                .await;
                 store.close().await;
-                let key = created?;
+                let (secret, key) = created?;
                 println!("{secret}");
                 eprintln!(
-                    "key '{}' created{}; this is the only time it is shown",
+                    "key '{}' created{}{}; this is the only time it is shown",
                     key.name,
-                    if key.admin { " (admin)" } else { "" }
+                    if key.admin { " (admin)" } else { "" },
+                    domain.map_or(String::new(), |d| format!(" for the domain {d}"))
                 );
                 Ok(ExitCode::SUCCESS)
             }
             KeysCommand::List { store } => {
                 let store = open_tool_store(&store.settings(), Purpose::Tool).await?;
-                let listed = store.keys().await;
+                let listed =
+                    async { anyhow::Ok((store.keys().await?, store.domains().await?)) }.await;
                 store.close().await;
+                let (keys, domains) = listed?;
                 let show = |t: Option<litelink_service::domain::Timestamp>| {
                     t.map_or_else(|| "-".to_owned(), |t| t.to_string())
                 };
+                let domain_of = |id: Option<DomainId>| match id {
+                    None => "-".to_owned(),
+                    Some(id) if id.is_default() => "default".to_owned(),
+                    Some(id) => domains
+                        .iter()
+                        .find(|d| d.id == id)
+                        .and_then(|d| d.host.as_ref())
+                        .map_or_else(|| "(removed)".to_owned(), |h| h.to_string()),
+                };
                 println!(
-                    "{:<24} {:<5} {:<24} {:<24} {:<24}",
-                    "name", "admin", "created", "last used", "revoked"
+                    "{:<24} {:<5} {:<24} {:<24} {:<24} {:<24}",
+                    "name", "admin", "domain", "created", "last used", "revoked"
                 );
-                for k in listed? {
+                for k in keys {
                     println!(
-                        "{:<24} {:<5} {:<24} {:<24} {:<24}",
+                        "{:<24} {:<5} {:<24} {:<24} {:<24} {:<24}",
                         k.name,
                         if k.admin { "yes" } else { "no" },
+                        domain_of(k.domain),
                         k.created_at,
                         show(k.last_used_at),
                         show(k.revoked_at)
@@ -84,6 +111,131 @@ pub fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
             }
         }
     })
+}
+
+/// The domains of a store, as a server sees them (no default host: the
+/// tools are not told one).
+async fn registry(store: &Arc<dyn LinkStore>) -> anyhow::Result<DomainRegistry> {
+    Ok(DomainRegistry::load(Arc::clone(store), DomainSettings::default()).await?)
+}
+
+/// The domain `name` names (a host, or `default`), or an error saying so.
+fn named_domain(registry: &DomainRegistry, name: &str) -> anyhow::Result<DomainId> {
+    registry
+        .named(name)
+        .ok_or_else(|| anyhow::anyhow!("no domain '{name}' (see `litelink domains list`)"))
+}
+
+/// A redirect option's value: a URL, or none for an empty string.
+fn redirect(name: &str, raw: &str) -> anyhow::Result<Option<TargetUrl>> {
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    TargetUrl::parse(raw)
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!("--{name}: {e}"))
+}
+
+/// `current` with the redirects `args` give changed.
+fn redirects(args: &RedirectArgs, mut current: DomainRedirects) -> anyhow::Result<DomainRedirects> {
+    for (name, given, slot) in [
+        ("root-redirect", &args.root_redirect, &mut current.root),
+        (
+            "not-found-redirect",
+            &args.not_found_redirect,
+            &mut current.not_found,
+        ),
+        (
+            "expired-redirect",
+            &args.expired_redirect,
+            &mut current.expired,
+        ),
+    ] {
+        if let Some(raw) = given {
+            *slot = redirect(name, raw)?;
+        }
+    }
+    Ok(current)
+}
+
+pub fn domains(command: DomainsCommand) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async move {
+        let store_args = match &command {
+            DomainsCommand::Add { store, .. }
+            | DomainsCommand::List { store }
+            | DomainsCommand::Set { store, .. }
+            | DomainsCommand::Remove { store, .. } => store.clone(),
+        };
+        let store = open_tool_store(&store_args.settings(), Purpose::Tool).await?;
+        let done = run_domains(&store, command).await;
+        store.close().await;
+        done
+    })
+}
+
+async fn run_domains(
+    store: &Arc<dyn LinkStore>,
+    command: DomainsCommand,
+) -> anyhow::Result<ExitCode> {
+    let registry = registry(store).await?;
+    let show = |t: &Option<TargetUrl>| t.as_ref().map_or("-", |t| t.as_str()).to_owned();
+    match command {
+        DomainsCommand::Add {
+            host, redirects: r, ..
+        } => {
+            let host = Host::parse(&host).map_err(|e| anyhow::anyhow!("{host}: {e}"))?;
+            let added = registry
+                .add(&host, redirects(&r, DomainRedirects::default())?)
+                .await?;
+            eprintln!(
+                "domain '{}' added",
+                added
+                    .domain
+                    .host
+                    .map_or_else(String::new, |h| h.to_string())
+            );
+        }
+        DomainsCommand::List { .. } => {
+            println!(
+                "{:<32} {:<32} {:<32} {:<32}",
+                "domain", "root redirect", "not-found redirect", "expired redirect"
+            );
+            for d in registry.list() {
+                let name = match (&d.host, d.default) {
+                    (_, true) => "default".to_owned(),
+                    (Some(h), false) => h.to_string(),
+                    (None, false) => "-".to_owned(),
+                };
+                let r = &d.domain.redirects;
+                println!(
+                    "{:<32} {:<32} {:<32} {:<32}",
+                    name,
+                    show(&r.root),
+                    show(&r.not_found),
+                    show(&r.expired)
+                );
+            }
+        }
+        DomainsCommand::Set {
+            host, redirects: r, ..
+        } => {
+            let id = named_domain(&registry, &host)?;
+            let current = registry.redirects(id);
+            registry.set(id, redirects(&r, current)?).await?;
+            eprintln!("domain '{host}' changed");
+        }
+        DomainsCommand::Remove { host, force, .. } => {
+            let id = named_domain(&registry, &host)?;
+            if id.is_default() {
+                anyhow::bail!("the default domain cannot be removed");
+            }
+            match registry.remove(id, force).await? {
+                Some(gone) => eprintln!("domain '{host}' removed ({} links deleted)", gone.len()),
+                None => anyhow::bail!("no domain '{host}'"),
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
@@ -128,7 +280,7 @@ pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
         let targets = TargetPolicy::new(args.refuse_private_targets, args.deny_hosts.clone())?
             .with_own_hosts(args.public_url.as_deref(), None);
         let store = open_tool_store(&settings, Purpose::Import).await?;
-        let outcome = import_into(&store, args.format, input, targets).await;
+        let outcome = import_into(&store, args.format, input, targets, args.create_domains).await;
         store.close().await;
         let s = outcome?;
         eprintln!(
@@ -162,9 +314,10 @@ async fn import_into(
     format: transfer::Format,
     input: BufReader<File>,
     targets: TargetPolicy,
+    create_domains: bool,
 ) -> anyhow::Result<ImportSummary> {
     let started = Instant::now();
-    let mut checker = Checker::new(&store.keys().await?, targets);
+    let mut checker = Checker::new(&store.keys().await?, &store.domains().await?, targets);
     let bar = progress();
     let mut s = ImportSummary::default();
     let mut batch: Vec<ImportRow> = Vec::with_capacity(IMPORT_BATCH);
@@ -176,6 +329,14 @@ async fn import_into(
     let mut records = transfer::read(format, input);
     loop {
         let next = records.next();
+        if create_domains
+            && let Some((_, Ok(record))) = &next
+            && let Ok(Some(host)) = checker.new_domain(record)
+        {
+            let domain = store.add_domain(&host, DomainRedirects::default()).await?;
+            say(&bar, format!("added the domain {host}"));
+            checker.learn(host, domain.id);
+        }
         match &next {
             Some((line, Err(why))) => {
                 s.invalid += 1;

@@ -17,8 +17,12 @@ pub enum KeysCommand {
         #[arg(long)]
         name: String,
         /// The key manages every link, not only its own.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "domain")]
         admin: bool,
+        /// Limit the key to one domain (a host, or `default`): it creates,
+        /// lists, edits and deletes links there only.
+        #[arg(long, value_name = "HOST")]
+        domain: Option<String>,
         #[command(flatten)]
         store: StoreArgs,
     },
@@ -64,4 +68,58 @@ pub struct ImportArgs {
     /// Refuse links to this service's public host, as `serve` does.
     #[arg(long, env = "LITELINK_PUBLIC_URL")]
     pub public_url: Option<String>,
+    /// Add the domains the file names that this database lacks (without
+    /// it, a line on an unknown domain is refused).
+    #[arg(long)]
+    pub create_domains: bool,
+}
+
+/// Where a domain sends what it has no link for; each is a URL, or an
+/// empty string for none (`set` changes only those given).
+#[derive(Debug, Clone, Args)]
+pub struct RedirectArgs {
+    /// Where `GET /` on the domain goes (default: the page).
+    #[arg(long, value_name = "URL")]
+    pub root_redirect: Option<String>,
+    /// Where an unknown or deleted code goes (default: 404).
+    #[arg(long, value_name = "URL")]
+    pub not_found_redirect: Option<String>,
+    /// Where an expired link, or one out of visits, goes (default: 410).
+    #[arg(long, value_name = "URL")]
+    pub expired_redirect: Option<String>,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum DomainsCommand {
+    /// Add a short domain (links answer on it within a second).
+    Add {
+        /// The host name, e.g. go.example.com.
+        host: String,
+        #[command(flatten)]
+        redirects: RedirectArgs,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Every domain, the default one first.
+    List {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Change a domain's redirects (`default` names the default domain).
+    Set {
+        host: String,
+        #[command(flatten)]
+        redirects: RedirectArgs,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Remove a domain; one with links only with --force, which deletes
+    /// them (their codes stay taken as tombstones).
+    Remove {
+        host: String,
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
 }

@@ -13,7 +13,7 @@ use std::str::FromStr;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
 
-pub use manage::{ExportArgs, ImportArgs, KeysCommand};
+pub use manage::{DomainsCommand, ExportArgs, ImportArgs, KeysCommand, RedirectArgs};
 pub use serve::{DoctorArgs, ServeArgs, StoreArgs};
 pub use stress::StressArgs;
 
@@ -49,6 +49,10 @@ pub enum Command {
     /// Create, list and revoke API keys (works beside a running server).
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Add, list, change and remove short domains (works beside a running
+    /// server).
+    #[command(subcommand)]
+    Domains(DomainsCommand),
     /// Write every link, and deleted codes as tombstones, as JSON lines or CSV.
     Export(ExportArgs),
     /// Load links written by `export`, keeping their codes (not while a

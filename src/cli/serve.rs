@@ -8,7 +8,9 @@ use std::time::Duration;
 use clap::Args;
 use litelink_service::Settings;
 use litelink_service::cache::CacheMode;
+use litelink_service::domain::Host;
 use litelink_service::domain::code::{MAX_GENERATED_LEN, MIN_GENERATED_LEN};
+use litelink_service::domains::UnknownHost;
 use litelink_service::http::limit::TrustProxy;
 use litelink_service::http::{CreateAuth, RedirectStatus, ReferrerPolicy};
 use litelink_service::observability::logging::LogFormat;
@@ -35,10 +37,30 @@ pub struct ServeArgs {
     pub visits: VisitArgs,
     #[command(flatten)]
     pub abuse: AbuseArgs,
+    #[command(flatten)]
+    pub domains: DomainArgs,
     /// Print the effective configuration as TOML (passwords in URLs as
     /// `***`) and exit; `--config` reads it back.
     #[arg(long)]
     pub print_config: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Domains")]
+pub struct DomainArgs {
+    /// The default domain's host: links created without a domain, and
+    /// those from before domains, are on it (default: the host of
+    /// --public-url; without either it answers on every host not added).
+    #[arg(long, env = "LITELINK_DEFAULT_DOMAIN", value_name = "HOST",
+          value_parser = |s: &str| Host::parse(s).map_err(|e| e.to_string()))]
+    pub default_domain: Option<Host>,
+
+    /// What `/`, `/{code}` and the QR routes answer on a host that is no
+    /// domain's: `default` (served as the default domain) or `reject`
+    /// (404; needs the default domain's host).
+    #[arg(long, env = "LITELINK_UNKNOWN_HOST", value_parser = keyword::<UnknownHost>(),
+          default_value_t = d().domains.unknown_host)]
+    pub unknown_host: UnknownHost,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -369,6 +391,7 @@ impl ServeArgs {
             cache,
             visits,
             abuse,
+            domains,
             print_config: _,
         } = self;
         let mut s = Settings {
@@ -423,6 +446,9 @@ impl ServeArgs {
         s.cache.unheard_ttl = Duration::from_millis(cache.invalidations_down_ttl_ms);
         s.cache.valkey.ttl = (cache.valkey_ttl > 0).then(|| Duration::from_secs(cache.valkey_ttl));
         s.cache.valkey.timeout = Duration::from_millis(cache.valkey_timeout_ms.max(1));
+
+        s.domains.default_host = domains.default_domain.clone();
+        s.domains.unknown_host = domains.unknown_host;
 
         s.visits.counting = visits.visits.is_on();
         s.visits.flush_interval = Duration::from_millis(visits.visits_flush_ms);

@@ -392,7 +392,7 @@ async fn litelink_starts_and_serves_while_valkey_is_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_100000_kept_invalidations_the_whole_prefix_is_dropped() {
     use litelink_service::cache::{CacheMode, CacheSettings, ValkeySettings, build};
-    use litelink_service::domain::ShortCode;
+    use litelink_service::domain::{LinkKey, ShortCode};
     use redis::Commands;
 
     let dir = tempfile::tempdir().expect("tempdir");
@@ -424,11 +424,11 @@ async fn past_100000_kept_invalidations_the_whole_prefix_is_dropped() {
     };
     for i in 0..100_001 {
         let code = ShortCode::parse(&format!("gone{i}")).expect("code");
-        cache.invalidate(&code).await;
+        cache.invalidate(&LinkKey::default_domain(code)).await;
     }
     assert_eq!(pending(&cache), 100_000, "reported as the cap");
     valkey.restart();
-    let probe = ShortCode::parse("probe").expect("code");
+    let probe = LinkKey::default_domain(ShortCode::parse("probe").expect("code"));
     let deadline = Instant::now() + Duration::from_secs(20);
     while pending(&cache) != 0 {
         assert!(

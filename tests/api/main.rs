@@ -10,6 +10,7 @@ mod config;
 mod connections;
 mod deploy;
 mod disks;
+mod domains;
 mod durability;
 mod hardening;
 mod hot;

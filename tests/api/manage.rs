@@ -1263,7 +1263,7 @@ async fn a_schema_1_database_is_migrated_and_keeps_its_links() {
     let version: u32 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .expect("version");
-    assert_eq!(version, 5);
+    assert_eq!(version, litelink_service::store::sqlite::migrations::LATEST);
 }
 
 /// Migration 5 rebuilds the links table in one transaction: a process
@@ -1353,7 +1353,10 @@ async fn a_migration_killed_midway_is_rolled_back_and_run_again() {
     let new = app.create_ok("https://example.com/after").await;
     assert_eq!(app.get(&format!("/link/{new}")).await.status(), 200);
     app.stop().await;
-    assert_eq!(count(&db).0, 5);
+    assert_eq!(
+        count(&db).0,
+        litelink_service::store::sqlite::migrations::LATEST
+    );
 }
 
 /// A record without a code gets a generated one, as a create would; a

@@ -14,7 +14,7 @@ use rand::distr::{Alphanumeric, SampleString};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::domain::{KeyId, Owner, Timestamp};
+use crate::domain::{DomainId, KeyId, Owner, Timestamp};
 use crate::store::{ApiKey, LinkStore, StoreError};
 
 /// How often keys are reloaded from the store.
@@ -32,6 +32,8 @@ pub struct Principal {
     pub id: KeyId,
     pub name: String,
     pub admin: bool,
+    /// The one domain this key works on; `None`: every domain.
+    pub domain: Option<DomainId>,
 }
 
 impl Principal {
@@ -157,6 +159,7 @@ impl KeyRegistry {
             id: key.id,
             name: key.name.clone(),
             admin: key.admin,
+            domain: key.domain,
         })
     }
 

@@ -10,7 +10,10 @@
 //!              defaults beside each type, derived values in Settings::derive
 //! startup      Application::build -> addr(), run_until(shutdown)
 //! domain/      ShortCode, TargetUrl (parsed once, canonical), TargetPolicy, CodeGenerator,
-//!              Codebook; visit counts, and classify: a Referer's host, a User-Agent's class
+//!              Codebook, Host, DomainId, LinkKey (a code on a domain); visit counts, and
+//!              classify: a Referer's host, a User-Agent's class
+//! domains      short domains in use: the domain a Host names, each domain's redirects
+//!              (reloaded every second)
 //! http/        fn app() -> Service: the Router (routes(): the one route table) with the hot
 //!              path in front of it (hot); finish: what every answer carries, written once;
 //!              server: connections (accept loop, cap, timeouts, drain) for any hyper service;
@@ -35,7 +38,8 @@
 //! A read: `http::server` hands each request to `http::hot::Service`, which
 //! answers `GET|HEAD /{code}`, `/link/{code}` and `/heart-beat` itself and
 //! everything else through the router (whose handlers, such as
-//! `handlers::redirect`, take the same steps) -> `Links::resolve_now` ->
+//! `handlers::redirect`, take the same steps) -> the domain its `Host` names
+//! (`domains`) -> `Links::resolve_now` ->
 //! `LinkCache::get_now` (an in-process tier answers at once, inside hyper's
 //! service call: no future, no timer) -> or else, boxed and under the
 //! request timeout, `Links::resolve_later` -> `LinkCache::get_rest` -> (on a
@@ -52,6 +56,7 @@
 
 pub mod cache;
 pub mod domain;
+pub mod domains;
 pub mod http;
 pub mod keys;
 pub mod links;

@@ -8,7 +8,8 @@ use serde::Serialize;
 
 use crate::cache::invalidations::{InvalidationStats, Invalidations};
 use crate::cache::{CacheStats, LinkCache, Lookup};
-use crate::domain::{Link, Resolved, ShortCode, TargetPolicy, TargetUrl, VisitCounts};
+use crate::domain::{DomainId, Link, LinkKey, Resolved, TargetPolicy, TargetUrl, VisitCounts};
+use crate::domains::DomainRegistry;
 use crate::keys::{KeyRegistry, Principal};
 use crate::store::{LinkPatch, LinkStore, ListPage, ListQuery, NewLink, StoreError, StoreStats};
 use crate::visits::{Visit, VisitStats, Visits};
@@ -97,6 +98,9 @@ pub enum LinksError {
     /// This needs an API key, and none was sent.
     #[error("{0}")]
     NeedsKey(&'static str),
+    /// The key may not do this (a key limited to another domain).
+    #[error("{0}")]
+    Forbidden(&'static str),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -134,44 +138,42 @@ pub struct Links {
     inner: Arc<Parts>,
 }
 
-struct Parts {
-    cache: Arc<dyn LinkCache>,
-    store: Arc<dyn LinkStore>,
-    keys: Arc<KeyRegistry>,
-    visits: Arc<Visits>,
+/// What the links service is made of.
+pub struct Parts {
+    pub cache: Arc<dyn LinkCache>,
+    pub store: Arc<dyn LinkStore>,
+    pub keys: Arc<KeyRegistry>,
+    pub domains: Arc<DomainRegistry>,
+    pub visits: Arc<Visits>,
     /// Tells the other instances on the same store what changed.
-    invalidations: Option<Arc<Invalidations>>,
-    create_auth: CreateAuth,
+    pub invalidations: Option<Arc<Invalidations>>,
+    pub create_auth: CreateAuth,
     /// The deny list, checked on every redirect.
-    targets: Arc<TargetPolicy>,
+    pub targets: Arc<TargetPolicy>,
 }
 
 /// Whether `caller` may see and change `link`: its owner, or an admin.
-/// Links without an owner are managed by admins only.
+/// Links without an owner are managed by admins only; a key limited to a
+/// domain sees no link on another.
 fn may_manage(caller: &Principal, link: &Link) -> bool {
-    caller.admin || link.owner.as_ref().is_some_and(|o| o.id == caller.id)
+    on_domain(caller, link.domain)
+        && (caller.admin || link.owner.as_ref().is_some_and(|o| o.id == caller.id))
 }
 
+/// Whether `caller` may work on `domain`.
+fn on_domain(caller: &Principal, domain: DomainId) -> bool {
+    caller.domain.is_none_or(|own| own == domain)
+}
+
+const OTHER_DOMAIN: &str = "this key is limited to another domain";
+
+/// Most links of a removed domain forgotten one by one, as deletes are.
+const FORGET_ONE_BY_ONE: usize = 10_000;
+
 impl Links {
-    pub fn new(
-        cache: Arc<dyn LinkCache>,
-        store: Arc<dyn LinkStore>,
-        keys: Arc<KeyRegistry>,
-        visits: Arc<Visits>,
-        invalidations: Option<Arc<Invalidations>>,
-        create_auth: CreateAuth,
-        targets: Arc<TargetPolicy>,
-    ) -> Self {
+    pub fn new(parts: Parts) -> Self {
         Self {
-            inner: Arc::new(Parts {
-                cache,
-                store,
-                keys,
-                visits,
-                invalidations,
-                create_auth,
-                targets,
-            }),
+            inner: Arc::new(parts),
         }
     }
 
@@ -191,13 +193,17 @@ impl Links {
         &self.inner.keys
     }
 
+    pub fn domains(&self) -> &Arc<DomainRegistry> {
+        &self.inner.domains
+    }
+
     pub fn visits(&self) -> &Arc<Visits> {
         &self.inner.visits
     }
 
     /// Where `code` leads; a served redirect ([`Use::Visit`]) is counted,
     /// and a link that has served its `max_visits` is [`Resolution::Exhausted`].
-    pub async fn resolve(&self, code: &ShortCode, how: Use<'_>) -> Result<Resolution, LinksError> {
+    pub async fn resolve(&self, code: &LinkKey, how: Use<'_>) -> Result<Resolution, LinksError> {
         match self.resolve_now(code, how) {
             Ok(resolution) => Ok(resolution),
             Err(later) => self.resolve_later(code, how, later).await,
@@ -207,7 +213,7 @@ impl Links {
     /// [`Links::resolve`] as far as it goes without waiting: on a hit of an
     /// in-process cache of a link without a visit limit, the answer;
     /// otherwise what is left for [`Links::resolve_later`].
-    pub fn resolve_now(&self, code: &ShortCode, how: Use<'_>) -> Result<Resolution, Later> {
+    pub fn resolve_now(&self, code: &LinkKey, how: Use<'_>) -> Result<Resolution, Later> {
         let Some(known) = self.inner.cache.get_now(code) else {
             return Err(Later(None));
         };
@@ -232,7 +238,7 @@ impl Links {
     /// The rest of a [`Links::resolve_now`] that could not finish.
     pub async fn resolve_later(
         &self,
-        code: &ShortCode,
+        code: &LinkKey,
         how: Use<'_>,
         later: Later,
     ) -> Result<Resolution, LinksError> {
@@ -267,7 +273,7 @@ impl Links {
 
     /// The link, from what the cache said or else from the store (which
     /// then fills the cache).
-    async fn fill(&self, code: &ShortCode, known: Lookup) -> Result<Option<Resolved>, StoreError> {
+    async fn fill(&self, code: &LinkKey, known: Lookup) -> Result<Option<Resolved>, StoreError> {
         Ok(match known {
             Lookup::Found(link) => Some(link),
             Lookup::Missing => None,
@@ -314,11 +320,15 @@ impl Links {
         mut new: NewLink,
     ) -> Result<Link, LinksError> {
         self.may_create(caller, new.code.is_some())?;
+        if caller.is_some_and(|c| !on_domain(c, new.domain)) {
+            return Err(LinksError::Forbidden(OTHER_DOMAIN));
+        }
         new.owner = caller.map(Principal::owner);
         let link = self.inner.store.create(new).await?;
-        self.inner.cache.put(&link.code, &link.resolved()).await;
+        let key = link.key();
+        self.inner.cache.put(&key, &link.resolved()).await;
         // Others may remember the code as unknown.
-        self.announce(&link.code).await;
+        self.announce(&key).await;
         Ok(link)
     }
 
@@ -327,7 +337,7 @@ impl Links {
     pub async fn get(
         &self,
         caller: &Principal,
-        code: &ShortCode,
+        code: &LinkKey,
     ) -> Result<Option<Link>, LinksError> {
         let _gate = self.inner.visits.read_gate().await;
         let link = self.inner.store.link(code).await?;
@@ -337,7 +347,7 @@ impl Links {
     }
 
     fn with_pending(&self, mut link: Link) -> Link {
-        link.visits += self.inner.visits.pending(&link.code).total();
+        link.visits += self.inner.visits.pending(&link.key()).total();
         link
     }
 
@@ -345,7 +355,7 @@ impl Links {
     pub async fn visit_counts(
         &self,
         caller: &Principal,
-        code: &ShortCode,
+        code: &LinkKey,
     ) -> Result<Option<VisitCounts>, LinksError> {
         if self.get(caller, code).await?.is_none() {
             return Ok(None);
@@ -364,7 +374,7 @@ impl Links {
     pub async fn update(
         &self,
         caller: &Principal,
-        code: &ShortCode,
+        code: &LinkKey,
         patch: LinkPatch,
     ) -> Result<Option<Link>, LinksError> {
         if self.get(caller, code).await?.is_none() {
@@ -385,7 +395,7 @@ impl Links {
     }
 
     /// Deletes a link; gone from every cache tier before this returns.
-    pub async fn delete(&self, caller: &Principal, code: &ShortCode) -> Result<bool, LinksError> {
+    pub async fn delete(&self, caller: &Principal, code: &LinkKey) -> Result<bool, LinksError> {
         if self.get(caller, code).await?.is_none() {
             return Ok(false);
         }
@@ -398,22 +408,28 @@ impl Links {
 
     /// Publishes a change to the other instances, before the caller hears
     /// of it.
-    async fn announce(&self, code: &ShortCode) {
+    async fn announce(&self, code: &LinkKey) {
         if let Some(bus) = &self.inner.invalidations {
             bus.publish(code, self.inner.store.position()).await;
         }
     }
 
-    /// A page of the links `caller` may manage, newest first.
+    /// A page of the links `caller` may manage, newest first (on `domain`
+    /// only, when given).
     pub async fn list(
         &self,
         caller: &Principal,
+        domain: Option<DomainId>,
         limit: usize,
         before: Option<i64>,
         q: Option<String>,
     ) -> Result<ListPage, LinksError> {
+        if domain.is_some_and(|d| !on_domain(caller, d)) {
+            return Err(LinksError::Forbidden(OTHER_DOMAIN));
+        }
         let query = ListQuery {
             owner: (!caller.admin).then_some(caller.id),
+            domain: domain.or(caller.domain),
             limit,
             before,
             q,
@@ -435,6 +451,34 @@ impl Links {
             invalidations: self.inner.invalidations.as_ref().map(|i| i.stats()),
             visits: self.inner.visits.stats(),
         }
+    }
+
+    /// Removes an added domain; with `force`, its links go too, from
+    /// every cache tier and every instance, as deletes do. Past
+    /// [`FORGET_ONE_BY_ONE`] links the in-process tier is emptied instead,
+    /// and other instances stop answering on the domain when they next
+    /// read the domains (within a second); its id is never reused, so
+    /// nothing cached under it is found after that.
+    pub async fn remove_domain(
+        &self,
+        id: DomainId,
+        force: bool,
+    ) -> Result<Option<u64>, LinksError> {
+        let Some(gone) = self.inner.domains.remove(id, force).await? else {
+            return Ok(None);
+        };
+        if gone.len() > FORGET_ONE_BY_ONE {
+            self.inner.cache.set_local(false);
+            self.inner.cache.set_local(true);
+        } else {
+            for code in &gone {
+                let key = LinkKey::new(id, code.clone());
+                self.inner.cache.invalidate(&key).await;
+                self.announce(&key).await;
+                self.inner.visits.forget(&key);
+            }
+        }
+        Ok(Some(gone.len() as u64))
     }
 
     /// Writes pending visits and key uses, commits what is queued and

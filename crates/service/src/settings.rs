@@ -6,7 +6,8 @@ use std::net::SocketAddr;
 
 use crate::cache::CacheSettings;
 use crate::cache::invalidations::InvalidationSettings;
-use crate::domain::CodeSettings;
+use crate::domain::{CodeSettings, Host};
+use crate::domains::DomainSettings;
 use crate::http::HttpSettings;
 use crate::store::{BackendChoice, StoreSettings};
 use crate::visits::VisitSettings;
@@ -21,6 +22,7 @@ pub struct Settings {
     pub cache: CacheSettings,
     pub visits: VisitSettings,
     pub invalidations: InvalidationSettings,
+    pub domains: DomainSettings,
 }
 
 impl Settings {
@@ -38,6 +40,14 @@ impl Settings {
             pg.hears_others = self.invalidations.url.is_some();
         }
         self.invalidations.channel = format!("{}invalidations", self.cache.valkey.prefix);
+        if self.domains.default_host.is_none() {
+            self.domains.default_host = self
+                .http
+                .public_url
+                .as_deref()
+                .and_then(|u| url::Url::parse(u).ok())
+                .and_then(|u| u.host_str().and_then(|h| Host::parse(h).ok()));
+        }
     }
 }
 
@@ -51,6 +61,7 @@ impl Default for Settings {
             cache: CacheSettings::default(),
             visits: VisitSettings::default(),
             invalidations: InvalidationSettings::default(),
+            domains: DomainSettings::default(),
         }
     }
 }

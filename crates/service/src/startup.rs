@@ -12,9 +12,10 @@ use crate::cache;
 use crate::cache::CacheMode;
 use crate::cache::invalidations::Invalidations;
 use crate::domain::{CodeGenerator, TargetPolicy};
+use crate::domains::{DomainRegistry, UnknownHost};
 use crate::http;
 use crate::keys::KeyRegistry;
-use crate::links::Links;
+use crate::links::{self, Links};
 use crate::settings::Settings;
 use crate::store::{self, LinkStore, Purpose, StoreSettings};
 use crate::visits::{Flusher, Visits};
@@ -29,6 +30,8 @@ pub struct Application {
     /// `--metrics-listen`: `/metrics` alone, on its own address.
     metrics: Option<(TcpListener, http::Service)>,
     refresher: tokio::task::JoinHandle<()>,
+    /// Reloads the domains every second.
+    domain_refresher: tokio::task::JoinHandle<()>,
     /// Reads `--deny-hosts` again on SIGHUP.
     reloader: Option<tokio::task::JoinHandle<()>>,
     flusher: Flusher,
@@ -50,8 +53,19 @@ impl Application {
         let store = store::open(&settings.store, codes, Purpose::Serve).await?;
         let cache = cache::build(&settings.cache)?;
         tracing::info!(mode = %settings.cache.mode, "cache ready");
+        if settings.domains.unknown_host == UnknownHost::Reject
+            && settings.domains.default_host.is_none()
+        {
+            anyhow::bail!(
+                "--unknown-host reject needs the default domain's host: \
+                 --default-domain or --public-url"
+            );
+        }
         let keys = Arc::new(KeyRegistry::load(Arc::clone(&store)).await?);
         let refresher = keys.spawn_refresher();
+        let domains =
+            Arc::new(DomainRegistry::load(Arc::clone(&store), settings.domains.clone()).await?);
+        let domain_refresher = domains.spawn_refresher();
         let visits = Arc::new(Visits::new(settings.visits.clone(), Arc::clone(&store)));
         let flusher = visits.spawn_flusher();
         if store.shared()
@@ -91,15 +105,16 @@ impl Application {
                 Some(listener.local_addr()?),
             ),
         );
-        let links = Links::new(
+        let links = Links::new(links::Parts {
             cache,
             store,
             keys,
+            domains,
             visits,
             invalidations,
-            settings.http.create_auth,
-            Arc::clone(&targets),
-        );
+            create_auth: settings.http.create_auth,
+            targets: Arc::clone(&targets),
+        });
         let reloader = targets
             .has_deny_list()
             .then(|| spawn_deny_list_reloader(Arc::clone(&targets)))
@@ -130,6 +145,7 @@ impl Application {
             http: settings.http.clone(),
             metrics,
             refresher,
+            domain_refresher,
             reloader,
             flusher,
         })
@@ -171,6 +187,7 @@ impl Application {
             let _ = m.await;
         }
         self.refresher.abort();
+        self.domain_refresher.abort();
         if let Some(r) = self.reloader {
             r.abort();
         }

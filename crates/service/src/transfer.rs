@@ -4,7 +4,10 @@
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, Write};
 
-use crate::domain::{KeyId, ShortCode, TargetPolicy, TargetUrl, Timestamp, is_reserved};
+use crate::domain::{
+    DEFAULT_NAME, Domain, DomainId, Host, KeyId, ShortCode, TargetPolicy, TargetUrl, Timestamp,
+    is_reserved,
+};
 use crate::store::{ApiKey, ImportRow, Record};
 
 #[derive(
@@ -17,8 +20,9 @@ pub enum Format {
 }
 
 /// The CSV columns, in order; also its header line. Files with only the
-/// first six (written before visits) are read too.
-pub const CSV_COLUMNS: [&str; 8] = [
+/// first six (written before visits) or eight (before domains) are read
+/// too. An empty `domain` is the default domain.
+pub const CSV_COLUMNS: [&str; 9] = [
     "code",
     "url",
     "created_at",
@@ -27,10 +31,11 @@ pub const CSV_COLUMNS: [&str; 8] = [
     "deleted_at",
     "max_visits",
     "visits",
+    "domain",
 ];
 
-/// Columns of a CSV export from before visits.
-const OLD_CSV_COLUMNS: usize = 6;
+/// Columns of CSV exports from before visits, and from before domains.
+const OLDER_CSV_COLUMNS: [usize; 2] = [6, 8];
 
 /// Writes records in `format`.
 pub enum Writer<W: Write> {
@@ -68,6 +73,7 @@ impl<W: Write> Writer<W> {
                     r.deleted_at.as_deref(),
                     max_visits.as_deref(),
                     visits.as_deref(),
+                    r.domain.as_deref(),
                 ];
                 Ok(w.write_record(fields.map(|f| f.unwrap_or("")))?)
             }
@@ -116,7 +122,7 @@ pub fn read<R: BufRead + 'static>(
                     .and_then(|r| r.position())
                     .map_or(0, |p| p.line());
                 let record = row.map_err(|e| e.to_string()).and_then(|r| {
-                    if r.len() != CSV_COLUMNS.len() && r.len() != OLD_CSV_COLUMNS {
+                    if r.len() != CSV_COLUMNS.len() && !OLDER_CSV_COLUMNS.contains(&r.len()) {
                         return Err(format!("expected {} columns", CSV_COLUMNS.len()));
                     }
                     let opt = |i: usize| r.get(i).map(str::to_owned).filter(|s| !s.is_empty());
@@ -129,6 +135,7 @@ pub fn read<R: BufRead + 'static>(
                             .transpose()
                     };
                     Ok(Record {
+                        domain: opt(8),
                         max_visits: number(6, "max_visits")?,
                         visits: number(7, "visits")?,
                         code: opt(0),
@@ -149,6 +156,8 @@ pub fn read<R: BufRead + 'static>(
 /// would (except that past expiries are kept), owners found by name.
 pub struct Checker {
     owners: HashMap<String, KeyId>,
+    /// The domains here, by host.
+    domains: HashMap<Host, DomainId>,
     /// The targets refused, as the server refuses them.
     targets: TargetPolicy,
     /// Owner names without a key here, each warned about once.
@@ -156,17 +165,49 @@ pub struct Checker {
 }
 
 impl Checker {
-    pub fn new(keys: &[ApiKey], targets: TargetPolicy) -> Self {
+    pub fn new(keys: &[ApiKey], domains: &[Domain], targets: TargetPolicy) -> Self {
         Self {
             owners: keys.iter().map(|k| (k.name.clone(), k.id)).collect(),
+            domains: domains
+                .iter()
+                .filter_map(|d| Some((d.host.clone()?, d.id)))
+                .collect(),
             targets,
             unknown_owners: HashSet::new(),
         }
     }
 
+    /// The host a record names that is no domain here (to add, with
+    /// `--create-domains`); `Err` when it is not a host name at all.
+    pub fn new_domain(&self, r: &Record) -> Result<Option<Host>, String> {
+        match r.domain.as_deref() {
+            None => Ok(None),
+            Some(name) if name.eq_ignore_ascii_case(DEFAULT_NAME) => Ok(None),
+            Some(name) => {
+                let host = Host::parse(name).map_err(|e| format!("domain: {e}"))?;
+                Ok((!self.domains.contains_key(&host)).then_some(host))
+            }
+        }
+    }
+
+    /// A domain added since the checker was made.
+    pub fn learn(&mut self, host: Host, id: DomainId) {
+        self.domains.insert(host, id);
+    }
+
     /// The row, or why the record is refused. A new unknown owner name
     /// comes back in the `Option` for the caller to warn about.
     pub fn check(&mut self, line: u64, r: Record) -> Result<(ImportRow, Option<String>), String> {
+        let domain = match r.domain.as_deref() {
+            None => DomainId::DEFAULT,
+            Some(name) if name.eq_ignore_ascii_case(DEFAULT_NAME) => DomainId::DEFAULT,
+            Some(name) => {
+                let host = Host::parse(name).map_err(|e| format!("domain: {e}"))?;
+                *self.domains.get(&host).ok_or_else(|| {
+                    format!("no domain '{host}' here (add it, or import with --create-domains)")
+                })?
+            }
+        };
         let code = match &r.code {
             None => None,
             Some(code) => {
@@ -216,6 +257,7 @@ impl Checker {
         Ok((
             ImportRow {
                 line,
+                domain,
                 code,
                 target,
                 created_at,
@@ -236,6 +278,7 @@ mod tests {
 
     fn record(code: &str, url: Option<&str>) -> Record {
         Record {
+            domain: None,
             code: Some(code.into()),
             url: url.map(Into::into),
             created_at: "2026-01-01T00:00:00Z".into(),
@@ -255,6 +298,10 @@ mod tests {
                 deleted_at: Some("2026-02-01T00:00:00Z".into()),
                 ..record("gone12", None)
             },
+            Record {
+                domain: Some("ex.co".into()),
+                ..record("abc123", Some("https://example.com/b"))
+            },
         ];
         for format in [Format::Jsonl, Format::Csv] {
             let mut w = Writer::new(format, Vec::new()).expect("writer");
@@ -271,7 +318,12 @@ mod tests {
 
     #[test]
     fn records_are_checked_like_api_input() {
-        let mut c = Checker::new(&[], TargetPolicy::default());
+        let domains = [Domain {
+            id: DomainId(4),
+            host: Some(Host::parse("ex.co").unwrap()),
+            redirects: Default::default(),
+        }];
+        let mut c = Checker::new(&[], &domains, TargetPolicy::default());
         assert!(
             c.check(1, record("abc123", Some("https://example.com")))
                 .is_ok()
@@ -294,5 +346,26 @@ mod tests {
             .check(6, record("abc126", Some("https://e.com")))
             .expect("ok");
         assert!(row.owner.is_none() && warn.is_none(), "warned already");
+        // A domain is found by its host in any form; an unknown one is
+        // refused, and named for --create-domains.
+        let on = |domain: &str| Record {
+            domain: Some(domain.into()),
+            ..record("abc127", Some("https://e.com"))
+        };
+        assert_eq!(
+            c.check(7, on("EX.co")).expect("known").0.domain,
+            DomainId(4)
+        );
+        assert_eq!(
+            c.check(8, on("default")).expect("default").0.domain,
+            DomainId(0)
+        );
+        assert!(c.check(9, on("new.example")).is_err());
+        assert_eq!(
+            c.new_domain(&on("new.example")),
+            Ok(Some(Host::parse("new.example").unwrap()))
+        );
+        assert_eq!(c.new_domain(&on("ex.co")), Ok(None));
+        assert!(c.check(10, on("not a host")).is_err());
     }
 }

@@ -21,7 +21,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde::Serialize;
 
 use crate::cache::LinkCache;
-use crate::domain::ShortCode;
+use crate::domain::LinkKey;
 use crate::observability::logging::Throttle;
 use crate::store::LinkStore;
 
@@ -86,7 +86,7 @@ fn message(code: &str, position: Option<u64>) -> String {
 
 /// A message's code (or [`FORGET_ALL`]) and position; `None` when it is
 /// neither (another program's message on the channel).
-fn parse(payload: &str) -> Option<(Option<ShortCode>, Option<u64>)> {
+fn parse(payload: &str) -> Option<(Option<LinkKey>, Option<u64>)> {
     let (what, position) = match payload.split_once(' ') {
         Some((what, at)) => (what, Some(at.parse().ok()?)),
         None => (payload, None),
@@ -94,7 +94,7 @@ fn parse(payload: &str) -> Option<(Option<ShortCode>, Option<u64>)> {
     if what == FORGET_ALL {
         return Some((None, position));
     }
-    Some((Some(ShortCode::parse(what).ok()?), position))
+    Some((Some(LinkKey::parse_wire(what)?), position))
 }
 
 /// `/stats` of the invalidation channel.
@@ -161,8 +161,8 @@ impl Invalidations {
     /// is counted, logged (at a limited rate) and retried every 100 ms
     /// until Valkey takes it; meanwhile another instance may serve the old
     /// version from its in-process tier.
-    pub async fn publish(&self, code: &ShortCode, position: Option<u64>) {
-        let message = message(code.as_str(), position);
+    pub async fn publish(&self, code: &LinkKey, position: Option<u64>) {
+        let message = message(&code.wire(), position);
         if let Err(why) = send(&self.publisher, &self.channel, &message).await {
             self.counters.failed(&why);
             let mut pending = self
@@ -330,11 +330,18 @@ mod tests {
 
     #[test]
     fn messages_carry_a_code_and_maybe_a_position() {
-        let code = ShortCode::parse("abc123").expect("code");
-        for position in [None, Some(0), Some(123_456_789)] {
+        let code = crate::domain::ShortCode::parse("abc123").expect("code");
+        let keys = [
+            LinkKey::default_domain(code.clone()),
+            LinkKey::new(crate::domain::DomainId(3), code),
+        ];
+        for (key, position) in keys
+            .iter()
+            .flat_map(|k| [None, Some(0), Some(123_456_789)].map(|p| (k, p)))
+        {
             assert_eq!(
-                parse(&message(code.as_str(), position)),
-                Some((Some(code.clone()), position))
+                parse(&message(&key.wire(), position)),
+                Some((Some(key.clone()), position))
             );
             assert_eq!(
                 parse(&message(FORGET_ALL, position)),

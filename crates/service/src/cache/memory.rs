@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use serde::Serialize;
 
 use super::{CacheMode, CacheStats, LinkCache, Lookup};
-use crate::domain::{Resolved, ShortCode};
+use crate::domain::{LinkKey, Resolved};
 
 #[derive(Clone)]
 enum Entry {
@@ -49,7 +49,7 @@ pub struct MemoryStats {
 /// so concurrent readers rarely meet, and it keeps frequently read codes
 /// through a scan of one-off ones.
 pub struct MemoryCache {
-    map: quick_cache::sync::Cache<ShortCode, Entry>,
+    map: quick_cache::sync::Cache<LinkKey, Entry>,
     negative_ttl: Duration,
     capacity: usize,
     hits: AtomicU64,
@@ -109,7 +109,7 @@ impl MemoryCache {
     }
 
     /// The synchronous core, so the tiered cache can use it without awaits.
-    pub(super) fn lookup(&self, code: &ShortCode) -> Lookup {
+    pub(super) fn lookup(&self, code: &LinkKey) -> Lookup {
         let state = self.state.load(Ordering::Relaxed);
         if state == OFF {
             self.misses.fetch_add(1, Ordering::Relaxed);
@@ -143,14 +143,14 @@ impl MemoryCache {
         }
     }
 
-    pub(super) fn insert(&self, code: &ShortCode, link: &Resolved) {
+    pub(super) fn insert(&self, code: &LinkKey, link: &Resolved) {
         if self.state.load(Ordering::Acquire) != OFF {
             self.map
                 .insert(code.clone(), Entry::Found(link.clone(), Instant::now()));
         }
     }
 
-    pub(super) fn insert_missing(&self, code: &ShortCode) {
+    pub(super) fn insert_missing(&self, code: &LinkKey) {
         if !self.negative_ttl.is_zero() && self.state.load(Ordering::Acquire) != OFF {
             let now = Instant::now();
             self.map
@@ -158,7 +158,7 @@ impl MemoryCache {
         }
     }
 
-    pub(super) fn remove(&self, code: &ShortCode) {
+    pub(super) fn remove(&self, code: &LinkKey) {
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.map.remove(code);
     }
@@ -177,22 +177,22 @@ impl MemoryCache {
 
 #[async_trait]
 impl LinkCache for MemoryCache {
-    async fn get(&self, code: &ShortCode) -> Lookup {
+    async fn get(&self, code: &LinkKey) -> Lookup {
         self.lookup(code)
     }
-    fn get_now(&self, code: &ShortCode) -> Option<Lookup> {
+    fn get_now(&self, code: &LinkKey) -> Option<Lookup> {
         Some(self.lookup(code))
     }
-    async fn put(&self, code: &ShortCode, link: &Resolved) {
+    async fn put(&self, code: &LinkKey, link: &Resolved) {
         self.insert(code, link);
     }
-    async fn put_missing(&self, code: &ShortCode) {
+    async fn put_missing(&self, code: &LinkKey) {
         self.insert_missing(code);
     }
-    async fn invalidate(&self, code: &ShortCode) {
+    async fn invalidate(&self, code: &LinkKey) {
         self.remove(code);
     }
-    fn forget_local(&self, code: &ShortCode) {
+    fn forget_local(&self, code: &LinkKey) {
         self.remove(code);
     }
     fn set_local(&self, usable: bool) {
@@ -214,8 +214,8 @@ impl LinkCache for MemoryCache {
 mod tests {
     use super::*;
 
-    fn code(s: &str) -> ShortCode {
-        ShortCode::parse(s).unwrap()
+    fn code(s: &str) -> LinkKey {
+        LinkKey::default_domain(crate::domain::ShortCode::parse(s).unwrap())
     }
 
     #[test]

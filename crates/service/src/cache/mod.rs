@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use serde::Serialize;
 use strum::{Display, EnumString, VariantNames};
 
-use crate::domain::{Resolved, ShortCode};
+use crate::domain::{LinkKey, Resolved};
 
 pub use memory::{MemoryCache, MemoryStats};
 pub use none::NoCache;
@@ -104,26 +104,26 @@ pub enum Lookup {
 
 #[async_trait]
 pub trait LinkCache: Send + Sync + 'static {
-    async fn get(&self, code: &ShortCode) -> Lookup;
+    async fn get(&self, code: &LinkKey) -> Lookup;
     /// What the cache can say at once, without waiting on anything (an
     /// in-process tier); `None`: only [`LinkCache::get_rest`] can tell.
     /// A cache hit then costs no future and no allocation.
-    fn get_now(&self, _code: &ShortCode) -> Option<Lookup> {
+    fn get_now(&self, _code: &LinkKey) -> Option<Lookup> {
         None
     }
     /// The rest of a lookup that [`LinkCache::get_now`] could not answer
     /// (the tiers it did not ask).
-    async fn get_rest(&self, code: &ShortCode) -> Lookup {
+    async fn get_rest(&self, code: &LinkKey) -> Lookup {
         self.get(code).await
     }
-    async fn put(&self, code: &ShortCode, link: &Resolved);
+    async fn put(&self, code: &LinkKey, link: &Resolved);
     /// Remembers, briefly, that the store has no such code.
-    async fn put_missing(&self, code: &ShortCode);
+    async fn put_missing(&self, code: &LinkKey);
     /// Forgets a code in every tier, for a later delete or update.
-    async fn invalidate(&self, code: &ShortCode);
+    async fn invalidate(&self, code: &LinkKey);
     /// Forgets a code in the in-process tier only: another instance
     /// changed it (and the shared tier with it).
-    fn forget_local(&self, _code: &ShortCode) {}
+    fn forget_local(&self, _code: &LinkKey) {}
     /// Turns the in-process tier off (and empties it) while other
     /// instances' changes cannot reach this one, and on again.
     fn set_local(&self, _usable: bool) {}

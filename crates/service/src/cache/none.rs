@@ -3,19 +3,19 @@
 use async_trait::async_trait;
 
 use super::{CacheMode, CacheStats, LinkCache, Lookup};
-use crate::domain::{Resolved, ShortCode};
+use crate::domain::{LinkKey, Resolved};
 
 #[derive(Debug, Default)]
 pub struct NoCache;
 
 #[async_trait]
 impl LinkCache for NoCache {
-    async fn get(&self, _: &ShortCode) -> Lookup {
+    async fn get(&self, _: &LinkKey) -> Lookup {
         Lookup::Unknown
     }
-    async fn put(&self, _: &ShortCode, _: &Resolved) {}
-    async fn put_missing(&self, _: &ShortCode) {}
-    async fn invalidate(&self, _: &ShortCode) {}
+    async fn put(&self, _: &LinkKey, _: &Resolved) {}
+    async fn put_missing(&self, _: &LinkKey) {}
+    async fn invalidate(&self, _: &LinkKey) {}
     fn stats(&self) -> CacheStats {
         CacheStats {
             mode: CacheMode::None,

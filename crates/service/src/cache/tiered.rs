@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 
 use super::{CacheMode, CacheStats, LinkCache, Lookup, MemoryCache, ValkeyCache};
-use crate::domain::{Resolved, ShortCode};
+use crate::domain::{LinkKey, Resolved};
 
 pub struct TieredCache {
     memory: MemoryCache,
@@ -19,21 +19,21 @@ impl TieredCache {
 
 #[async_trait]
 impl LinkCache for TieredCache {
-    async fn get(&self, code: &ShortCode) -> Lookup {
+    async fn get(&self, code: &LinkKey) -> Lookup {
         match self.get_now(code) {
             Some(known) => known,
             None => self.get_rest(code).await,
         }
     }
 
-    fn get_now(&self, code: &ShortCode) -> Option<Lookup> {
+    fn get_now(&self, code: &LinkKey) -> Option<Lookup> {
         match self.memory.lookup(code) {
             Lookup::Unknown => None,
             known => Some(known),
         }
     }
 
-    async fn get_rest(&self, code: &ShortCode) -> Lookup {
+    async fn get_rest(&self, code: &LinkKey) -> Lookup {
         let found = self.valkey.get(code).await;
         match &found {
             Lookup::Found(t) => self.memory.insert(code, t),
@@ -43,17 +43,17 @@ impl LinkCache for TieredCache {
         found
     }
 
-    async fn put(&self, code: &ShortCode, link: &Resolved) {
+    async fn put(&self, code: &LinkKey, link: &Resolved) {
         self.memory.insert(code, link);
         self.valkey.put(code, link).await;
     }
 
-    async fn put_missing(&self, code: &ShortCode) {
+    async fn put_missing(&self, code: &LinkKey) {
         self.memory.insert_missing(code);
         self.valkey.put_missing(code).await;
     }
 
-    async fn invalidate(&self, code: &ShortCode) {
+    async fn invalidate(&self, code: &LinkKey) {
         self.memory.remove(code);
         self.valkey.invalidate(code).await;
     }
@@ -62,7 +62,7 @@ impl LinkCache for TieredCache {
         self.valkey.check().await
     }
 
-    fn forget_local(&self, code: &ShortCode) {
+    fn forget_local(&self, code: &LinkKey) {
         self.memory.remove(code);
     }
 

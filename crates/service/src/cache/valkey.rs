@@ -25,7 +25,7 @@ use super::{CacheMode, CacheStats, LinkCache, Lookup};
 use std::collections::HashSet;
 use std::sync::atomic::AtomicBool;
 
-use crate::domain::{Resolved, ShortCode, TargetUrl, Timestamp};
+use crate::domain::{LinkKey, Resolved, TargetUrl, Timestamp};
 
 /// Stored for a code the store does not have. A real target is never empty.
 const MISSING: &str = "";
@@ -91,7 +91,7 @@ pub struct ValkeyStats {
 /// not read at all.
 #[derive(Default)]
 struct Pending {
-    codes: HashSet<ShortCode>,
+    codes: HashSet<LinkKey>,
     /// Too many to keep: drop every key under the prefix instead.
     drop_all: bool,
 }
@@ -316,7 +316,7 @@ impl ValkeyCache {
     }
 
     /// Remembers an invalidation that could not be applied.
-    fn defer(&self, code: &ShortCode) {
+    fn defer(&self, code: &LinkKey) {
         let mut p = self.pending();
         if !p.drop_all {
             p.codes.insert(code.clone());
@@ -332,7 +332,7 @@ impl ValkeyCache {
     async fn apply_pending(&self) -> bool {
         let (codes, drop_all) = {
             let p = self.pending();
-            let codes: Vec<ShortCode> = p.codes.iter().take(1000).cloned().collect();
+            let codes: Vec<LinkKey> = p.codes.iter().take(1000).cloned().collect();
             (codes, p.drop_all)
         };
         if drop_all {
@@ -370,8 +370,8 @@ impl ValkeyCache {
         !self.dirty.load(Ordering::Acquire) || self.apply_pending().await
     }
 
-    fn key(&self, code: &ShortCode) -> String {
-        format!("{}{}", self.config.prefix, code)
+    fn key(&self, code: &LinkKey) -> String {
+        format!("{}{}", self.config.prefix, code.wire())
     }
 
     fn now_ms(&self) -> u64 {
@@ -446,7 +446,7 @@ impl ValkeyCache {
         }
     }
 
-    async fn set(&self, code: &ShortCode, value: &str, ttl: Option<Duration>) {
+    async fn set(&self, code: &LinkKey, value: &str, ttl: Option<Duration>) {
         let key = self.key(code);
         let value = value.to_owned();
         self.call("SET", |mut c| async move {
@@ -580,7 +580,7 @@ impl LinkCache for ValkeyCache {
         }
     }
 
-    async fn get(&self, code: &ShortCode) -> Lookup {
+    async fn get(&self, code: &LinkKey) -> Lookup {
         if !self.consistent().await {
             return Lookup::Unknown;
         }
@@ -614,20 +614,20 @@ impl LinkCache for ValkeyCache {
         }
     }
 
-    async fn put(&self, code: &ShortCode, link: &Resolved) {
+    async fn put(&self, code: &LinkKey, link: &Resolved) {
         if self.dirty.load(Ordering::Acquire) {
             return;
         }
         self.set(code, &encode(link), self.config.ttl).await;
     }
 
-    async fn put_missing(&self, code: &ShortCode) {
+    async fn put_missing(&self, code: &LinkKey) {
         if !self.negative_ttl.is_zero() && !self.dirty.load(Ordering::Acquire) {
             self.set(code, MISSING, Some(self.negative_ttl)).await;
         }
     }
 
-    async fn invalidate(&self, code: &ShortCode) {
+    async fn invalidate(&self, code: &LinkKey) {
         let key = self.key(code);
         let deleted = self
             .call("DEL", |mut c| async move { c.del::<_, ()>(key).await })

@@ -6,7 +6,7 @@ use serde::{Serialize, Serializer};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use super::{ShortCode, TargetUrl};
+use super::{DomainId, LinkKey, ShortCode, TargetUrl};
 
 /// A point in time, in milliseconds since the Unix epoch; written as
 /// RFC 3339 in UTC (`2027-03-01T00:00:00Z`).
@@ -97,6 +97,7 @@ impl Resolved {
 /// A stored, live link.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Link {
+    pub domain: DomainId,
     pub code: ShortCode,
     pub target: TargetUrl,
     pub created_at: Timestamp,
@@ -108,6 +109,11 @@ pub struct Link {
 }
 
 impl Link {
+    /// What the link is found by.
+    pub fn key(&self) -> LinkKey {
+        LinkKey::new(self.domain, self.code.clone())
+    }
+
     pub fn resolved(&self) -> Resolved {
         Resolved {
             target: self.target.clone(),

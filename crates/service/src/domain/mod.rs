@@ -4,6 +4,7 @@
 pub mod classify;
 pub mod code;
 pub mod codebook;
+mod host;
 mod link;
 mod target;
 pub mod visit;
@@ -13,6 +14,9 @@ pub use code::{
     is_reserved,
 };
 pub use codebook::{CodeKey, Codebook};
+pub use host::{
+    DEFAULT_NAME, Domain, DomainId, DomainRedirects, Host, HostError, LinkKey, MAX_HOST_LEN,
+};
 pub use link::{KeyId, Link, Owner, Resolved, Timestamp, TimestampError};
 pub use target::{
     DenyListError, MAX_URL_BYTES, TargetPolicy, TargetUrl, TargetUrlError, is_private_ip,

@@ -150,6 +150,7 @@ impl From<LinksError> for ApiError {
     fn from(e: LinksError) -> Self {
         match e {
             LinksError::NeedsKey(why) => Self::Unauthorized(why.into()),
+            LinksError::Forbidden(why) => Self::Forbidden(why.into()),
             LinksError::Store(e) => e.into(),
         }
     }
@@ -168,6 +169,8 @@ impl From<StoreError> for ApiError {
             },
             StoreError::CodeTaken(code) => Self::Conflict(format!("code '{code}' is taken")),
             StoreError::NameTaken(name) => Self::Conflict(format!("a key named '{name}' exists")),
+            StoreError::HostTaken(host) => Self::Conflict(format!("the domain '{host}' exists")),
+            e @ StoreError::DomainHasLinks(_) => Self::Conflict(e.to_string()),
             StoreError::CodeSpaceExhausted(_) => Self::Unavailable {
                 message: "no free short code was found for this link; retry".into(),
                 retry_after: 1,

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use super::AppState;
 use super::error::ApiError;
-use crate::domain::{ShortCode, TargetUrl, Timestamp};
+use crate::domain::{DomainId, DomainRedirects, Host, LinkKey, ShortCode, TargetUrl, Timestamp};
 use crate::keys::{AuthError, Principal};
 
 /// The body of a create (`POST /link`, `POST /api/v1/links`): `url`, and
@@ -18,6 +18,9 @@ use crate::keys::{AuthError, Principal};
 pub struct NewLinkBody {
     pub url: TargetUrl,
     pub code: Option<ShortCode>,
+    /// The domain's name as sent (a host, or `default`); resolved against
+    /// the domains in use by the handler.
+    pub domain: Option<String>,
     pub expires_at: Option<Timestamp>,
     pub max_visits: Option<u64>,
 }
@@ -47,12 +50,22 @@ impl NewLinkBody {
             }
             Some(_) => return Err(ApiError::BadRequest("field 'code' must be a string".into())),
         };
+        let domain = match fields.remove("domain") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s),
+            Some(_) => {
+                return Err(ApiError::BadRequest(
+                    "field 'domain' must be a string".into(),
+                ));
+            }
+        };
         let expires_at = expiry_field(fields.remove("expires_at"))?;
         let max_visits = max_visits_field(fields.remove("max_visits"))?;
-        refuse_unknown(&fields, "url, code, expires_at, max_visits")?;
+        refuse_unknown(&fields, "url, code, domain, expires_at, max_visits")?;
         Ok(Self {
             url,
             code,
+            domain,
             expires_at,
             max_visits,
         })
@@ -90,6 +103,101 @@ impl FromRequest<AppState> for PatchBody {
             expires_at,
             max_visits,
         })
+    }
+}
+
+/// The body of `POST /api/v1/domains`: `host`, and each redirect
+/// optionally.
+pub struct NewDomainBody {
+    pub host: Host,
+    pub redirects: DomainRedirects,
+}
+
+impl FromRequest<AppState> for NewDomainBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let mut fields = json_object(req, state).await?;
+        let host = match fields.remove("host") {
+            Some(Value::String(s)) => {
+                Host::parse(&s).map_err(|e| ApiError::BadRequest(format!("host: {e}")))?
+            }
+            None | Some(Value::Null) => {
+                return Err(ApiError::BadRequest("field 'host' is required".into()));
+            }
+            Some(_) => return Err(ApiError::BadRequest("field 'host' must be a string".into())),
+        };
+        let mut redirects = DomainRedirects::default();
+        for (name, slot) in redirect_slots(&mut redirects) {
+            if let Some(value) = fields.remove(name) {
+                *slot = redirect_field(name, value)?;
+            }
+        }
+        refuse_unknown(
+            &fields,
+            "host, root_redirect, not_found_redirect, expired_redirect",
+        )?;
+        Ok(Self { host, redirects })
+    }
+}
+
+/// The body of `PATCH /api/v1/domains/{host}`: each redirect that is
+/// present is set (`null` clears it).
+pub struct DomainPatchBody(pub Vec<(&'static str, Option<TargetUrl>)>);
+
+impl DomainPatchBody {
+    /// `current` with this patch's redirects set.
+    pub fn apply(self, mut current: DomainRedirects) -> DomainRedirects {
+        for (name, value) in self.0 {
+            for (slot_name, slot) in redirect_slots(&mut current) {
+                if slot_name == name {
+                    *slot = value.clone();
+                }
+            }
+        }
+        current
+    }
+}
+
+impl FromRequest<AppState> for DomainPatchBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let mut fields = json_object(req, state).await?;
+        let mut set = Vec::new();
+        for name in REDIRECT_FIELDS {
+            if let Some(value) = fields.remove(name) {
+                set.push((name, redirect_field(name, value)?));
+            }
+        }
+        refuse_unknown(
+            &fields,
+            "root_redirect, not_found_redirect, expired_redirect",
+        )?;
+        Ok(Self(set))
+    }
+}
+
+const REDIRECT_FIELDS: [&str; 3] = ["root_redirect", "not_found_redirect", "expired_redirect"];
+
+fn redirect_slots(r: &mut DomainRedirects) -> [(&'static str, &mut Option<TargetUrl>); 3] {
+    [
+        (REDIRECT_FIELDS[0], &mut r.root),
+        (REDIRECT_FIELDS[1], &mut r.not_found),
+        (REDIRECT_FIELDS[2], &mut r.expired),
+    ]
+}
+
+/// A redirect field: a URL with the rules of a link's, or `null`.
+fn redirect_field(name: &str, value: Value) -> Result<Option<TargetUrl>, ApiError> {
+    match value {
+        Value::Null => Ok(None),
+        Value::String(s) => TargetUrl::parse(&s)
+            .map(Some)
+            .map_err(|e| ApiError::BadRequest(format!("{name}: {e}"))),
+        _ => Err(ApiError::BadRequest(format!(
+            "field '{name}' must be a URL or null"
+        ))),
     }
 }
 
@@ -370,6 +478,96 @@ impl<S: Send + Sync> FromRequestParts<S> for Code {
             .map_err(|e| malformed(&e))?;
         ShortCode::parse(&raw).map(Self).map_err(|e| malformed(&e))
     }
+}
+
+/// The domain a management route means: `?domain=HOST` (a host in either
+/// form, or `default`), else the default domain. 400 for a domain that is
+/// not in use.
+pub struct OnDomain(pub DomainId);
+
+impl FromRequestParts<AppState> for OnDomain {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        match domain_param(parts.uri.query())? {
+            None => Ok(Self(DomainId::DEFAULT)),
+            Some(name) => state.domain_named(&name).map(Self),
+        }
+    }
+}
+
+/// The `domain` parameter of a query string, decoded; other parameters
+/// are the handler's.
+pub(super) fn domain_param(query: Option<&str>) -> Result<Option<String>, ApiError> {
+    let Some(query) = query else {
+        return Ok(None);
+    };
+    Ok(url::form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "domain")
+        .map(|(_, v)| v.into_owned()))
+}
+
+/// A code on the domain `?domain=` names: what `/api/v1/links/{code}`
+/// and its visits route work on.
+pub struct CodeOn(pub LinkKey);
+
+impl FromRequestParts<AppState> for CodeOn {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Code(code) = Code::from_request_parts(parts, state).await?;
+        let OnDomain(domain) = OnDomain::from_request_parts(parts, state).await?;
+        Ok(Self(LinkKey::new(domain, code)))
+    }
+}
+
+/// The domain a request's `Host` names, for `/`, `/{code}` and the QR
+/// routes: 404 for an unknown host under `--unknown-host reject`.
+pub struct HostDomain(pub DomainId);
+
+impl FromRequestParts<AppState> for HostDomain {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        state
+            .links
+            .domains()
+            .of_request(request_host(&parts.uri, &parts.headers))
+            .map(Self)
+            .ok_or_else(unknown_host)
+    }
+}
+
+/// The domain `?domain=` names, else the one the `Host` names (the QR
+/// routes: the page asks for a link of any domain's code on its own host).
+pub struct AskedDomain(pub DomainId);
+
+impl FromRequestParts<AppState> for AskedDomain {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        if let Some(name) = domain_param(parts.uri.query())? {
+            return state.domain_named(&name).map(Self);
+        }
+        let HostDomain(id) = HostDomain::from_request_parts(parts, state).await?;
+        Ok(Self(id))
+    }
+}
+
+/// The host a request names: the target's authority (absolute form),
+/// else its `Host` header.
+pub(super) fn request_host<'a>(
+    uri: &'a axum::http::Uri,
+    headers: &'a HeaderMap,
+) -> Option<&'a [u8]> {
+    match uri.authority() {
+        Some(authority) => Some(authority.as_str().as_bytes()),
+        None => headers.get(header::HOST).map(|h| h.as_bytes()),
+    }
+}
+
+pub(super) fn unknown_host() -> ApiError {
+    ApiError::NotFound("this server has no domain of that name".into())
 }
 
 #[cfg(test)]

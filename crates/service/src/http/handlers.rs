@@ -9,8 +9,10 @@ use serde::{Deserialize, Serialize};
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::{Caller, ClientAddr, Code, Key, NewLinkBody, Operator, PatchBody};
-use crate::domain::{Link, ShortCode, TargetUrl, Timestamp};
+use super::extract::{
+    Caller, ClientAddr, Code, CodeOn, HostDomain, Key, NewLinkBody, Operator, PatchBody,
+};
+use crate::domain::{DomainId, Link, LinkKey, ShortCode, TargetUrl, Timestamp};
 use crate::links::{LinkStats, Readiness, Resolution, Use};
 use crate::store::{LinkPatch, NewLink};
 use crate::visits::{Interval, Visit, VisitReport, Window};
@@ -47,6 +49,9 @@ pub struct Created {
 #[derive(Serialize, utoipa::ToSchema)]
 #[schema(as = Link)]
 pub struct LinkObject {
+    /// The link's domain: its host, or null on a default domain without
+    /// one.
+    domain: Option<String>,
     code: String,
     url: String,
     short_url: String,
@@ -64,7 +69,12 @@ pub struct LinkObject {
 impl AppState {
     fn link_object(&self, headers: &HeaderMap, link: Link) -> LinkObject {
         LinkObject {
-            short_url: self.short_url(headers, &link.code),
+            domain: self
+                .links
+                .domains()
+                .host_of(link.domain)
+                .map(|h| h.to_string()),
+            short_url: self.short_url(headers, &link.key()),
             expired: link.resolved().is_expired(),
             code: link.code.to_string(),
             url: link.target.to_string(),
@@ -93,7 +103,12 @@ impl AppState {
         self.targets
             .check(&body.url, self.host(headers))
             .map_err(bad_target)?;
+        let domain = match &body.domain {
+            Some(name) => self.domain_named(name)?,
+            None => DomainId::DEFAULT,
+        };
         let new = NewLink {
+            domain,
             target: body.url,
             code: body.code,
             expires_at: body.expires_at,
@@ -110,12 +125,15 @@ impl AppState {
 enum CreateErrors {
     #[response(
         status = 400,
-        description = "Malformed body, bad URL, bad code, past expiry, bad max_visits or an unknown field"
+        description = "Malformed body, bad URL, bad code, past expiry, bad max_visits, an unknown domain or an unknown field"
     )]
     BadRequest(crate::http::schema::ErrorMessage),
     /// An invalid key was sent, or this action needs a key
     #[response(status = 401)]
     Unauthorized(crate::http::schema::ErrorMessage),
+    /// The key is limited to another domain
+    #[response(status = 403)]
+    Forbidden(crate::http::schema::ErrorMessage),
     /// The chosen code is taken (or was used by a deleted link)
     #[response(status = 409)]
     Conflict(crate::http::schema::ErrorMessage),
@@ -149,7 +167,7 @@ pub async fn create_link(
     body: NewLinkBody,
 ) -> Result<(StatusCode, Json<Created>), ApiError> {
     let link = state.create(client, &headers, caller, body).await?;
-    let short_url = state.short_url(&headers, &link.code);
+    let short_url = state.short_url(&headers, &link.key());
     Ok((
         StatusCode::CREATED,
         Json(Created {
@@ -189,10 +207,10 @@ fn not_found(code: &ShortCode) -> ApiError {
 
 pub(super) async fn resolve(
     state: &AppState,
-    code: &ShortCode,
+    key: &LinkKey,
     how: Use<'_>,
-) -> Result<TargetUrl, ApiError> {
-    target_of(code, state.links.resolve(code, how).await?)
+) -> Result<Resolution, ApiError> {
+    Ok(state.links.resolve(key, how).await?)
 }
 
 /// The target a resolution serves, or the error it is answered with.
@@ -222,7 +240,8 @@ pub async fn get_link(
     State(state): State<AppState>,
     Code(code): Code,
 ) -> Result<Response, ApiError> {
-    let target = resolve(&state, &code, Use::Look).await?;
+    let key = LinkKey::default_domain(code);
+    let target = target_of(&key.code, resolve(&state, &key, Use::Look).await?)?;
     let mut headers = HeaderMap::new();
     let mut response = Response::new(link_answer(&target, &mut headers).into());
     *response.headers_mut() = headers;
@@ -261,11 +280,14 @@ pub(super) fn link_answer(target: &TargetUrl, headers: &mut HeaderMap) -> bytes:
     ))]
 pub async fn redirect(
     State(state): State<AppState>,
+    HostDomain(domain): HostDomain,
     Code(code): Code,
     request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
     let how = redirect_use(request.method(), request.headers());
-    let target = resolve(&state, &code, how).await?;
+    let key = LinkKey::new(domain, code);
+    let resolution = state.fallback(domain, resolve(&state, &key, how).await?);
+    let target = target_of(&key.code, resolution)?;
     let mut headers = HeaderMap::new();
     let status = redirect_answer(
         &state,
@@ -320,7 +342,7 @@ pub(super) fn redirect_answer(
     Ok(state.redirect_status)
 }
 
-#[utoipa::path(get, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$")),
+#[utoipa::path(get, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$"), ("domain" = Option<String>, Query, description = "The link's domain (a host, or 'default'); the default domain when absent")),
     responses(
         (status = 200, description = "The link", body = LinkObject),
         (status = 400, description = "Malformed code", body = crate::http::schema::ErrorMessage),
@@ -332,17 +354,17 @@ pub async fn api_get(
     State(state): State<AppState>,
     headers: HeaderMap,
     Key(caller): Key,
-    Code(code): Code,
+    CodeOn(key): CodeOn,
 ) -> Result<Json<LinkObject>, ApiError> {
     let link = state
         .links
-        .get(&caller, &code)
+        .get(&caller, &key)
         .await?
-        .ok_or_else(|| not_found(&code))?;
+        .ok_or_else(|| not_found(&key.code))?;
     Ok(Json(state.link_object(&headers, link)))
 }
 
-#[utoipa::path(patch, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$")),
+#[utoipa::path(patch, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$"), ("domain" = Option<String>, Query, description = "The link's domain (a host, or 'default'); the default domain when absent")),
     request_body(content = crate::http::schema::PatchRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The link as changed", body = LinkObject),
@@ -358,7 +380,7 @@ pub async fn api_update(
     State(state): State<AppState>,
     headers: HeaderMap,
     Key(caller): Key,
-    Code(code): Code,
+    CodeOn(key): CodeOn,
     body: PatchBody,
 ) -> Result<Json<LinkObject>, ApiError> {
     if let Some(url) = &body.url {
@@ -374,13 +396,13 @@ pub async fn api_update(
     };
     let link = state
         .links
-        .update(&caller, &code, patch)
+        .update(&caller, &key, patch)
         .await?
-        .ok_or_else(|| not_found(&code))?;
+        .ok_or_else(|| not_found(&key.code))?;
     Ok(Json(state.link_object(&headers, link)))
 }
 
-#[utoipa::path(delete, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$")),
+#[utoipa::path(delete, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$"), ("domain" = Option<String>, Query, description = "The link's domain (a host, or 'default'); the default domain when absent")),
     responses(
         (status = 204, description = "Deleted; its code is never issued again"),
         (status = 400, description = "Malformed code", body = crate::http::schema::ErrorMessage),
@@ -392,12 +414,12 @@ pub async fn api_update(
 pub async fn api_delete(
     State(state): State<AppState>,
     Key(caller): Key,
-    Code(code): Code,
+    CodeOn(key): CodeOn,
 ) -> Result<StatusCode, ApiError> {
-    if state.links.delete(&caller, &code).await? {
+    if state.links.delete(&caller, &key).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
-        Err(not_found(&code))
+        Err(not_found(&key.code))
     }
 }
 
@@ -415,6 +437,9 @@ pub enum IntervalParam {
 /// Query of `GET /api/v1/links/{code}/visits`, as sent.
 #[derive(Deserialize)]
 pub struct VisitParams {
+    /// Read by [`CodeOn`].
+    #[allow(dead_code)]
+    domain: Option<String>,
     from: Option<String>,
     to: Option<String>,
     interval: Option<String>,
@@ -424,6 +449,7 @@ pub struct VisitParams {
 #[utoipa::path(get, path = "/api/v1/links/{code}/visits", tag = "links",
     params(
         ("code" = String, Path, description = "A short code", pattern = "^[A-Za-z0-9_-]{1,64}$"),
+        ("domain" = Option<String>, Query, description = "The link's domain (a host, or 'default'); the default domain when absent"),
         ("from" = Option<String>, Query, format = DateTime, description = "Start of the window (RFC 3339), inclusive"),
         ("to" = Option<String>, Query, format = DateTime, description = "End of the window (RFC 3339), exclusive; after from"),
         ("interval" = Option<IntervalParam>, Query, description = "Buckets of the series (default hour)"),
@@ -438,7 +464,7 @@ pub struct VisitParams {
 pub async fn api_visits(
     State(state): State<AppState>,
     Key(caller): Key,
-    Code(code): Code,
+    CodeOn(key): CodeOn,
     params: Result<Query<VisitParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<VisitReport>, ApiError> {
     let Query(params) =
@@ -462,9 +488,9 @@ pub async fn api_visits(
     };
     let counts = state
         .links
-        .visit_counts(&caller, &code)
+        .visit_counts(&caller, &key)
         .await?
-        .ok_or_else(|| not_found(&code))?;
+        .ok_or_else(|| not_found(&key.code))?;
     let window = Window { from, to, interval };
     Ok(Json(VisitReport::build(&counts, &window)))
 }
@@ -473,6 +499,7 @@ pub async fn api_visits(
 /// each mistake gets its own message.
 #[derive(Deserialize)]
 pub struct ListParams {
+    domain: Option<String>,
     limit: Option<String>,
     cursor: Option<String>,
     q: Option<String>,
@@ -493,11 +520,13 @@ pub struct LinkList {
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Links per page (default 50)"),
         ("cursor" = Option<String>, Query, pattern = "^[1-9][0-9]{0,17}$", description = "next_cursor of the previous page"),
         ("q" = Option<String>, Query, description = "Only links whose code or URL contains this text"),
+        ("domain" = Option<String>, Query, description = "Only links on this domain (a host, or 'default')"),
     ),
     responses(
         (status = 200, description = "The key's links (all, for an admin key), newest first", body = LinkList),
-        (status = 400, description = "Bad limit or cursor", body = crate::http::schema::ErrorMessage),
+        (status = 400, description = "Bad limit or cursor, or an unknown domain", body = crate::http::schema::ErrorMessage),
         (status = 401, description = "No valid key", body = crate::http::schema::ErrorMessage),
+        (status = 403, description = "The key is limited to another domain", body = crate::http::schema::ErrorMessage),
     ),
     security(("bearer" = []), ("api_key" = [])))]
 pub async fn api_list(
@@ -528,7 +557,12 @@ pub async fn api_list(
         ),
     };
     let q = params.q.filter(|q| !q.is_empty());
-    let page = state.links.list(&caller, limit, before, q).await?;
+    let domain = params
+        .domain
+        .as_deref()
+        .map(|name| state.domain_named(name))
+        .transpose()?;
+    let page = state.links.list(&caller, domain, limit, before, q).await?;
     Ok(Json(LinkList {
         links: page
             .links

@@ -32,11 +32,12 @@ use tower::Service as _;
 
 use super::AppState;
 use super::error::ApiError;
+use super::extract::unknown_host;
 use super::finish::finish;
 use super::handlers::{link_answer, redirect_answer, redirect_use, target_of};
 use super::request_id;
-use crate::domain::{ShortCode, TargetUrl};
-use crate::links::{Later, Use};
+use crate::domain::{DomainId, LinkKey, ShortCode, TargetUrl};
+use crate::links::{Later, Resolution, Use};
 use crate::observability::logging::REQUEST_ID;
 use crate::observability::recording::{Recording, Requests};
 use crate::visits::Visit;
@@ -193,10 +194,28 @@ impl Hot {
                 (code, recording, how, true, head, redirect_reply)
             }
         };
-        let response = match self.state.links.resolve_now(&code, how) {
+        // A redirect is on the domain its Host names; the seed API's look
+        // is on the default domain.
+        let domain = if visit {
+            let host = match req.uri().authority() {
+                Some(authority) => Some(authority.as_str().as_bytes()),
+                None => sent.host.map(HeaderValue::as_bytes),
+            };
+            self.state.links.domains().of_request(host)
+        } else {
+            Some(DomainId::DEFAULT)
+        };
+        let Some(domain) = domain else {
+            let mut response =
+                axum::response::IntoResponse::into_response(unknown_host()).map(Either::Right);
+            finish(&mut response, id, recording);
+            return Answered::Now(response);
+        };
+        let key = LinkKey::new(domain, code);
+        let response = match self.state.links.resolve_now(&key, how) {
             Ok(found) => Self::reply(
                 &self.state,
-                target_of(&code, found),
+                target_of(&key.code, self.fallback(visit, domain, found)),
                 head,
                 reply,
                 recycled(&mut req),
@@ -205,7 +224,7 @@ impl Hot {
                 let rest = Rest {
                     recording,
                     id,
-                    code,
+                    key,
                     visit,
                     head,
                     reply,
@@ -234,8 +253,11 @@ impl Hot {
                 Use::Look
             };
             let links = &this.state.links;
-            let code = &rest.code;
-            let found = async { target_of(code, links.resolve_later(code, how, later).await?) };
+            let key = &rest.key;
+            let found = async {
+                let found = links.resolve_later(key, how, later).await?;
+                target_of(&key.code, this.fallback(rest.visit, key.domain, found))
+            };
             let timed = tokio::time::timeout(this.request_timeout, found);
             let mut response = match REQUEST_ID.scope(rest.id.clone(), timed).await {
                 Ok(done) => Self::reply(&this.state, done, rest.head, rest.reply, HeaderMap::new()),
@@ -244,6 +266,16 @@ impl Hot {
             finish(&mut response, rest.id, rest.recording);
             response
         }))
+    }
+
+    /// A redirect's resolution with the domain's redirect for what it has
+    /// no link for; a look's as it is.
+    fn fallback(&self, visit: bool, domain: DomainId, found: Resolution) -> Resolution {
+        match found {
+            Resolution::Found(_) => found,
+            other if visit => self.state.fallback(domain, other),
+            other => other,
+        }
     }
 
     fn reply(
@@ -271,6 +303,7 @@ impl Hot {
 #[derive(Default)]
 struct Sent<'a> {
     id: Option<&'a HeaderValue>,
+    host: Option<&'a HeaderValue>,
     user_agent: Option<&'a HeaderValue>,
     referer: Option<&'a HeaderValue>,
 }
@@ -283,6 +316,8 @@ impl<'a> Sent<'a> {
                 &mut sent.user_agent
             } else if name == header::REFERER {
                 &mut sent.referer
+            } else if name == header::HOST {
+                &mut sent.host
             } else if name == request_id::X_REQUEST_ID {
                 &mut sent.id
             } else {
@@ -298,7 +333,7 @@ impl<'a> Sent<'a> {
 struct Rest {
     recording: Option<Recording>,
     id: HeaderValue,
-    code: ShortCode,
+    key: LinkKey,
     /// A redirect (counted as a visit when it is a GET), not a look.
     visit: bool,
     head: bool,
@@ -498,6 +533,7 @@ mod tests {
         assert_eq!(sent.referer, headers.get(header::REFERER));
         assert_eq!(sent.id, headers.get("x-request-id"));
         assert_eq!(sent.id.unwrap(), "id1");
+        assert_eq!(sent.host, headers.get(header::HOST));
         let empty = HeaderMap::new();
         let none = Sent::of(&empty);
         assert!(none.id.is_none() && none.user_agent.is_none() && none.referer.is_none());

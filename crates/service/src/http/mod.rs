@@ -2,6 +2,7 @@
 //! serving with graceful shutdown. A new route is a handler in
 //! `handlers.rs`, its `#[utoipa::path]`, and one line in [`routes`].
 
+mod domains;
 mod error;
 mod extract;
 pub mod finish;
@@ -141,8 +142,8 @@ impl Default for HttpSettings {
     }
 }
 
-use crate::domain::{ShortCode, TargetPolicy};
-use crate::links::Links;
+use crate::domain::{DomainId, LinkKey, TargetPolicy};
+use crate::links::{Links, Resolution};
 
 /// Everything a handler needs; cheap to clone.
 #[derive(Clone)]
@@ -180,10 +181,22 @@ fn is_host_and_port(host: &str) -> bool {
 }
 
 impl AppState {
-    /// The link's full short URL: under `--public-url` when set; else
+    /// The link's full short URL. On an added domain: that host, with the
+    /// scheme of `--public-url` (else https). On the default domain: under
+    /// `--public-url` when set; else on `--default-domain` over https; else
     /// under the request's Host when that is a plain `host[:port]`; else
     /// under the listen address.
-    fn short_url(&self, headers: &HeaderMap, code: &ShortCode) -> String {
+    fn short_url(&self, headers: &HeaderMap, key: &LinkKey) -> String {
+        let code = &key.code;
+        if (!key.domain.is_default() || self.public_url.is_none())
+            && let Some(host) = self.links.domains().host_of(key.domain)
+        {
+            let scheme = match &self.public_url {
+                Some(url) if url.starts_with("http://") => "http",
+                _ => "https",
+            };
+            return format!("{scheme}://{host}/{code}");
+        }
         if let Some(base) = &self.public_url {
             return format!("{}/{code}", base.trim_end_matches('/'));
         }
@@ -191,6 +204,27 @@ impl AppState {
             Some(host) => format!("http://{host}/{code}"),
             None => format!("http://{}/{code}", self.listen),
         }
+    }
+
+    /// The domain a user names (a host, or `default`): 400 when no such
+    /// domain is in use.
+    fn domain_named(&self, name: &str) -> Result<DomainId, ApiError> {
+        self.links
+            .domains()
+            .named(name)
+            .ok_or_else(|| ApiError::BadRequest(format!("no domain '{name}' on this server")))
+    }
+
+    /// What a redirect on `domain` serves when there is no link to serve:
+    /// the domain's not-found or expired redirect, when it has one.
+    fn fallback(&self, domain: DomainId, resolution: Resolution) -> Resolution {
+        let redirects = || self.links.domains().redirects(domain);
+        let elsewhere = match resolution {
+            Resolution::Missing => redirects().not_found,
+            Resolution::Expired | Resolution::Exhausted => redirects().expired,
+            _ => None,
+        };
+        elsewhere.map_or(resolution, Resolution::Found)
     }
 
     /// The request's `Host`, when it is `host[:port]` and nothing else.
@@ -254,6 +288,11 @@ fn routes() -> openapi::Routes {
         .patch("/api/v1/links/{code}", handlers::api_update)
         .delete("/api/v1/links/{code}", handlers::api_delete)
         .get("/api/v1/links/{code}/visits", handlers::api_visits)
+        .get("/api/v1/domains", domains::list)
+        .post("/api/v1/domains", domains::create)
+        .get("/api/v1/domains/{host}", domains::get)
+        .patch("/api/v1/domains/{host}", domains::update)
+        .delete("/api/v1/domains/{host}", domains::remove)
         .get("/{code}", handlers::redirect)
         .get("/{code}/qr.svg", qr::svg)
         .get("/{code}/qr.png", qr::png)

@@ -16,8 +16,10 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::{Modify, OpenApi};
 
 use super::AppState;
-use super::schema::{ErrorMessage, NewLinkRequest, PatchRequest};
-use super::{handlers, qr, web};
+use super::schema::{
+    DomainPatchRequest, ErrorMessage, NewDomainRequest, NewLinkRequest, PatchRequest,
+};
+use super::{domains, handlers, qr, web};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -47,15 +49,28 @@ use super::{handlers, qr, web};
         handlers::api_update,
         handlers::api_delete,
         handlers::api_visits,
+        domains::list,
+        domains::create,
+        domains::get,
+        domains::update,
+        domains::remove,
         handlers::redirect,
         qr::svg,
         qr::png,
     ),
-    components(schemas(ErrorMessage, NewLinkRequest, PatchRequest, handlers::IntervalParam)),
+    components(schemas(
+        ErrorMessage,
+        NewLinkRequest,
+        PatchRequest,
+        NewDomainRequest,
+        DomainPatchRequest,
+        handlers::IntervalParam
+    )),
     modifiers(&KeySchemes),
     tags(
         (name = "seed", description = "The original API: create, look up, heart-beat"),
         (name = "links", description = "Managing links with an API key"),
+        (name = "domains", description = "The short domains links answer on"),
         (name = "redirect", description = "Short URLs and their QR codes"),
         (name = "operations", description = "Health, metrics, statistics, this document"),
         (name = "web", description = "The web page"),

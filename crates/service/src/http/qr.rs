@@ -10,9 +10,9 @@ use qrcode::QrCode;
 use qrcode::render::svg;
 use serde::Deserialize;
 
-use super::extract::Code;
+use super::extract::{AskedDomain, Code};
 use super::{ApiError, AppState};
-use crate::domain::ShortCode;
+use crate::domain::LinkKey;
 use crate::links::{Resolution, Use};
 
 pub const DEFAULT_PNG_SIZE: u32 = 256;
@@ -23,12 +23,9 @@ pub const MAX_PNG_SIZE: u32 = 2048;
 const MAX_HOST_BYTES: usize = 300;
 
 /// The short URL of a live link, encoded; 404 and 410 as for the link.
-async fn encode(
-    state: &AppState,
-    headers: &HeaderMap,
-    code: &ShortCode,
-) -> Result<QrCode, ApiError> {
-    match state.links.resolve(code, Use::Look).await? {
+async fn encode(state: &AppState, headers: &HeaderMap, key: &LinkKey) -> Result<QrCode, ApiError> {
+    let code = &key.code;
+    match state.links.resolve(key, Use::Look).await? {
         Resolution::Found(_) => {}
         Resolution::Missing => {
             return Err(ApiError::NotFound(format!("no link with code '{code}'")));
@@ -49,7 +46,7 @@ async fn encode(
             "the Host header is longer than {MAX_HOST_BYTES} bytes"
         )));
     }
-    let url = state.short_url(headers, code);
+    let url = state.short_url(headers, key);
     QrCode::new(url.as_bytes()).map_err(|e| ApiError::Internal(format!("QR encoding: {e}")))
 }
 
@@ -71,19 +68,20 @@ fn image(content_type: &'static str, body: impl IntoResponse) -> Response {
         .into_response()
 }
 
-#[utoipa::path(get, path = "/{code}/qr.svg", tag = "redirect", params(("code" = String, Path, description = "A short code", pattern = "^[A-Za-z0-9_-]{1,64}$")),
+#[utoipa::path(get, path = "/{code}/qr.svg", tag = "redirect", params(("code" = String, Path, description = "A short code", pattern = "^[A-Za-z0-9_-]{1,64}$"), ("domain" = Option<String>, Query, description = "The link's domain (a host, or 'default'); else the one the Host names")),
     responses(
         (status = 200, description = "The short URL as a QR code (not a visit)", content_type = "image/svg+xml", body = String, headers(("cache-control" = String), ("vary" = String))),
-        (status = 400, description = "Malformed code, or a Host header too long for a URL", body = crate::http::schema::ErrorMessage),
-        (status = 404, description = "No such link", body = crate::http::schema::ErrorMessage),
+        (status = 400, description = "Malformed code, an unknown domain, or a Host header too long for a URL", body = crate::http::schema::ErrorMessage),
+        (status = 404, description = "No such link, or an unknown host refused", body = crate::http::schema::ErrorMessage),
         (status = 410, description = "Expired, out of visits, or its target blocked", body = crate::http::schema::ErrorMessage),
     ))]
 pub async fn svg(
     State(state): State<AppState>,
     headers: HeaderMap,
+    AskedDomain(domain): AskedDomain,
     Code(code): Code,
 ) -> Result<Response, ApiError> {
-    let qr = encode(&state, &headers, &code).await?;
+    let qr = encode(&state, &headers, &LinkKey::new(domain, code)).await?;
     let body = qr
         .render::<svg::Color<'_>>()
         .min_dimensions(DEFAULT_PNG_SIZE, DEFAULT_PNG_SIZE)
@@ -95,6 +93,9 @@ pub async fn svg(
 
 #[derive(Deserialize)]
 pub struct PngParams {
+    /// Read by [`AskedDomain`].
+    #[allow(dead_code)]
+    domain: Option<String>,
     size: Option<String>,
 }
 
@@ -102,16 +103,18 @@ pub struct PngParams {
     params(
         ("code" = String, Path, description = "A short code", pattern = "^[A-Za-z0-9_-]{1,64}$"),
         ("size" = Option<u32>, Query, minimum = 64, maximum = 2048, description = "Width and height in pixels (default 256)"),
+        ("domain" = Option<String>, Query, description = "The link's domain (a host, or 'default'); else the one the Host names"),
     ),
     responses(
         (status = 200, description = "The short URL as a QR code, exactly size by size pixels", content_type = "image/png", body = Vec<u8>, headers(("cache-control" = String), ("vary" = String))),
-        (status = 400, description = "Malformed code or size, or a Host header too long for a URL", body = crate::http::schema::ErrorMessage),
-        (status = 404, description = "No such link", body = crate::http::schema::ErrorMessage),
+        (status = 400, description = "Malformed code or size, an unknown domain, or a Host header too long for a URL", body = crate::http::schema::ErrorMessage),
+        (status = 404, description = "No such link, or an unknown host refused", body = crate::http::schema::ErrorMessage),
         (status = 410, description = "Expired, out of visits, or its target blocked", body = crate::http::schema::ErrorMessage),
     ))]
 pub async fn png(
     State(state): State<AppState>,
     headers: HeaderMap,
+    AskedDomain(domain): AskedDomain,
     Code(code): Code,
     params: Result<Query<PngParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
@@ -129,7 +132,7 @@ pub async fn png(
                 ))
             })?,
     };
-    let qr = encode(&state, &headers, &code).await?;
+    let qr = encode(&state, &headers, &LinkKey::new(domain, code)).await?;
     let bytes = tokio::task::spawn_blocking(move || png_bytes(&qr, size))
         .await
         .map_err(|e| ApiError::Internal(format!("QR task: {e}")))??;

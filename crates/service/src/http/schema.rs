@@ -33,6 +33,10 @@ pub struct NewLinkRequest {
     /// reserved name; 409 when taken.
     #[schema(nullable, pattern = "^[A-Za-z0-9_-]{3,64}$")]
     code: Option<String>,
+    /// The link's domain: a host added to this server, or `default`
+    /// (the default domain when absent); 400 when there is no such domain.
+    #[schema(nullable, max_length = 253)]
+    domain: Option<String>,
     /// When the link stops redirecting (RFC 3339, in the future).
     #[schema(nullable, format = DateTime)]
     expires_at: Option<String>,
@@ -54,4 +58,38 @@ pub struct PatchRequest {
     expires_at: Option<String>,
     #[schema(nullable, minimum = 1, maximum = 9223372036854775807i64)]
     max_visits: Option<i64>,
+}
+
+/// The body of `POST /api/v1/domains`.
+#[derive(ToSchema)]
+#[schema(as = NewDomain)]
+#[allow(dead_code)]
+pub struct NewDomainRequest {
+    /// A host name (an internationalised one in either form); stored
+    /// lowercase, in ASCII.
+    #[schema(min_length = 1, max_length = 253, example = "go.example.com")]
+    host: String,
+    /// Where `GET /` on the domain goes (the page when absent).
+    #[schema(nullable, format = "uri", max_length = 4096)]
+    root_redirect: Option<String>,
+    /// Where an unknown or deleted code goes (404 when absent).
+    #[schema(nullable, format = "uri", max_length = 4096)]
+    not_found_redirect: Option<String>,
+    /// Where an expired link, or one out of visits, goes (410 when absent).
+    #[schema(nullable, format = "uri", max_length = 4096)]
+    expired_redirect: Option<String>,
+}
+
+/// The body of `PATCH /api/v1/domains/{host}`: any of the redirects;
+/// `null` clears one.
+#[derive(ToSchema)]
+#[schema(as = DomainPatch)]
+#[allow(dead_code)]
+pub struct DomainPatchRequest {
+    #[schema(nullable, format = "uri", max_length = 4096)]
+    root_redirect: Option<String>,
+    #[schema(nullable, format = "uri", max_length = 4096)]
+    not_found_redirect: Option<String>,
+    #[schema(nullable, format = "uri", max_length = 4096)]
+    expired_redirect: Option<String>,
 }

@@ -3,11 +3,12 @@
 //! external font), served with a Content-Security-Policy that allows no
 //! inline script or style. The QR codes the page shows are in `qr.rs`.
 
-use axum::extract::Path;
-use axum::http::{HeaderValue, header};
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::ApiError;
+use super::extract::HostDomain;
+use super::{ApiError, AppState};
 
 /// Only this origin's scripts, styles, images and API; no inline code, no
 /// framing, no form posts elsewhere.
@@ -67,11 +68,36 @@ fn page(body: &'static str) -> Response {
         .into_response()
 }
 
-/// `GET /`: shorten a link.
+/// `GET /`: shorten a link, or the domain's root redirect when it has one.
 #[utoipa::path(get, path = "/", tag = "web",
-    responses((status = 200, description = "The page to shorten a link", content_type = "text/html; charset=utf-8", body = String)))]
-pub async fn index() -> Response {
-    page(include_str!("web/index.html"))
+    responses(
+        (status = 200, description = "The page to shorten a link", content_type = "text/html; charset=utf-8", body = String),
+        (status = 302, description = "The domain's root redirect, when it has one", headers(("location" = String, description = "The root redirect"))),
+        (status = 404, description = "An unknown host refused (--unknown-host reject)", body = crate::http::schema::ErrorMessage),
+    ))]
+pub async fn index(
+    State(state): State<AppState>,
+    HostDomain(domain): HostDomain,
+) -> Result<Response, ApiError> {
+    match state.links.domains().redirects(domain).root {
+        Some(target) => {
+            let location = target.into_location().ok_or_else(|| {
+                ApiError::Internal("stored URL is not a valid header value".into())
+            })?;
+            Ok((
+                StatusCode::FOUND,
+                [
+                    (header::LOCATION, location),
+                    (
+                        header::CACHE_CONTROL,
+                        HeaderValue::from_static("private, max-age=0"),
+                    ),
+                ],
+            )
+                .into_response())
+        }
+        None => Ok(page(include_str!("web/index.html"))),
+    }
 }
 
 /// `GET /manage`: a key holder's links.

@@ -14,7 +14,8 @@ use async_trait::async_trait;
 use serde::Serialize;
 
 use crate::domain::{
-    CodeGenerator, KeyId, Link, Owner, Resolved, ShortCode, TargetUrl, Timestamp, VisitCounts,
+    CodeGenerator, Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkKey, Owner, Resolved,
+    ShortCode, TargetUrl, Timestamp, VisitCounts,
 };
 
 /// What a store is opened for.
@@ -153,6 +154,7 @@ impl StoreStats {
 /// A link to store: a generated code unless `code` names an alias.
 #[derive(Debug, Clone)]
 pub struct NewLink {
+    pub domain: DomainId,
     pub target: TargetUrl,
     pub code: Option<ShortCode>,
     pub expires_at: Option<Timestamp>,
@@ -164,6 +166,7 @@ impl NewLink {
     /// The seed API's create: a generated code, no expiry, no owner.
     pub fn to(target: TargetUrl) -> Self {
         Self {
+            domain: DomainId::DEFAULT,
             target,
             code: None,
             expires_at: None,
@@ -187,6 +190,8 @@ pub struct LinkPatch {
 pub struct ListQuery {
     /// Only this key's links; `None`: every link (an admin's view).
     pub owner: Option<KeyId>,
+    /// Only this domain's links; `None`: every domain's.
+    pub domain: Option<DomainId>,
     pub limit: usize,
     /// Links older than this position (from a previous page's `next`).
     pub before: Option<i64>,
@@ -208,6 +213,8 @@ pub struct ApiKey {
     pub name: String,
     pub hash: [u8; 32],
     pub admin: bool,
+    /// The one domain the key's links are on; `None`: every domain.
+    pub domain: Option<DomainId>,
     pub created_at: Timestamp,
     pub last_used_at: Option<Timestamp>,
     pub revoked_at: Option<Timestamp>,
@@ -217,10 +224,14 @@ pub struct ApiKey {
 /// (a tombstone) has no URL and a `deleted_at`. `max_visits` and `visits`
 /// came with schema 3: files written before read as no limit and no visits.
 /// The hourly and daily visit counts are not exported. Export always writes
-/// the code; import generates one for a live link without it.
+/// the code; import generates one for a live link without it. `domain` is
+/// the link's host, absent on the default domain (and in files from before
+/// domains).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Record {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
     #[serde(default)]
     pub code: Option<String>,
     pub url: Option<String>,
@@ -238,6 +249,7 @@ pub struct Record {
 #[derive(Debug, Clone)]
 pub struct ImportRow {
     pub line: u64,
+    pub domain: DomainId,
     /// `None`: a generated code, as a create without an alias gets.
     pub code: Option<ShortCode>,
     /// `None` for a tombstone.
@@ -258,21 +270,21 @@ pub struct ImportRow {
 pub trait LinkStore: Send + Sync + 'static {
     /// Looks a live code up for a redirect. `Ok(None)` is an unknown or
     /// deleted code, not an error.
-    async fn get(&self, code: &ShortCode) -> Result<Option<Resolved>, StoreError>;
+    async fn get(&self, key: &LinkKey) -> Result<Option<Resolved>, StoreError>;
 
     /// Stores a new link: under its alias (taken: [`StoreError::CodeTaken`]),
     /// or under a freshly generated code.
     async fn create(&self, new: NewLink) -> Result<Link, StoreError>;
 
     /// The live link with this code, for management.
-    async fn link(&self, code: &ShortCode) -> Result<Option<Link>, StoreError>;
+    async fn link(&self, key: &LinkKey) -> Result<Option<Link>, StoreError>;
 
     /// Changes a live link; `Ok(None)` when there is none.
-    async fn update(&self, code: &ShortCode, patch: LinkPatch) -> Result<Option<Link>, StoreError>;
+    async fn update(&self, key: &LinkKey, patch: LinkPatch) -> Result<Option<Link>, StoreError>;
 
     /// Deletes a live link, keeping its code as a tombstone so that it is
     /// never issued again; `Ok(false)` when there was none.
-    async fn delete(&self, code: &ShortCode) -> Result<bool, StoreError>;
+    async fn delete(&self, key: &LinkKey) -> Result<bool, StoreError>;
 
     async fn list(&self, query: ListQuery) -> Result<ListPage, StoreError>;
 
@@ -280,30 +292,56 @@ pub trait LinkStore: Send + Sync + 'static {
     /// its chunks in that order: each chunk's transaction then rewrites a
     /// few neighbouring pages, not a page for nearly every link in it. The
     /// same number for every code when the store keeps no such order.
-    fn visit_order(&self, _code: &ShortCode) -> u64 {
+    fn visit_order(&self, _key: &LinkKey) -> u64 {
         0
     }
 
     /// Adds counted visits to live links in one transaction; a code that
     /// is no longer live is skipped (its visits went with it).
-    async fn record_visits(
-        &self,
-        visits: Arc<[(ShortCode, VisitCounts)]>,
-    ) -> Result<(), StoreError>;
+    async fn record_visits(&self, visits: Arc<[(LinkKey, VisitCounts)]>) -> Result<(), StoreError>;
 
     /// Every stored visit count of a live link; `None` without one.
-    async fn visit_counts(&self, code: &ShortCode) -> Result<Option<VisitCounts>, StoreError>;
+    async fn visit_counts(&self, key: &LinkKey) -> Result<Option<VisitCounts>, StoreError>;
 
     /// Every API key, revoked ones included.
     async fn keys(&self) -> Result<Vec<ApiKey>, StoreError>;
 
-    /// Stores a key; a name in use is [`StoreError::NameTaken`].
+    /// Stores a key (limited to `domain`, when given); a name in use is
+    /// [`StoreError::NameTaken`].
     async fn create_key(
         &self,
         name: &str,
         admin: bool,
         hash: [u8; 32],
+        domain: Option<DomainId>,
     ) -> Result<ApiKey, StoreError>;
+
+    /// Every domain, the default one (id 0, no host) first.
+    async fn domains(&self) -> Result<Vec<Domain>, StoreError>;
+
+    /// Adds a domain; a host that exists is [`StoreError::HostTaken`].
+    async fn add_domain(
+        &self,
+        host: &Host,
+        redirects: DomainRedirects,
+    ) -> Result<Domain, StoreError>;
+
+    /// Sets a domain's redirects; `Ok(None)` when there is no such domain.
+    async fn set_domain(
+        &self,
+        id: DomainId,
+        redirects: DomainRedirects,
+    ) -> Result<Option<Domain>, StoreError>;
+
+    /// Removes an added domain. With live links it is refused
+    /// ([`StoreError::DomainHasLinks`]) unless `force`, which deletes them,
+    /// keeping tombstones. `None` when there was no such domain, else the
+    /// codes of the links deleted.
+    async fn remove_domain(
+        &self,
+        id: DomainId,
+        force: bool,
+    ) -> Result<Option<Vec<ShortCode>>, StoreError>;
 
     /// Revokes a key by name; `Ok(false)` when there is no such key.
     async fn revoke_key(&self, name: &str) -> Result<bool, StoreError>;
@@ -349,9 +387,9 @@ pub trait LinkStore: Send + Sync + 'static {
         None
     }
 
-    /// Another instance changed `code` (`None`: any code) at `position`
+    /// Another instance changed `key` (`None`: any code) at `position`
     /// (`None`: unknown).
-    fn changed_elsewhere(&self, _code: Option<&ShortCode>, _position: Option<u64>) {}
+    fn changed_elsewhere(&self, _key: Option<&LinkKey>, _position: Option<u64>) {}
 
     /// Whether other instances' changes can be heard (the invalidation
     /// channel is up); while they cannot, nothing is read from a replica.
@@ -395,6 +433,12 @@ pub enum StoreError {
     /// A key name in use.
     #[error("a key named '{0}' exists")]
     NameTaken(String),
+    /// A domain that exists.
+    #[error("the domain '{0}' exists")]
+    HostTaken(String),
+    /// A domain with live links, removed without force.
+    #[error("the domain has {0} links; remove them first, or force the removal")]
+    DomainHasLinks(u64),
     /// A write that failed on the way to disk, with what kind of failure
     /// it was (the error itself is gone: one failed batch fails many
     /// requests).

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use super::{FastMap, Visits, lock};
-use crate::domain::{ShortCode, VisitCounts};
+use crate::domain::{LinkKey, VisitCounts};
 use crate::store::StoreError;
 
 /// Links per flush transaction: a flush of many links is several short
@@ -61,7 +61,7 @@ impl Visits {
         // transaction rewrites a few neighbouring pages of each table
         // rather than one for nearly every link in it (about 6x the
         // write-ahead log otherwise, docs/benchmarks.md).
-        let codes: Vec<ShortCode> = lock(&self.staged).keys().cloned().collect();
+        let codes: Vec<LinkKey> = lock(&self.staged).keys().cloned().collect();
         let chunks = codes.len().div_ceil(FLUSH_CHUNK);
         if chunks == 0 {
             return Ok(());
@@ -70,26 +70,26 @@ impl Visits {
         let mut order = self.in_row_order(codes).await.into_iter();
         loop {
             let _gate = self.gate.write().await;
-            let chunk: Arc<[(ShortCode, VisitCounts)]> = {
+            let chunk: Arc<[(LinkKey, VisitCounts)]> = {
                 let mut staged = lock(&self.staged);
                 let mut chunk = Vec::with_capacity(FLUSH_CHUNK);
                 // A concurrent flush may have written some codes already.
                 for code in order.by_ref() {
-                    chunk.extend(staged.remove_entry(code.as_str()));
+                    chunk.extend(staged.remove_entry(&code));
                     if chunk.len() == FLUSH_CHUNK {
                         break;
                     }
                 }
                 // And staged some this one did not order: taken as they come.
                 if chunk.len() < FLUSH_CHUNK {
-                    let rest: Vec<ShortCode> = staged
+                    let rest: Vec<LinkKey> = staged
                         .keys()
                         .take(FLUSH_CHUNK - chunk.len())
                         .cloned()
                         .collect();
                     chunk.extend(
                         rest.into_iter()
-                            .filter_map(|code| staged.remove_entry(code.as_str())),
+                            .filter_map(|code| staged.remove_entry(&code)),
                     );
                 }
                 chunk.into()
@@ -120,10 +120,10 @@ impl Visits {
     /// `codes` in the store's row order. Found off the runtime's threads:
     /// a code the store has not seen lately costs it a decryption (about
     /// 7 µs), and a flush of many new links must not stall redirects.
-    async fn in_row_order(&self, codes: Vec<ShortCode>) -> Vec<ShortCode> {
+    async fn in_row_order(&self, codes: Vec<LinkKey>) -> Vec<LinkKey> {
         let store = Arc::clone(&self.store);
         let sorted = tokio::task::spawn_blocking(move || {
-            let mut keyed: Vec<(u64, ShortCode)> = codes
+            let mut keyed: Vec<(u64, LinkKey)> = codes
                 .into_iter()
                 .map(|code| (store.visit_order(&code), code))
                 .collect();

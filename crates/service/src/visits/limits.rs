@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Visit, Visits, lock};
-use crate::domain::ShortCode;
+use crate::domain::LinkKey;
 use crate::store::StoreError;
 
 impl Visits {
@@ -13,7 +13,7 @@ impl Visits {
     /// or `false` once the limit is reached.
     pub async fn take(
         &self,
-        code: &ShortCode,
+        code: &LinkKey,
         max: u64,
         visit: Visit<'_>,
     ) -> Result<bool, StoreError> {
@@ -27,14 +27,14 @@ impl Visits {
 
     /// Whether a limited link has visits left, without taking one (HEAD,
     /// `GET /link/{code}`).
-    pub async fn left(&self, code: &ShortCode, max: u64) -> Result<bool, StoreError> {
+    pub async fn left(&self, code: &LinkKey, max: u64) -> Result<bool, StoreError> {
         Ok(self.limit(code).await?.load(Ordering::Acquire) < max)
     }
 
     /// The counter of a limited link, made on its first redirect from the
     /// stored total and what waits in memory.
-    async fn limit(&self, code: &ShortCode) -> Result<Arc<AtomicU64>, StoreError> {
-        if let Some(c) = lock(&self.limits).get(code.as_str()) {
+    async fn limit(&self, code: &LinkKey) -> Result<Arc<AtomicU64>, StoreError> {
+        if let Some(c) = lock(&self.limits).get(code) {
             return Ok(Arc::clone(c));
         }
         let _gate = self.gate.read().await;

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tokio::sync::RwLock;
 
-use crate::domain::{AgentClass, ShortCode, VisitCounts};
+use crate::domain::{AgentClass, LinkKey, VisitCounts};
 use crate::store::LinkStore;
 
 /// Whether and how often visits are counted.
@@ -102,7 +102,7 @@ type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 /// both under the one lock a redirect takes.
 #[derive(Default)]
 struct Shard {
-    tallies: FastMap<ShortCode, VisitCounts>,
+    tallies: FastMap<LinkKey, VisitCounts>,
     agents: FastMap<Box<[u8]>, AgentClass>,
     /// Visits counted here since start (under the lock already held, so
     /// no atomic operation per redirect).
@@ -113,8 +113,8 @@ pub struct Visits {
     settings: VisitSettings,
     shards: Box<[Mutex<Shard>]>,
     /// Tallies a flush has taken from the shards and not yet written.
-    staged: Mutex<FastMap<ShortCode, VisitCounts>>,
-    limits: Mutex<HashMap<ShortCode, Arc<AtomicU64>>>,
+    staged: Mutex<FastMap<LinkKey, VisitCounts>>,
+    limits: Mutex<HashMap<LinkKey, Arc<AtomicU64>>>,
     gate: RwLock<()>,
     store: Arc<dyn LinkStore>,
     counters: Counters,

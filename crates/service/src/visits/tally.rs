@@ -5,17 +5,17 @@ use tokio::sync::RwLockReadGuard;
 
 use super::{AGENTS_PER_SHARD, Visit, Visits, lock, shard_index};
 use crate::domain::classify::{agent_key, class_of, referrer_host};
-use crate::domain::{AgentClass, ShortCode, Timestamp, VisitCounts};
+use crate::domain::{AgentClass, LinkKey, Timestamp, VisitCounts};
 
 impl Visits {
     /// Counts a redirect of a link without a limit (when counting is on).
-    pub fn record(&self, code: &ShortCode, visit: Visit<'_>) {
+    pub fn record(&self, code: &LinkKey, visit: Visit<'_>) {
         if self.settings.counting {
             self.add(code, visit);
         }
     }
 
-    pub(super) fn add(&self, code: &ShortCode, visit: Visit<'_>) {
+    pub(super) fn add(&self, code: &LinkKey, visit: Visit<'_>) {
         let agent = agent_key(visit.user_agent);
         let host = referrer_host(visit.referer);
         let now = Timestamp::now();
@@ -38,7 +38,7 @@ impl Visits {
                 }
             },
         };
-        match s.tallies.get_mut(code.as_str()) {
+        match s.tallies.get_mut(code) {
             Some(counts) => counts.add(now, class, &host),
             None => {
                 let mut counts = VisitCounts::default();
@@ -50,14 +50,14 @@ impl Visits {
     }
 
     /// What waits in memory for `code`.
-    pub fn pending(&self, code: &ShortCode) -> VisitCounts {
+    pub fn pending(&self, code: &LinkKey) -> VisitCounts {
         let mut out = VisitCounts::default();
         for shard in self.shards.iter() {
-            if let Some(c) = lock(shard).tallies.get(code.as_str()) {
+            if let Some(c) = lock(shard).tallies.get(code) {
                 out.merge(c.clone());
             }
         }
-        if let Some(c) = lock(&self.staged).get(code.as_str()) {
+        if let Some(c) = lock(&self.staged).get(code) {
             out.merge(c.clone());
         }
         out
@@ -70,11 +70,11 @@ impl Visits {
     }
 
     /// Drops what is counted in memory for a deleted link.
-    pub fn forget(&self, code: &ShortCode) {
+    pub fn forget(&self, code: &LinkKey) {
         for shard in self.shards.iter() {
-            lock(shard).tallies.remove(code.as_str());
+            lock(shard).tallies.remove(code);
         }
-        lock(&self.staged).remove(code.as_str());
-        lock(&self.limits).remove(code.as_str());
+        lock(&self.staged).remove(code);
+        lock(&self.limits).remove(code);
     }
 }

@@ -71,8 +71,16 @@ function localInput(t) {
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
 }
 
+// A link's own API path: its code, and its domain unless the default.
+function linkPath(link, rest = "") {
+  const on = link.domain ? `?domain=${encodeURIComponent(link.domain)}` : "";
+  const path = `/api/v1/links/${encodeURIComponent(link.code)}${rest}`;
+  if (!on) return path;
+  return rest.includes("?") ? `${path}&${on.slice(1)}` : `${path}${on}`;
+}
+
 function render(link) {
-  const li = el("li", { "data-code": link.code });
+  const li = el("li", { "data-code": link.code, "data-domain": link.domain || "" });
   fill(li, link);
   return li;
 }
@@ -83,7 +91,8 @@ function fill(li, link) {
     (link.max_visits ? ` of ${link.max_visits}` : "") +
     ` · made ${when(link.created_at)}` +
     (link.expires_at ? ` · expires ${when(link.expires_at)}` : "") +
-    (link.expired ? " · expired" : "");
+    (link.expired ? " · expired" : "") +
+    (link.domain && several ? ` · on ${link.domain}` : "");
   const edit = el("button", { type: "button", class: "secondary", text: "Edit" });
   const visits = el("button", { type: "button", class: "secondary", text: "Visits", "aria-expanded": "false" });
   const del = el("button", { type: "button", class: "secondary", text: "Delete" });
@@ -124,7 +133,7 @@ function showEdit(li, link, panel) {
     body.expires_at = expires.value ? new Date(expires.value).toISOString() : null;
     save.disabled = true;
     try {
-      const updated = await api("PATCH", `/api/v1/links/${encodeURIComponent(link.code)}`, body);
+      const updated = await api("PATCH", linkPath(link), body);
       fill(li, updated);
       status(`Saved ${updated.code}.`);
     } catch (e) {
@@ -146,7 +155,7 @@ function confirmDelete(li, link, actions) {
   yes.addEventListener("click", async () => {
     yes.disabled = true;
     try {
-      await api("DELETE", `/api/v1/links/${encodeURIComponent(link.code)}`);
+      await api("DELETE", linkPath(link));
       li.remove();
       status(`Deleted ${link.code}.`);
     } catch (e) {
@@ -165,7 +174,7 @@ async function toggleVisits(link, panel, button) {
   button.setAttribute("aria-expanded", "true");
   panel.replaceChildren(el("p", { class: "note", text: "Loading visits…" }));
   try {
-    const report = await api("GET", `/api/v1/links/${encodeURIComponent(link.code)}/visits?interval=day`);
+    const report = await api("GET", linkPath(link, "/visits?interval=day"));
     panel.replaceChildren(visitsView(report));
   } catch (e) {
     panel.replaceChildren(el("p", { class: "error", role: "alert", text: e.message }));
@@ -242,6 +251,8 @@ async function load(reset) {
   const params = new URLSearchParams({ limit: String(PAGE) });
   const q = $("q").value.trim();
   if (q) params.set("q", q);
+  const domain = $("domain").value;
+  if (domain) params.set("domain", domain);
   if (cursor) params.set("cursor", cursor);
   status("Loading…");
   try {
@@ -287,7 +298,30 @@ async function useKey(event) {
   await start();
 }
 
+// Whether the server has several domains: then each link names its own,
+// and the list can be filtered by one.
+let several = false;
+
+async function showDomains() {
+  try {
+    const response = await fetch("/api/v1/domains");
+    if (!response.ok) return;
+    const { domains } = await response.json();
+    several = Array.isArray(domains) && domains.length > 1;
+    if (!several) return;
+    const select = $("domain");
+    select.replaceChildren(el("option", { value: "", text: "All domains" }));
+    for (const d of domains) {
+      select.append(el("option", { value: d.default ? "default" : d.host, text: d.host || "default" }));
+    }
+    $("domain-row").hidden = false;
+  } catch {
+    several = false;
+  }
+}
+
 async function start() {
+  await showDomains();
   showKeyError("");
   $("key-form").hidden = true;
   $("manage").hidden = false;
@@ -309,5 +343,6 @@ document.addEventListener("DOMContentLoaded", () => {
     load(true);
   });
   $("more").addEventListener("click", () => load(false));
+  $("domain").addEventListener("change", () => load(true));
   if (key()) start();
 });

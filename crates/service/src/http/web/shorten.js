@@ -1,5 +1,6 @@
-// The shorten page: POST /api/v1/links, then the short URL, a copy button,
-// its QR code, and the links made in this browser (localStorage).
+// The shorten page: POST /api/v1/links (on the domain picked, when the
+// server has several), then the short URL, a copy button, its QR code,
+// and the links made in this browser (localStorage).
 "use strict";
 
 const STORE = "litelink.links";
@@ -17,8 +18,14 @@ function remembered() {
 }
 
 function remember(link) {
-  const list = remembered().filter((l) => l.code !== link.code);
-  list.unshift({ code: link.code, short_url: link.short_url, url: link.url, created_at: link.created_at });
+  const list = remembered().filter((l) => l.code !== link.code || l.domain !== link.domain);
+  list.unshift({
+    code: link.code,
+    domain: link.domain,
+    short_url: link.short_url,
+    url: link.url,
+    created_at: link.created_at,
+  });
   try {
     localStorage.setItem(STORE, JSON.stringify(list.slice(0, KEEP)));
   } catch {
@@ -82,10 +89,12 @@ async function shorten(event) {
   showError("");
   $("go").disabled = true;
   try {
+    const body = { url };
+    if (!$("domain-row").hidden && $("domain").value) body.domain = $("domain").value;
     const response = await fetch("/api/v1/links", {
       method: "POST",
       headers: { "content-type": "application/json" },
-      body: JSON.stringify({ url }),
+      body: JSON.stringify(body),
     });
     if (!response.ok) {
       showError(await errorText(response));
@@ -106,7 +115,8 @@ async function shorten(event) {
 function showResult(link) {
   $("short").value = shortUrl(link);
   $("target").textContent = link.url;
-  $("qr").src = `/${encodeURIComponent(link.code)}/qr.svg`;
+  const on = link.domain ? `?domain=${encodeURIComponent(link.domain)}` : "";
+  $("qr").src = `/${encodeURIComponent(link.code)}/qr.svg${on}`;
   $("copied").textContent = "";
   $("result").hidden = false;
   $("short").focus();
@@ -124,7 +134,30 @@ async function copy() {
   $("copied").textContent = "Copied to the clipboard.";
 }
 
+// The picker, when the server has more than one domain: the default one
+// first and chosen.
+async function showDomains() {
+  try {
+    const response = await fetch("/api/v1/domains");
+    if (!response.ok) return;
+    const { domains } = await response.json();
+    if (!Array.isArray(domains) || domains.length < 2) return;
+    const select = $("domain");
+    for (const d of domains) {
+      const option = document.createElement("option");
+      option.value = d.default ? "default" : d.host;
+      option.textContent = d.host || location.host;
+      option.selected = d.default;
+      select.append(option);
+    }
+    $("domain-row").hidden = false;
+  } catch {
+    // No picker: links go to the default domain.
+  }
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  showDomains();
   $("shorten").addEventListener("submit", shorten);
   $("copy").addEventListener("click", copy);
   showHistory();

@@ -34,7 +34,10 @@ use super::{
     ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, NewLink, Record, StorageFailure,
     StoreError, StoreMetrics, StoreStats,
 };
-use crate::domain::{CodeGenerator, KeyId, Link, Resolved, ShortCode, Timestamp, VisitCounts};
+use crate::domain::{
+    CodeGenerator, Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkKey, Resolved,
+    ShortCode, Timestamp, VisitCounts,
+};
 
 /// The PostgreSQL store's settings; their defaults are the ones below and
 /// nowhere else.
@@ -462,7 +465,7 @@ impl Inner {
 
 #[async_trait]
 impl LinkStore for PostgresStore {
-    async fn get(&self, code: &ShortCode) -> Result<Option<Resolved>, StoreError> {
+    async fn get(&self, code: &LinkKey) -> Result<Option<Resolved>, StoreError> {
         read!(self, Some(code), misses: primary, |c| ops::get(&c, code))
     }
 
@@ -472,11 +475,11 @@ impl LinkStore for PostgresStore {
         result
     }
 
-    async fn link(&self, code: &ShortCode) -> Result<Option<Link>, StoreError> {
+    async fn link(&self, code: &LinkKey) -> Result<Option<Link>, StoreError> {
         read!(self, Some(code), misses: primary, |c| ops::link(&c, code))
     }
 
-    async fn update(&self, code: &ShortCode, patch: LinkPatch) -> Result<Option<Link>, StoreError> {
+    async fn update(&self, code: &LinkKey, patch: LinkPatch) -> Result<Option<Link>, StoreError> {
         with_client!(self, |c| async {
             let updated = ops::update(&c, code, &patch).await?;
             self.inner.positions.after_write(&c, [code]).await;
@@ -484,7 +487,7 @@ impl LinkStore for PostgresStore {
         })
     }
 
-    async fn delete(&self, code: &ShortCode) -> Result<bool, StoreError> {
+    async fn delete(&self, code: &LinkKey) -> Result<bool, StoreError> {
         let deleted = with_client!(self, |c| async {
             let deleted = ops::delete(&c, code).await?;
             self.inner.positions.after_write(&c, [code]).await;
@@ -500,10 +503,7 @@ impl LinkStore for PostgresStore {
         read!(self, None, misses: replica, |c| ops::list(&c, &query))
     }
 
-    async fn record_visits(
-        &self,
-        visits: Arc<[(ShortCode, VisitCounts)]>,
-    ) -> Result<(), StoreError> {
+    async fn record_visits(&self, visits: Arc<[(LinkKey, VisitCounts)]>) -> Result<(), StoreError> {
         // The counts a visit limit is checked against must not be read
         // back from a replica that has not replayed them.
         with_client!(self, |c| async {
@@ -516,7 +516,7 @@ impl LinkStore for PostgresStore {
         })
     }
 
-    async fn visit_counts(&self, code: &ShortCode) -> Result<Option<VisitCounts>, StoreError> {
+    async fn visit_counts(&self, code: &LinkKey) -> Result<Option<VisitCounts>, StoreError> {
         with_client!(self, |c| ops::visit_counts(&mut c, code))
     }
 
@@ -529,8 +529,48 @@ impl LinkStore for PostgresStore {
         name: &str,
         admin: bool,
         hash: [u8; 32],
+        domain: Option<DomainId>,
     ) -> Result<ApiKey, StoreError> {
-        with_client!(self, |c| ops::create_key(&c, name, admin, hash))
+        with_client!(self, |c| ops::create_key(&c, name, admin, hash, domain))
+    }
+
+    async fn domains(&self) -> Result<Vec<Domain>, StoreError> {
+        with_client!(self, |c| ops::domains(&c))
+    }
+
+    async fn add_domain(
+        &self,
+        host: &Host,
+        redirects: DomainRedirects,
+    ) -> Result<Domain, StoreError> {
+        with_client!(self, |c| ops::add_domain(&c, host, redirects.clone()))
+    }
+
+    async fn set_domain(
+        &self,
+        id: DomainId,
+        redirects: DomainRedirects,
+    ) -> Result<Option<Domain>, StoreError> {
+        with_client!(self, |c| ops::set_domain(&c, id, redirects.clone()))
+    }
+
+    async fn remove_domain(
+        &self,
+        id: DomainId,
+        force: bool,
+    ) -> Result<Option<Vec<ShortCode>>, StoreError> {
+        let removed = with_client!(self, |c| async {
+            let removed = ops::remove_domain(&mut c, id, force).await?;
+            if let Some(gone) = &removed {
+                let keys = gone.iter().map(|code| LinkKey::new(id, code.clone()));
+                self.inner.positions.after_write(&c, keys).await;
+            }
+            Ok(removed)
+        })?;
+        if let Some(gone) = &removed {
+            self.inner.writer.live.add(-(gone.len() as i64));
+        }
+        Ok(removed)
     }
 
     async fn revoke_key(&self, name: &str) -> Result<bool, StoreError> {
@@ -580,7 +620,7 @@ impl LinkStore for PostgresStore {
         self.inner.positions.newest()
     }
 
-    fn changed_elsewhere(&self, code: Option<&ShortCode>, position: Option<u64>) {
+    fn changed_elsewhere(&self, code: Option<&LinkKey>, position: Option<u64>) {
         self.inner.positions.heard(code, position);
     }
 

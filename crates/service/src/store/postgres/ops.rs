@@ -8,15 +8,16 @@ use tokio_postgres::Row;
 use super::{is_unique_violation, store_error};
 use crate::domain::visit::{OTHER_HOST, REFERRER_HOSTS_PER_DAY};
 use crate::domain::{
-    CodeGenerator, HourCount, KeyId, Link, Owner, Resolved, ShortCode, TargetUrl, Timestamp,
-    VisitCounts,
+    CodeGenerator, Domain, DomainId, DomainRedirects, Host, HourCount, KeyId, Link, LinkKey, Owner,
+    Resolved, ShortCode, TargetUrl, Timestamp, VisitCounts,
 };
 use crate::store::{ApiKey, ImportRow, LinkPatch, ListPage, ListQuery, Record, StoreError};
 
 const LINK_COLUMNS: &str = "l.code, l.target, l.created_at, l.expires_at, l.owner, k.name, \
-                            l.max_visits, l.visits";
+                            l.max_visits, l.visits, l.domain";
 const LINK_FROM: &str = "links l LEFT JOIN keys k ON k.id = l.owner";
-const KEY_COLUMNS: &str = "id, name, hash, admin, created_at, last_used_at, revoked_at";
+const KEY_COLUMNS: &str = "id, name, hash, admin, created_at, last_used_at, revoked_at, domain";
+const DOMAIN_COLUMNS: &str = "id, host, root_redirect, not_found_redirect, expired_redirect";
 
 /// A count as PostgreSQL's BIGINT.
 fn clamp(n: u64) -> i64 {
@@ -39,6 +40,7 @@ fn link_at(row: &Row, at: usize) -> Link {
         _ => None,
     };
     Link {
+        domain: DomainId(row.get(at + 8)),
         code: ShortCode::from_trusted(row.get(at)),
         target: TargetUrl::from_trusted(row.get(at + 1)),
         created_at: Timestamp::from_millis(row.get(at + 2)),
@@ -61,10 +63,24 @@ fn key(row: &Row) -> Result<ApiKey, StoreError> {
         name: row.get(1),
         hash,
         admin: row.get(3),
+        domain: row.get::<_, Option<i64>>(7).map(DomainId),
         created_at: Timestamp::from_millis(row.get(4)),
         last_used_at: row.get::<_, Option<i64>>(5).map(Timestamp::from_millis),
         revoked_at: row.get::<_, Option<i64>>(6).map(Timestamp::from_millis),
     })
+}
+
+fn domain(row: &Row) -> Domain {
+    let url = |i: usize| row.get::<_, Option<&str>>(i).map(TargetUrl::from_trusted);
+    Domain {
+        id: DomainId(row.get(0)),
+        host: row.get::<_, Option<&str>>(1).map(Host::from_trusted),
+        redirects: DomainRedirects {
+            root: url(2),
+            not_found: url(3),
+            expired: url(4),
+        },
+    }
 }
 
 async fn query_opt(
@@ -111,11 +127,12 @@ pub(super) async fn live_links(c: &Client) -> Result<i64, StoreError> {
     .map_or(0, |r| r.get(0)))
 }
 
-pub(super) async fn get(c: &Client, code: &ShortCode) -> Result<Option<Resolved>, StoreError> {
+pub(super) async fn get(c: &Client, key: &LinkKey) -> Result<Option<Resolved>, StoreError> {
     let row = query_opt(
         c,
-        "SELECT target, expires_at, max_visits FROM links WHERE code = $1 AND deleted_at IS NULL",
-        &[&code.as_str()],
+        "SELECT target, expires_at, max_visits FROM links \
+         WHERE code = $1 AND domain = $2 AND deleted_at IS NULL",
+        &[&key.code.as_str(), &key.domain.0],
     )
     .await?;
     Ok(row.map(|r| Resolved {
@@ -125,18 +142,19 @@ pub(super) async fn get(c: &Client, code: &ShortCode) -> Result<Option<Resolved>
     }))
 }
 
-pub(super) async fn link(c: &Client, code: &ShortCode) -> Result<Option<Link>, StoreError> {
+pub(super) async fn link(c: &Client, key: &LinkKey) -> Result<Option<Link>, StoreError> {
     let sql = format!(
-        "SELECT {LINK_COLUMNS} FROM {LINK_FROM} WHERE l.code = $1 AND l.deleted_at IS NULL"
+        "SELECT {LINK_COLUMNS} FROM {LINK_FROM} \
+         WHERE l.code = $1 AND l.domain = $2 AND l.deleted_at IS NULL"
     );
-    Ok(query_opt(c, &sql, &[&code.as_str()])
+    Ok(query_opt(c, &sql, &[&key.code.as_str(), &key.domain.0])
         .await?
         .map(|r| link_at(&r, 0)))
 }
 
 pub(super) async fn update(
     c: &Client,
-    code: &ShortCode,
+    key: &LinkKey,
     patch: &LinkPatch,
 ) -> Result<Option<Link>, StoreError> {
     let changed = execute(
@@ -144,36 +162,42 @@ pub(super) async fn update(
         "UPDATE links SET target = coalesce($2, target), \
          expires_at = CASE WHEN $3 THEN $4 ELSE expires_at END, \
          max_visits = CASE WHEN $5 THEN $6 ELSE max_visits END \
-         WHERE code = $1 AND deleted_at IS NULL",
+         WHERE code = $1 AND domain = $7 AND deleted_at IS NULL",
         &[
-            &code.as_str(),
+            &key.code.as_str(),
             &patch.target.as_ref().map(|t| t.as_str()),
             &patch.expires_at.is_some(),
             &patch.expires_at.flatten().map(Timestamp::millis),
             &patch.max_visits.is_some(),
             &patch.max_visits.flatten().map(clamp),
+            &key.domain.0,
         ],
     )
     .await?;
     if changed == 0 {
         return Ok(None);
     }
-    link(c, code).await
+    link(c, key).await
 }
 
-pub(super) async fn delete(c: &Client, code: &ShortCode) -> Result<bool, StoreError> {
+pub(super) async fn delete(c: &Client, key: &LinkKey) -> Result<bool, StoreError> {
     // The row stays as a tombstone, without its target, so that the code
     // is never issued again; its visits go with it.
     let row = query_opt(
         c,
         "WITH gone AS (UPDATE links SET deleted_at = $2, target = '', expires_at = NULL, \
-         max_visits = NULL, visits = 0 WHERE code = $1 AND deleted_at IS NULL RETURNING id), \
+         max_visits = NULL, visits = 0 WHERE code = $1 AND domain = $3 AND deleted_at IS NULL \
+         RETURNING id), \
          h AS (DELETE FROM visits_hourly WHERE link IN (SELECT id FROM gone)), \
          r AS (DELETE FROM visits_referrers WHERE link IN (SELECT id FROM gone)), \
          n AS (UPDATE litelink_counts SET live_links = live_links - (SELECT count(*) FROM gone) \
          WHERE shard = pg_backend_pid() % 64) \
          SELECT id FROM gone",
-        &[&code.as_str(), &Timestamp::now().millis()],
+        &[
+            &key.code.as_str(),
+            &Timestamp::now().millis(),
+            &key.domain.0,
+        ],
     )
     .await?;
     Ok(row.is_some())
@@ -188,6 +212,7 @@ pub(super) async fn list(c: &Client, q: &ListQuery) -> Result<ListPage, StoreErr
         " AND ($3::text IS NULL OR strpos(lower(l.target), lower($3)) > 0 \
          OR left(l.code, length($3)) = $3)",
     );
+    sql.push_str(" AND ($5::int8 IS NULL OR l.domain = $5)");
     sql.push_str(" ORDER BY l.id DESC LIMIT $4");
     let stmt = c.prepare_cached(&sql).await.map_err(store_error)?;
     let rows = c
@@ -198,6 +223,7 @@ pub(super) async fn list(c: &Client, q: &ListQuery) -> Result<ListPage, StoreErr
                 &q.owner.map(|o| o.0),
                 &q.q.as_deref(),
                 &(q.limit as i64),
+                &q.domain.map(|d| d.0),
             ],
         )
         .await
@@ -216,25 +242,26 @@ pub(super) async fn list(c: &Client, q: &ListQuery) -> Result<ListPage, StoreErr
 /// if it fails or is dropped half-way).
 pub(super) async fn record_visits(
     c: &mut Client,
-    visits: &[(ShortCode, VisitCounts)],
+    visits: &[(LinkKey, VisitCounts)],
 ) -> Result<(), StoreError> {
     let tx = c.transaction().await.map_err(store_error)?;
-    for (code, counts) in visits {
-        record_one(&tx, code, counts).await?;
+    for (key, counts) in visits {
+        record_one(&tx, key, counts).await?;
     }
     tx.commit().await.map_err(store_error)
 }
 
 async fn record_one(
     c: &impl GenericClient,
-    code: &ShortCode,
+    key: &LinkKey,
     counts: &VisitCounts,
 ) -> Result<(), StoreError> {
     // Only a live link: one deleted since these were counted keeps none.
     let Some(row) = query_opt(
         c,
-        "UPDATE links SET visits = visits + $2 WHERE code = $1 AND deleted_at IS NULL RETURNING id",
-        &[&code.as_str(), &clamp(counts.total())],
+        "UPDATE links SET visits = visits + $2 \
+         WHERE code = $1 AND domain = $3 AND deleted_at IS NULL RETURNING id",
+        &[&key.code.as_str(), &clamp(counts.total()), &key.domain.0],
     )
     .await?
     else {
@@ -295,15 +322,15 @@ async fn record_one(
 
 pub(super) async fn visit_counts(
     c: &mut Client,
-    code: &ShortCode,
+    key: &LinkKey,
 ) -> Result<Option<VisitCounts>, StoreError> {
     // One snapshot for the link and its counts.
     let c = snapshot(c).await?;
     let result = async {
         let Some(row) = query_opt(
             &c,
-            "SELECT id FROM links WHERE code = $1 AND deleted_at IS NULL",
-            &[&code.as_str()],
+            "SELECT id FROM links WHERE code = $1 AND domain = $2 AND deleted_at IS NULL",
+            &[&key.code.as_str(), &key.domain.0],
         )
         .await?
         else {
@@ -374,16 +401,27 @@ pub(super) async fn create_key(
     name: &str,
     admin: bool,
     hash: [u8; 32],
+    domain: Option<DomainId>,
 ) -> Result<ApiKey, StoreError> {
     let now = Timestamp::now();
     let stmt = c
         .prepare_cached(
-            "INSERT INTO keys (name, hash, admin, created_at) VALUES ($1, $2, $3, $4) RETURNING id",
+            "INSERT INTO keys (name, hash, admin, created_at, domain) VALUES ($1, $2, $3, $4, $5) \
+             RETURNING id",
         )
         .await
         .map_err(store_error)?;
     match c
-        .query_one(&stmt, &[&name, &&hash[..], &admin, &now.millis()])
+        .query_one(
+            &stmt,
+            &[
+                &name,
+                &&hash[..],
+                &admin,
+                &now.millis(),
+                &domain.map(|d| d.0),
+            ],
+        )
         .await
     {
         Ok(row) => Ok(ApiKey {
@@ -391,6 +429,7 @@ pub(super) async fn create_key(
             name: name.to_owned(),
             hash,
             admin,
+            domain,
             created_at: now,
             last_used_at: None,
             revoked_at: None,
@@ -398,6 +437,126 @@ pub(super) async fn create_key(
         Err(e) if is_unique_violation(&e) => Err(StoreError::NameTaken(name.to_owned())),
         Err(e) => Err(store_error(e)),
     }
+}
+
+pub(super) async fn domains(c: &Client) -> Result<Vec<Domain>, StoreError> {
+    let stmt = c
+        .prepare_cached(&format!("SELECT {DOMAIN_COLUMNS} FROM domains ORDER BY id"))
+        .await
+        .map_err(store_error)?;
+    Ok(c.query(&stmt, &[])
+        .await
+        .map_err(store_error)?
+        .iter()
+        .map(domain)
+        .collect())
+}
+
+fn redirect_params(r: &DomainRedirects) -> [Option<&str>; 3] {
+    [&r.root, &r.not_found, &r.expired].map(|t| t.as_ref().map(|t| t.as_str()))
+}
+
+pub(super) async fn add_domain(
+    c: &Client,
+    host: &Host,
+    redirects: DomainRedirects,
+) -> Result<Domain, StoreError> {
+    let stmt = c
+        .prepare_cached(
+            "INSERT INTO domains (host, root_redirect, not_found_redirect, expired_redirect) \
+             VALUES ($1, $2, $3, $4) RETURNING id",
+        )
+        .await
+        .map_err(store_error)?;
+    let [root, not_found, expired] = redirect_params(&redirects);
+    match c
+        .query_one(&stmt, &[&host.as_str(), &root, &not_found, &expired])
+        .await
+    {
+        Ok(row) => Ok(Domain {
+            id: DomainId(row.get(0)),
+            host: Some(host.clone()),
+            redirects,
+        }),
+        Err(e) if is_unique_violation(&e) => Err(StoreError::HostTaken(host.to_string())),
+        Err(e) => Err(store_error(e)),
+    }
+}
+
+pub(super) async fn set_domain(
+    c: &Client,
+    id: DomainId,
+    redirects: DomainRedirects,
+) -> Result<Option<Domain>, StoreError> {
+    let [root, not_found, expired] = redirect_params(&redirects);
+    let row = query_opt(
+        c,
+        &format!(
+            "UPDATE domains SET root_redirect = $2, not_found_redirect = $3, \
+             expired_redirect = $4 WHERE id = $1 RETURNING {DOMAIN_COLUMNS}"
+        ),
+        &[&id.0, &root, &not_found, &expired],
+    )
+    .await?;
+    Ok(row.as_ref().map(domain))
+}
+
+/// Removes an added domain in one transaction, its live links made
+/// tombstones (with `force`); `None`: no such domain.
+pub(super) async fn remove_domain(
+    c: &mut Client,
+    id: DomainId,
+    force: bool,
+) -> Result<Option<Vec<ShortCode>>, StoreError> {
+    let tx = c.transaction().await.map_err(store_error)?;
+    let exists = query_opt(
+        &tx,
+        "SELECT 1 FROM domains WHERE id = $1 AND id <> 0 FOR UPDATE",
+        &[&id.0],
+    )
+    .await?;
+    if exists.is_none() {
+        return Ok(None);
+    }
+    let live: i64 = query_opt(
+        &tx,
+        "SELECT count(*) FROM links WHERE domain = $1 AND deleted_at IS NULL",
+        &[&id.0],
+    )
+    .await?
+    .map_or(0, |r| r.get(0));
+    if live > 0 && !force {
+        return Err(StoreError::DomainHasLinks(live as u64));
+    }
+    let now = Timestamp::now().millis();
+    let stmt = tx
+        .prepare_cached(
+            "WITH gone AS (UPDATE links SET deleted_at = $2, target = '', expires_at = NULL, \
+             max_visits = NULL, visits = 0 WHERE domain = $1 AND deleted_at IS NULL \
+             RETURNING id, code), \
+             h AS (DELETE FROM visits_hourly WHERE link IN (SELECT id FROM gone)), \
+             r AS (DELETE FROM visits_referrers WHERE link IN (SELECT id FROM gone)) \
+             SELECT code FROM gone",
+        )
+        .await
+        .map_err(store_error)?;
+    let gone: Vec<ShortCode> = tx
+        .query(&stmt, &[&id.0, &now])
+        .await
+        .map_err(store_error)?
+        .iter()
+        .map(|r| ShortCode::from_trusted(r.get(0)))
+        .collect();
+    count_live(&tx, -(gone.len() as i64)).await?;
+    execute(&tx, "DELETE FROM domains WHERE id = $1", &[&id.0]).await?;
+    execute(
+        &tx,
+        "UPDATE keys SET revoked_at = $2 WHERE domain = $1 AND revoked_at IS NULL",
+        &[&id.0, &now],
+    )
+    .await?;
+    tx.commit().await.map_err(store_error)?;
+    Ok(Some(gone))
 }
 
 pub(super) async fn revoke_key(c: &Client, name: &str) -> Result<bool, StoreError> {
@@ -434,7 +593,8 @@ pub(super) async fn export(
         let stmt = c
             .prepare_cached(
                 "SELECT l.code, l.target, l.created_at, l.expires_at, k.name, l.deleted_at, \
-                 l.max_visits, l.visits FROM links l LEFT JOIN keys k ON k.id = l.owner ORDER BY l.id",
+                 l.max_visits, l.visits, d.host FROM links l LEFT JOIN keys k ON k.id = l.owner \
+                 JOIN domains d ON d.id = l.domain ORDER BY l.id",
             )
             .await
             .map_err(store_error)?;
@@ -448,6 +608,7 @@ pub(super) async fn export(
         while let Some(r) = rows.try_next().await.map_err(store_error)? {
             let deleted_at: Option<i64> = r.get(5);
             let record = Record {
+                domain: r.get(8),
                 code: Some(r.get(0)),
                 url: deleted_at.is_none().then(|| r.get(1)),
                 created_at: Timestamp::from_millis(r.get(2)).to_string(),
@@ -478,8 +639,8 @@ pub(super) async fn import(
     let stmt = tx
         .prepare_cached(
             "INSERT INTO links (code, target, created_at, expires_at, owner, deleted_at, \
-             max_visits, visits) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-             ON CONFLICT (code) DO NOTHING",
+             max_visits, visits, domain) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             ON CONFLICT (code, domain) DO NOTHING",
         )
         .await
         .map_err(store_error)?;
@@ -506,6 +667,7 @@ pub(super) async fn import(
                         &row.deleted_at.map(Timestamp::millis),
                         &row.max_visits.map(clamp),
                         &clamp(row.visits),
+                        &row.domain.0,
                     ],
                 )
                 .await

@@ -20,7 +20,7 @@ use std::time::Duration;
 use deadpool_postgres::{GenericClient, Pool};
 use serde::Serialize;
 
-use crate::domain::ShortCode;
+use crate::domain::LinkKey;
 use crate::observability::logging::Throttle;
 use crate::store::StoreError;
 
@@ -55,7 +55,7 @@ pub(super) struct Positions {
     /// The newest change known (own or announced).
     newest: AtomicU64,
     /// Codes changed at positions the replica may not have replayed yet.
-    recent: Mutex<HashMap<ShortCode, u64>>,
+    recent: Mutex<HashMap<LinkKey, u64>>,
     /// Set while `recent` holds anything: read on every lookup.
     any_recent: AtomicBool,
     /// No read goes to the replica before it has replayed this far.
@@ -90,10 +90,10 @@ impl Positions {
     /// and notes it for `codes`. The write stands whatever happens here: a
     /// position that cannot be read counts as unknown (every read goes to
     /// the primary until the poller has resolved it).
-    pub(super) async fn after_write<'a>(
+    pub(super) async fn after_write<K: std::borrow::Borrow<LinkKey>>(
         &self,
         client: &impl GenericClient,
-        codes: impl IntoIterator<Item = &'a ShortCode>,
+        codes: impl IntoIterator<Item = K>,
     ) {
         if !self.track {
             return;
@@ -103,7 +103,7 @@ impl Positions {
                 self.newest.fetch_max(at, Ordering::AcqRel);
                 if self.replica {
                     for code in codes {
-                        self.note(code, at);
+                        self.note(code.borrow(), at);
                     }
                 }
             }
@@ -118,7 +118,7 @@ impl Positions {
         self.track.then(|| self.newest.load(Ordering::Acquire))
     }
 
-    fn note(&self, code: &ShortCode, at: u64) {
+    fn note(&self, code: &LinkKey, at: u64) {
         self.newest.fetch_max(at, Ordering::AcqRel);
         if !self.replica || self.replayed.load(Ordering::Acquire) >= at {
             return;
@@ -138,7 +138,7 @@ impl Positions {
 
     /// Another instance changed `code` at `at` (`None`: at an unknown
     /// position, which makes every read go to the primary until resolved).
-    pub(super) fn heard(&self, code: Option<&ShortCode>, at: Option<u64>) {
+    pub(super) fn heard(&self, code: Option<&LinkKey>, at: Option<u64>) {
         match (code, at) {
             (Some(code), Some(at)) => self.note(code, at),
             (None, Some(at)) => {
@@ -162,7 +162,7 @@ impl Positions {
     }
 
     /// Whether a read of `code` (or a listing: `None`) may go to the replica.
-    pub(super) fn replica_ok(&self, code: Option<&ShortCode>) -> bool {
+    pub(super) fn replica_ok(&self, code: Option<&LinkKey>) -> bool {
         if !self.replica
             || !self.up.load(Ordering::Acquire)
             || self.deaf.load(Ordering::Acquire)
@@ -279,10 +279,7 @@ impl Replica {
 
     /// A replica connection for a read of `code` (a listing: `None`), or
     /// `None`: read the primary.
-    pub(super) async fn client(
-        &self,
-        code: Option<&ShortCode>,
-    ) -> Option<deadpool_postgres::Client> {
+    pub(super) async fn client(&self, code: Option<&LinkKey>) -> Option<deadpool_postgres::Client> {
         if !self.positions.replica_ok(code) {
             self.counters.primary_reads.fetch_add(1, Ordering::Relaxed);
             return None;
@@ -408,8 +405,8 @@ async fn poll(replica: Pool, primary: Pool, positions: Arc<Positions>) {
 mod tests {
     use super::*;
 
-    fn code(s: &str) -> ShortCode {
-        ShortCode::parse(s).expect("code")
+    fn code(s: &str) -> LinkKey {
+        LinkKey::default_domain(crate::domain::ShortCode::parse(s).expect("code"))
     }
 
     /// A replica that is up and has resolved the start-up floor.

@@ -18,9 +18,9 @@ use crate::domain::{CodeGenerator, Link, ShortCode, Timestamp};
 use crate::store::queue::{MAX_CODE_ATTEMPTS, Reply, WriteCounters, WriteCounts, WriteQueue};
 use crate::store::{NewLink, StoreError};
 
-const INSERT: &str = "INSERT INTO links (code, target, created_at, expires_at, owner, max_visits) \
-     SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::int8[], $6::int8[]) \
-     ON CONFLICT (code) DO NOTHING RETURNING code";
+const INSERT: &str = "INSERT INTO links (code, target, created_at, expires_at, owner, max_visits, \
+     domain) SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::int8[], \
+     $6::int8[], $7::int8[]) ON CONFLICT (code, domain) DO NOTHING RETURNING code, domain";
 
 enum Message {
     Create { new: NewLink, reply: Reply<Link> },
@@ -227,6 +227,7 @@ async fn insert_batch(
         let expires_col = column(&|n| n.expires_at.map(Timestamp::millis));
         let owner_col = column(&|n| n.owner.as_ref().map(|o| o.id.0));
         let max_col = column(&|n| n.max_visits.map(|m| i64::try_from(m).unwrap_or(i64::MAX)));
+        let domain_col: Vec<i64> = chosen.iter().map(|(i, _)| batch[*i].domain.0).collect();
         let stored = tx
             .query(
                 &insert,
@@ -237,27 +238,31 @@ async fn insert_batch(
                     &expires_col,
                     &owner_col,
                     &max_col,
+                    &domain_col,
                 ],
             )
             .await
             .map_err(store_error)?;
         // Several requests of one batch may ask for the same alias: the
         // first gets it.
-        let mut won: HashMap<String, usize> = HashMap::new();
+        let mut won: HashMap<(String, i64), usize> = HashMap::new();
         for row in stored {
-            let code: String = row.get(0);
-            if let Some((i, _)) = chosen
-                .iter()
-                .find(|(i, c)| c.as_str() == code && out[*i].is_none() && !won.contains_key(&code))
-            {
-                won.insert(code, *i);
+            let key: (String, i64) = (row.get(0), row.get(1));
+            if let Some((i, _)) = chosen.iter().find(|(i, c)| {
+                c.as_str() == key.0
+                    && batch[*i].domain.0 == key.1
+                    && out[*i].is_none()
+                    && !won.contains_key(&key)
+            }) {
+                won.insert(key, *i);
             }
         }
         let mut retry = Vec::new();
         for (i, code) in chosen {
             let new = batch[i];
-            if won.get(code.as_str()) == Some(&i) {
+            if won.get(&(code.as_str().to_owned(), new.domain.0)) == Some(&i) {
                 out[i] = Some(Ok(Link {
+                    domain: new.domain,
                     code,
                     target: new.target.clone(),
                     created_at: now,
@@ -284,7 +289,7 @@ async fn insert_batch(
         .after_write(
             &client,
             out.iter().filter_map(|r| match r {
-                Some(Ok(link)) => Some(&link.code),
+                Some(Ok(link)) => Some(link.key()),
                 _ => None,
             }),
         )

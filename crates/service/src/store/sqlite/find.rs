@@ -7,7 +7,7 @@
 
 use rusqlite::{Connection, OptionalExtension, Params, Row};
 
-use crate::domain::{Codebook, ShortCode};
+use crate::domain::{Codebook, LinkKey, ShortCode};
 
 /// Which rows a lookup may find.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,8 +24,10 @@ impl Rows {
     }
 }
 
-/// The two statements that find a row by its code: by the id it decrypts
-/// to (`?1` the id, `?2` the code), and by the named-code index (`?1`).
+/// The two statements that find a row by its code on a domain: by the id
+/// it decrypts to (`?1` the id, `?2` the code, `?3` the domain), and by
+/// the named-code index (`?1` the code, `?2` the domain). A generated code
+/// is on one domain only: on another, the same code can only be an alias.
 pub(super) struct Statements<S> {
     pub by_id: S,
     pub by_name: S,
@@ -36,55 +38,62 @@ pub(super) struct Statements<S> {
 pub(super) fn statements(columns: &str, from: &str, rows: Rows) -> Statements<String> {
     let filter = rows.filter();
     Statements {
-        by_id: format!("SELECT {columns} FROM {from} WHERE l.id = ?1 AND l.code = ?2{filter}"),
-        by_name: format!("SELECT {columns} FROM {from} WHERE l.code = ?1 AND l.named = 1{filter}"),
+        by_id: format!(
+            "SELECT {columns} FROM {from} WHERE l.id = ?1 AND l.code = ?2 AND l.domain = ?3{filter}"
+        ),
+        by_name: format!(
+            "SELECT {columns} FROM {from} WHERE l.code = ?1 AND l.domain = ?2 AND l.named = 1{filter}"
+        ),
     }
 }
 
-/// The first row of `code` that `sql` finds, mapped with `map`.
+/// The first row of `key` that `sql` finds, mapped with `map`.
 pub(super) fn by_code<T, S: AsRef<str>>(
     conn: &Connection,
     book: &Codebook,
-    code: &str,
+    key: &LinkKey,
     sql: &Statements<S>,
     map: impl Fn(&Row<'_>) -> rusqlite::Result<T>,
 ) -> rusqlite::Result<Option<T>> {
-    by_code_with_id(conn, book.id_of(code), code, sql, map)
+    by_code_with_id(conn, book.id_of(key.code.as_str()), key, sql, map)
 }
 
 /// [`by_code`] for a code already decrypted to `id` (`book.id_of(code)`).
 pub(super) fn by_code_with_id<T, S: AsRef<str>>(
     conn: &Connection,
     id: Option<u64>,
-    code: &str,
+    key: &LinkKey,
     sql: &Statements<S>,
     map: impl Fn(&Row<'_>) -> rusqlite::Result<T>,
 ) -> rusqlite::Result<Option<T>> {
+    let (code, domain) = (key.code.as_str(), key.domain.0);
     if let Some(id) = id.and_then(|id| i64::try_from(id).ok()) {
-        let found = query(conn, sql.by_id.as_ref(), (id, code), &map)?;
+        let found = query(conn, sql.by_id.as_ref(), (id, code, domain), &map)?;
         if found.is_some() {
             return Ok(found);
         }
     }
-    query(conn, sql.by_name.as_ref(), [code], &map)
+    query(conn, sql.by_name.as_ref(), (code, domain), &map)
 }
 
-/// The row id of `code`.
+/// The row id of `key`.
 pub(super) fn id(
     conn: &Connection,
     book: &Codebook,
-    code: &str,
+    key: &LinkKey,
     rows: Rows,
 ) -> rusqlite::Result<Option<i64>> {
     let sql = match rows {
         Rows::Live => &ID_LIVE,
     };
-    by_code(conn, book, code, sql, |r| r.get(0))
+    by_code(conn, book, key, sql, |r| r.get(0))
 }
 
 pub(super) const ID_LIVE: Statements<&str> = Statements {
-    by_id: "SELECT l.id FROM links l WHERE l.id = ?1 AND l.code = ?2 AND l.deleted_at IS NULL",
-    by_name: "SELECT l.id FROM links l WHERE l.code = ?1 AND l.named = 1 AND l.deleted_at IS NULL",
+    by_id: "SELECT l.id FROM links l WHERE l.id = ?1 AND l.code = ?2 AND l.domain = ?3 \
+            AND l.deleted_at IS NULL",
+    by_name: "SELECT l.id FROM links l WHERE l.code = ?1 AND l.domain = ?2 AND l.named = 1 \
+              AND l.deleted_at IS NULL",
 };
 
 fn query<T>(
@@ -104,18 +113,19 @@ pub(super) fn next_id(conn: &Connection) -> rusqlite::Result<i64> {
         .query_row([], |r| r.get(0))
 }
 
-/// Whether a generated row (live or a tombstone) has `code`: a named code
-/// must not take it.
+/// Whether a generated row (live or a tombstone) on `key`'s domain has
+/// its code: a named code there must not take it.
 pub(super) fn generated_taken(
     conn: &Connection,
     book: &Codebook,
-    code: &str,
+    key: &LinkKey,
 ) -> rusqlite::Result<bool> {
+    let code = key.code.as_str();
     let Some(id) = book.id_of(code).and_then(|id| i64::try_from(id).ok()) else {
         return Ok(false);
     };
-    conn.prepare_cached("SELECT 1 FROM links WHERE id = ?1 AND code = ?2")?
-        .query_row((id, code), |_| Ok(()))
+    conn.prepare_cached("SELECT 1 FROM links WHERE id = ?1 AND code = ?2 AND domain = ?3")?
+        .query_row((id, code, key.domain.0), |_| Ok(()))
         .optional()
         .map(|found| found.is_some())
 }
@@ -126,21 +136,23 @@ pub(super) fn generated_id_taken(
     conn: &Connection,
     id: Option<u64>,
     next_id: i64,
-    code: &str,
+    key: &LinkKey,
 ) -> rusqlite::Result<bool> {
+    let code = key.code.as_str();
     let Some(id) = id
         .and_then(|id| i64::try_from(id).ok())
         .filter(|&id| id < next_id)
     else {
         return Ok(false);
     };
-    conn.prepare_cached("SELECT 1 FROM links WHERE id = ?1 AND code = ?2")?
-        .query_row((id, code), |_| Ok(()))
+    conn.prepare_cached("SELECT 1 FROM links WHERE id = ?1 AND code = ?2 AND domain = ?3")?
+        .query_row((id, code, key.domain.0), |_| Ok(()))
         .optional()
         .map(|found| found.is_some())
 }
 
-/// Whether a named row (live or a tombstone) has `code`.
+/// Whether a named row (live or a tombstone) on any domain has `code`: a
+/// generated code never takes one, so that it is one domain's alone.
 pub(super) fn named_taken(conn: &Connection, code: &str) -> rusqlite::Result<bool> {
     conn.prepare_cached("SELECT 1 FROM links WHERE code = ?1 AND named = 1")?
         .query_row([code], |_| Ok(()))

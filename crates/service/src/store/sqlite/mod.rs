@@ -49,7 +49,8 @@ use super::{
     StoreError, StoreMetrics, StoreStats,
 };
 use crate::domain::{
-    CodeGenerator, Codebook, KeyId, Link, Resolved, ShortCode, Timestamp, VisitCounts,
+    CodeGenerator, Codebook, Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkKey,
+    Resolved, ShortCode, Timestamp, VisitCounts,
 };
 use rusqlite::Connection;
 
@@ -556,13 +557,13 @@ fn unexpected(done: Done) -> StoreError {
 
 #[async_trait]
 impl LinkStore for SqliteStore {
-    async fn get(&self, code: &ShortCode) -> Result<Option<Resolved>, StoreError> {
+    async fn get(&self, key: &LinkKey) -> Result<Option<Resolved>, StoreError> {
         match self.inner.settings.read_on {
             // No closure, no clone: the lookup runs right here.
-            ReadOn::Worker => Ok(self.inner.readers.get(code)?),
+            ReadOn::Worker => Ok(self.inner.readers.get(key)?),
             ReadOn::Blocking => {
-                let code = code.clone();
-                self.read(move |r| r.get(&code)).await
+                let key = key.clone();
+                self.read(move |r| r.get(&key)).await
             }
         }
     }
@@ -571,14 +572,14 @@ impl LinkStore for SqliteStore {
         self.inner.writer.create(new).await
     }
 
-    async fn link(&self, code: &ShortCode) -> Result<Option<Link>, StoreError> {
-        let code = code.clone();
-        self.read(move |r| r.link(&code)).await
+    async fn link(&self, key: &LinkKey) -> Result<Option<Link>, StoreError> {
+        let key = key.clone();
+        self.read(move |r| r.link(&key)).await
     }
 
-    async fn update(&self, code: &ShortCode, patch: LinkPatch) -> Result<Option<Link>, StoreError> {
+    async fn update(&self, key: &LinkKey, patch: LinkPatch) -> Result<Option<Link>, StoreError> {
         let op = Op::Update {
-            code: code.clone(),
+            key: key.clone(),
             patch,
         };
         match self.inner.writer.apply(op).await? {
@@ -587,11 +588,11 @@ impl LinkStore for SqliteStore {
         }
     }
 
-    async fn delete(&self, code: &ShortCode) -> Result<bool, StoreError> {
+    async fn delete(&self, key: &LinkKey) -> Result<bool, StoreError> {
         match self
             .inner
             .writer
-            .apply(Op::Delete { code: code.clone() })
+            .apply(Op::Delete { key: key.clone() })
             .await?
         {
             Done::Found(found) => Ok(found),
@@ -605,14 +606,11 @@ impl LinkStore for SqliteStore {
 
     /// The row id a generated code decrypts to (remembered: the writer
     /// then finds it decrypted), named codes last.
-    fn visit_order(&self, code: &ShortCode) -> u64 {
-        self.inner.book.id_of_recent(code).unwrap_or(u64::MAX)
+    fn visit_order(&self, key: &LinkKey) -> u64 {
+        self.inner.book.id_of_recent(&key.code).unwrap_or(u64::MAX)
     }
 
-    async fn record_visits(
-        &self,
-        visits: Arc<[(ShortCode, VisitCounts)]>,
-    ) -> Result<(), StoreError> {
+    async fn record_visits(&self, visits: Arc<[(LinkKey, VisitCounts)]>) -> Result<(), StoreError> {
         self.inner
             .writer
             .apply(Op::RecordVisits(visits))
@@ -620,9 +618,9 @@ impl LinkStore for SqliteStore {
             .map(|_| ())
     }
 
-    async fn visit_counts(&self, code: &ShortCode) -> Result<Option<VisitCounts>, StoreError> {
-        let code = code.clone();
-        self.read(move |r| r.visit_counts(&code)).await
+    async fn visit_counts(&self, key: &LinkKey) -> Result<Option<VisitCounts>, StoreError> {
+        let key = key.clone();
+        self.read(move |r| r.visit_counts(&key)).await
     }
 
     async fn keys(&self) -> Result<Vec<ApiKey>, StoreError> {
@@ -634,14 +632,68 @@ impl LinkStore for SqliteStore {
         name: &str,
         admin: bool,
         hash: [u8; 32],
+        domain: Option<DomainId>,
     ) -> Result<ApiKey, StoreError> {
         let op = Op::CreateKey {
             name: name.to_owned(),
             admin,
             hash,
+            domain,
         };
         match self.inner.writer.apply(op).await? {
             Done::Key(key) => Ok(key),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn domains(&self) -> Result<Vec<Domain>, StoreError> {
+        self.read(|r| r.domains()).await
+    }
+
+    async fn add_domain(
+        &self,
+        host: &Host,
+        redirects: DomainRedirects,
+    ) -> Result<Domain, StoreError> {
+        match self
+            .inner
+            .writer
+            .apply(Op::AddDomain(host.clone(), redirects))
+            .await?
+        {
+            Done::Domain(Some(domain)) => Ok(domain),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn set_domain(
+        &self,
+        id: DomainId,
+        redirects: DomainRedirects,
+    ) -> Result<Option<Domain>, StoreError> {
+        match self
+            .inner
+            .writer
+            .apply(Op::SetDomain(id, redirects))
+            .await?
+        {
+            Done::Domain(domain) => Ok(domain),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn remove_domain(
+        &self,
+        id: DomainId,
+        force: bool,
+    ) -> Result<Option<Vec<ShortCode>>, StoreError> {
+        match self
+            .inner
+            .writer
+            .apply(Op::RemoveDomain { id, force })
+            .await?
+        {
+            Done::Removed(removed) => Ok(removed),
             other => Err(unexpected(other)),
         }
     }
@@ -782,7 +834,7 @@ mod tests {
             .create(url(1))
             .await
             .expect("create before the failure")
-            .code;
+            .key();
 
         failures.store(1, std::sync::atomic::Ordering::Relaxed);
         let failed = store.create(url(2)).await;
@@ -830,7 +882,7 @@ mod tests {
         let target = |s: &str| TargetUrl::parse(s).expect("url");
         let create = |new: NewLink| {
             let store = &store;
-            async move { store.create(new).await.expect("create").code }
+            async move { store.create(new).await.expect("create").key() }
         };
         let short = create(url(1)).await;
         let limited = create(NewLink {
@@ -846,8 +898,32 @@ mod tests {
             ..url(4)
         })
         .await;
-        let nobody = ShortCode::parse("ZZZZZZZZZZ").expect("code");
-        let codes = [&short, &limited, &long, &alias, &nobody];
+        let nobody = LinkKey::default_domain(ShortCode::parse("ZZZZZZZZZZ").expect("code"));
+        // On another domain: a generated link, an alias with the code of
+        // `short`, and `limited`'s code, which is no link there.
+        let elsewhere = DomainId(2);
+        let other_generated = create(NewLink {
+            domain: elsewhere,
+            ..url(5)
+        })
+        .await;
+        let same_code = create(NewLink {
+            domain: elsewhere,
+            code: Some(short.code.clone()),
+            ..url(6)
+        })
+        .await;
+        let not_there = LinkKey::new(elsewhere, limited.code.clone());
+        let codes = [
+            &short,
+            &limited,
+            &long,
+            &alias,
+            &nobody,
+            &other_generated,
+            &same_code,
+            &not_there,
+        ];
         let check = |store: &SqliteStore, when: &str| {
             let table = store.inner.readers.of_the_table();
             for code in codes {
@@ -874,9 +950,10 @@ mod tests {
         check(&store, "created");
         let before = hits(&store);
         check(&store, "again");
-        // `short` and `limited` twice each (get, link): the long target and
-        // the alias are read from the table.
-        assert_eq!(hits(&store) - before, 4);
+        // `short`, `limited` and `other_generated` twice each (get, link):
+        // the long target and the aliases are read from the table, and a
+        // slot says nothing of a code on a domain that is not its row's.
+        assert_eq!(hits(&store) - before, 6);
 
         let patch = |t: Option<&str>, max: Option<Option<u64>>| LinkPatch {
             target: t.map(target),
@@ -908,7 +985,7 @@ mod tests {
         for _ in 0..5 {
             counts.add(Timestamp::now(), AgentClass::Browser, "");
         }
-        let visits: Arc<[(ShortCode, VisitCounts)]> =
+        let visits: Arc<[(LinkKey, VisitCounts)]> =
             vec![(short.clone(), counts.clone()), (limited.clone(), counts)].into();
         store.record_visits(visits).await.expect("visits");
         check(&store, "visited");
@@ -932,7 +1009,7 @@ mod tests {
         other
             .execute(
                 "UPDATE links SET target = 'https://example.com/by-sqlite3' WHERE code = ?1",
-                [limited.as_str()],
+                [limited.code.as_str()],
             )
             .expect("update");
         drop(other);
@@ -961,9 +1038,10 @@ mod tests {
         .await;
         let before = hits(&store);
         check(&store, "reopened and built");
-        // Twice each: `limited`, `long` (its target is short now) and the
-        // deleted `short`, whose slot says it is gone.
-        assert_eq!(hits(&store) - before, 6);
+        // Twice each: `limited`, `long` (its target is short now), the
+        // deleted `short`, whose slot says it is gone, and the generated
+        // link on the other domain.
+        assert_eq!(hits(&store) - before, 8);
         store.close().await;
     }
 
@@ -1033,7 +1111,7 @@ mod tests {
             .expect("answered after the sync")
             .expect("task")
             .expect("created")
-            .code;
+            .key();
         assert_eq!(store.sqlite_stats().writer.syncs.syncs, 1);
         assert!(store.get(&code).await.expect("read").is_some());
         store.close().await;
@@ -1074,7 +1152,7 @@ mod tests {
         );
         // Only that create failed: the next is stored, and the count of
         // links is right.
-        let fourth = store.create(url(4)).await.expect("after exhaustion").code;
+        let fourth = store.create(url(4)).await.expect("after exhaustion").key();
         let stats = store.sqlite_stats();
         assert_eq!(stats.links, 3);
         assert_eq!(stats.writer.writes.failed_batches, 0);
@@ -1106,10 +1184,11 @@ mod tests {
     async fn imported_codes_never_take_a_generated_one() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = open(dir.path());
-        let first = store.create(url(1)).await.expect("create").code;
+        let first = store.create(url(1)).await.expect("create").key();
         let book = book(dir.path());
         let row = |line: u64, code: Option<ShortCode>| ImportRow {
             line,
+            domain: DomainId::DEFAULT,
             code,
             target: Some(url(line as u32).target),
             created_at: Timestamp::now(),
@@ -1126,7 +1205,7 @@ mod tests {
             .import(vec![
                 row(2, None),
                 row(3, book.code_of(2)),
-                row(4, Some(first.clone())),
+                row(4, Some(first.code.clone())),
                 row(5, book.code_of(5)),
             ])
             .await
@@ -1135,7 +1214,7 @@ mod tests {
         // Later creates skip the code the import named.
         let mut made = Vec::new();
         for i in 0..3 {
-            made.push(store.create(url(10 + i)).await.expect("create").code);
+            made.push(store.create(url(10 + i)).await.expect("create").key());
         }
         store.close().await;
         let rows = rows(dir.path());
@@ -1154,7 +1233,7 @@ mod tests {
         let store = open(dir.path());
         let mut codes = Vec::new();
         for i in 0..5 {
-            codes.push(store.create(url(i)).await.expect("create").code);
+            codes.push(store.create(url(i)).await.expect("create").key());
         }
         for (i, code) in codes.iter().enumerate() {
             let found = store.get(code).await.expect("read").expect("found");
@@ -1167,8 +1246,8 @@ mod tests {
         for (i, (id, code, named, _)) in rows.into_iter().enumerate() {
             assert_eq!(id, i as i64 + 1, "ids ascend: creates append");
             assert!(!named);
-            assert_eq!(code, codes[i].as_str());
-            assert_eq!(book.code_of(id as u64).as_ref(), Some(&codes[i]));
+            assert_eq!(code, codes[i].code.as_str());
+            assert_eq!(book.code_of(id as u64).as_ref(), Some(&codes[i].code));
         }
     }
 
@@ -1176,7 +1255,7 @@ mod tests {
     async fn aliases_and_generated_codes_never_share_a_code_and_ids_never_come_back() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = open(dir.path());
-        let first = store.create(url(1)).await.expect("create").code;
+        let first = store.create(url(1)).await.expect("create").key();
         let book = book(dir.path());
         // An alias that is the code of the row id after it (the alias
         // takes id 2): id 3 is skipped, and both links keep their own code.
@@ -1186,17 +1265,22 @@ mod tests {
             ..url(2)
         };
         assert_eq!(store.create(alias).await.expect("alias").code, next);
-        let third = store.create(url(3)).await.expect("create").code;
+        let next = LinkKey::default_domain(next);
+        let third = store.create(url(3)).await.expect("create").key();
         assert_ne!(third, next);
-        assert_eq!(book.code_of(4).as_ref(), Some(&third), "id 3 is skipped");
+        assert_eq!(
+            book.code_of(4).as_ref(),
+            Some(&third.code),
+            "id 3 is skipped"
+        );
         assert_eq!(store.sqlite_stats().writer.writes.code_collisions, 1);
         for (code, i) in [(&first, 1), (&next, 2), (&third, 3)] {
             let found = store.get(code).await.expect("read").expect("found");
             assert_eq!(found.target, url(i).target, "{code}");
         }
         // A generated code cannot be taken as an alias, live or deleted.
-        let taken = |code: &ShortCode| NewLink {
-            code: Some(code.clone()),
+        let taken = |key: &LinkKey| NewLink {
+            code: Some(key.code.clone()),
             ..url(9)
         };
         assert!(matches!(
@@ -1212,8 +1296,8 @@ mod tests {
         store.close().await;
         // After a restart the ids go on from the highest ever stored.
         let store = open(dir.path());
-        let fifth = store.create(url(5)).await.expect("create").code;
-        assert_eq!(book.code_of(5).as_ref(), Some(&fifth));
+        let fifth = store.create(url(5)).await.expect("create").key();
+        assert_eq!(book.code_of(5).as_ref(), Some(&fifth.code));
         assert_eq!(store.sqlite_stats().links, 3);
         store.close().await;
     }
@@ -1235,7 +1319,7 @@ mod tests {
         }
         let store = open(dir.path());
         assert_eq!(store.sqlite_stats().links, 2, "the live count of meta");
-        let code = |s: &str| ShortCode::parse(s).expect("code");
+        let code = |s: &str| LinkKey::default_domain(ShortCode::parse(s).expect("code"));
         let legacy = store.link(&code("Legacy0001")).await.expect("read");
         assert_eq!(legacy.map(|l| l.visits), Some(7));
         assert!(store.get(&code("my-alias")).await.expect("read").is_some());
@@ -1249,7 +1333,7 @@ mod tests {
         // Old codes, live or deleted, stay taken; new creates get ids.
         for old in ["Legacy0001", "Legacy0002", "my-alias"] {
             let again = NewLink {
-                code: Some(code(old)),
+                code: Some(code(old).code),
                 ..url(4)
             };
             assert!(matches!(
@@ -1257,12 +1341,12 @@ mod tests {
                 Err(StoreError::CodeTaken(_))
             ));
         }
-        let fresh = store.create(url(5)).await.expect("create").code;
+        let fresh = store.create(url(5)).await.expect("create").key();
         store.close().await;
         let rows = rows(dir.path());
         assert_eq!(rows.len(), 4);
         assert!(rows[..3].iter().all(|r| r.2), "old rows are named");
         assert_eq!((rows[3].0, rows[3].2), (4, false));
-        assert_eq!(book(dir.path()).code_of(4), Some(fresh));
+        assert_eq!(book(dir.path()).code_of(4), Some(fresh.code));
     }
 }

@@ -8,22 +8,32 @@ use super::is_unique_violation;
 use super::replies::Done;
 use super::rows;
 use crate::domain::visit::{OTHER_HOST, REFERRER_HOSTS_PER_DAY};
-use crate::domain::{Codebook, KeyId, ShortCode, Timestamp, VisitCounts};
+use crate::domain::{
+    Codebook, Domain, DomainId, DomainRedirects, Host, KeyId, LinkKey, ShortCode, Timestamp,
+    VisitCounts,
+};
 use crate::store::{ImportRow, LinkPatch, StoreError};
 
 #[derive(Debug)]
 pub(super) enum Op {
     Update {
-        code: ShortCode,
+        key: LinkKey,
         patch: LinkPatch,
     },
     Delete {
-        code: ShortCode,
+        key: LinkKey,
     },
     CreateKey {
         name: String,
         admin: bool,
         hash: [u8; 32],
+        domain: Option<DomainId>,
+    },
+    AddDomain(Host, DomainRedirects),
+    SetDomain(DomainId, DomainRedirects),
+    RemoveDomain {
+        id: DomainId,
+        force: bool,
     },
     RevokeKey {
         name: String,
@@ -31,7 +41,7 @@ pub(super) enum Op {
     TouchKeys(Vec<(KeyId, Timestamp)>),
     /// Rows, and for each the row id its code would be generated for.
     Import(Vec<ImportRow>, Vec<Option<u64>>),
-    RecordVisits(std::sync::Arc<[(ShortCode, VisitCounts)]>),
+    RecordVisits(std::sync::Arc<[(LinkKey, VisitCounts)]>),
 }
 
 impl Op {
@@ -106,9 +116,17 @@ fn applied(done: Done) -> Applied {
 fn run(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError> {
     let now = Timestamp::now();
     match op {
-        Op::Update { code, patch } => update(conn, book, code, patch),
-        Op::Delete { code } => delete(conn, book, code, now),
-        Op::CreateKey { name, admin, hash } => create_key(conn, name, admin, hash, now),
+        Op::Update { key, patch } => update(conn, book, key, patch),
+        Op::Delete { key } => delete(conn, book, key, now),
+        Op::CreateKey {
+            name,
+            admin,
+            hash,
+            domain,
+        } => create_key(conn, name, admin, hash, domain, now),
+        Op::AddDomain(host, redirects) => add_domain(conn, host, redirects),
+        Op::SetDomain(id, redirects) => set_domain(conn, id, redirects),
+        Op::RemoveDomain { id, force } => remove_domain(conn, id, force, now),
         Op::RevokeKey { name } => revoke_key(conn, name, now),
         Op::TouchKeys(used) => touch_keys(conn, used),
         Op::Import(rows, generated) => import(conn, book, rows, generated),
@@ -119,10 +137,10 @@ fn run(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError
 fn update(
     conn: &Connection,
     book: &Codebook,
-    code: ShortCode,
+    key: LinkKey,
     patch: LinkPatch,
 ) -> Result<Applied, StoreError> {
-    let Some(id) = find::id(conn, book, code.as_str(), Rows::Live)? else {
+    let Some(id) = find::id(conn, book, &key, Rows::Live)? else {
         return Ok(applied(Done::MaybeLink(None)));
     };
     let changed = conn
@@ -160,14 +178,23 @@ fn update(
 fn delete(
     conn: &Connection,
     book: &Codebook,
-    code: ShortCode,
+    key: LinkKey,
     now: Timestamp,
 ) -> Result<Applied, StoreError> {
-    // The row stays as a tombstone, without its target, so that the
-    // code is never issued again; its visits go with it.
-    let Some(id) = find::id(conn, book, code.as_str(), Rows::Live)? else {
+    let Some(id) = find::id(conn, book, &key, Rows::Live)? else {
         return Ok(applied(Done::Found(false)));
     };
+    let deleted = tombstone(conn, id, now)?;
+    Ok(Applied {
+        done: Done::Found(deleted),
+        links_added: -i64::from(deleted),
+        changed: Changed::Rows(vec![id]),
+    })
+}
+
+/// Makes row `id` a tombstone: it stays, without its target, so that its
+/// code is never issued again; its visits go with it.
+fn tombstone(conn: &Connection, id: i64, now: Timestamp) -> rusqlite::Result<bool> {
     let deleted = conn
         .prepare_cached(
             "UPDATE links SET deleted_at = ?2, target = '', expires_at = NULL, \
@@ -178,11 +205,7 @@ fn delete(
         conn.prepare_cached(&format!("DELETE FROM {table} WHERE link = ?1"))?
             .execute([id])?;
     }
-    Ok(Applied {
-        done: Done::Found(deleted > 0),
-        links_added: -(deleted as i64),
-        changed: Changed::Rows(vec![id]),
-    })
+    Ok(deleted > 0)
 }
 
 fn create_key(
@@ -190,16 +213,24 @@ fn create_key(
     name: String,
     admin: bool,
     hash: [u8; 32],
+    domain: Option<DomainId>,
     now: Timestamp,
 ) -> Result<Applied, StoreError> {
     let inserted = conn
         .prepare_cached(
-            "INSERT INTO keys (name, hash, admin, created_at) VALUES (?1, ?2, ?3, ?4) \
-             RETURNING id",
+            "INSERT INTO keys (name, hash, admin, created_at, domain) \
+             VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id",
         )?
-        .query_row((name.as_str(), &hash[..], admin, now.millis()), |r| {
-            r.get::<_, i64>(0)
-        });
+        .query_row(
+            (
+                name.as_str(),
+                &hash[..],
+                admin,
+                now.millis(),
+                domain.map(|d| d.0),
+            ),
+            |r| r.get::<_, i64>(0),
+        );
     let id = match inserted {
         Ok(id) => id,
         Err(e) if is_unique_violation(&e) => return Err(StoreError::NameTaken(name)),
@@ -210,10 +241,110 @@ fn create_key(
         name,
         hash,
         admin,
+        domain,
         created_at: now,
         last_used_at: None,
         revoked_at: None,
     })))
+}
+
+fn add_domain(
+    conn: &Connection,
+    host: Host,
+    redirects: DomainRedirects,
+) -> Result<Applied, StoreError> {
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO domains (host, root_redirect, not_found_redirect, expired_redirect) \
+             VALUES (?1, ?2, ?3, ?4) RETURNING id",
+        )?
+        .query_row(
+            (
+                host.as_str(),
+                redirects.root.as_ref().map(|t| t.as_str()),
+                redirects.not_found.as_ref().map(|t| t.as_str()),
+                redirects.expired.as_ref().map(|t| t.as_str()),
+            ),
+            |r| r.get::<_, i64>(0),
+        );
+    let id = match inserted {
+        Ok(id) => id,
+        Err(e) if is_unique_violation(&e) => return Err(StoreError::HostTaken(host.to_string())),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(applied(Done::Domain(Some(Domain {
+        id: DomainId(id),
+        host: Some(host),
+        redirects,
+    }))))
+}
+
+fn set_domain(
+    conn: &Connection,
+    id: DomainId,
+    redirects: DomainRedirects,
+) -> Result<Applied, StoreError> {
+    conn.prepare_cached(
+        "UPDATE domains SET root_redirect = ?2, not_found_redirect = ?3, expired_redirect = ?4 \
+         WHERE id = ?1",
+    )?
+    .execute((
+        id.0,
+        redirects.root.as_ref().map(|t| t.as_str()),
+        redirects.not_found.as_ref().map(|t| t.as_str()),
+        redirects.expired.as_ref().map(|t| t.as_str()),
+    ))?;
+    let domain = conn
+        .prepare_cached(&format!(
+            "SELECT {} FROM domains WHERE id = ?1",
+            rows::DOMAIN_COLUMNS
+        ))?
+        .query_row([id.0], rows::domain)
+        .optional()?;
+    Ok(applied(Done::Domain(domain)))
+}
+
+fn remove_domain(
+    conn: &Connection,
+    id: DomainId,
+    force: bool,
+    now: Timestamp,
+) -> Result<Applied, StoreError> {
+    let exists = conn
+        .prepare_cached("SELECT 1 FROM domains WHERE id = ?1 AND id <> 0")?
+        .query_row([id.0], |_| Ok(()))
+        .optional()?
+        .is_some();
+    if !exists {
+        return Ok(applied(Done::Removed(None)));
+    }
+    let live: Vec<(i64, String)> = conn
+        .prepare_cached("SELECT id, code FROM links WHERE domain = ?1 AND deleted_at IS NULL")?
+        .query_map([id.0], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    if !live.is_empty() && !force {
+        return Err(StoreError::DomainHasLinks(live.len() as u64));
+    }
+    for (link, _) in &live {
+        tombstone(conn, *link, now)?;
+    }
+    conn.prepare_cached("DELETE FROM domains WHERE id = ?1")?
+        .execute([id.0])?;
+    // Keys limited to it can do nothing any more.
+    conn.prepare_cached(
+        "UPDATE keys SET revoked_at = ?2 WHERE domain = ?1 AND revoked_at IS NULL",
+    )?
+    .execute((id.0, now.millis()))?;
+    let n = live.len() as i64;
+    let (ids, codes) = live
+        .into_iter()
+        .map(|(id, code)| (id, ShortCode::from_trusted(&code)))
+        .unzip();
+    Ok(Applied {
+        done: Done::Removed(Some(codes)),
+        links_added: -n,
+        changed: Changed::Rows(ids),
+    })
 }
 
 fn revoke_key(conn: &Connection, name: String, now: Timestamp) -> Result<Applied, StoreError> {
@@ -241,7 +372,7 @@ fn import(
 ) -> Result<Applied, StoreError> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO links (id, code, target, created_at, expires_at, owner, deleted_at, \
-         max_visits, visits, named) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+         max_visits, visits, named, domain) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     )?;
     let mut next_id = find::next_id(conn)?;
     let mut collisions = 0;
@@ -252,7 +383,14 @@ fn import(
         // A row keeps its code as a named one, unless a generated
         // row has it; a row without one gets the next generated.
         let (id, code, named) = match row.code {
-            Some(code) if find::generated_id_taken(conn, generated_id, next_id, code.as_str())? => {
+            Some(code)
+                if find::generated_id_taken(
+                    conn,
+                    generated_id,
+                    next_id,
+                    &LinkKey::new(row.domain, code.clone()),
+                )? =>
+            {
                 skipped.push(row.line);
                 continue;
             }
@@ -282,6 +420,7 @@ fn import(
             row.max_visits.map(clamp),
             clamp(row.visits),
             named,
+            row.domain.0,
         ));
         match inserted {
             Ok(_) => {
@@ -303,12 +442,12 @@ fn import(
 fn record_visits(
     conn: &Connection,
     book: &Codebook,
-    visits: std::sync::Arc<[(ShortCode, VisitCounts)]>,
+    visits: std::sync::Arc<[(LinkKey, VisitCounts)]>,
 ) -> Result<Applied, StoreError> {
     let mut added = Vec::with_capacity(visits.len());
     let mut statements = VisitStatements::prepare(conn)?;
-    for (code, counts) in visits.iter() {
-        added.extend(statements.record(book, code, counts)?);
+    for (key, counts) in visits.iter() {
+        added.extend(statements.record(book, key, counts)?);
     }
     Ok(Applied {
         changed: Changed::Visits(added),
@@ -361,12 +500,12 @@ impl<'c> VisitStatements<'c> {
     fn record(
         &mut self,
         book: &Codebook,
-        code: &ShortCode,
+        key: &LinkKey,
         counts: &VisitCounts,
     ) -> Result<Option<(i64, i64)>, StoreError> {
         let total = clamp(counts.total());
         // Only a live link: one deleted since these were counted keeps none.
-        let Some(id) = self.live_id(book, code)? else {
+        let Some(id) = self.live_id(book, key)? else {
             return Ok(None);
         };
         self.add_total.execute((id, total))?;
@@ -396,21 +535,22 @@ impl<'c> VisitStatements<'c> {
     /// The id of `code`'s live row, found as [`find::id`] finds it (by the
     /// id the code decrypts to, else by name), with the decryption
     /// remembered from earlier flushes.
-    fn live_id(&mut self, book: &Codebook, code: &ShortCode) -> rusqlite::Result<Option<i64>> {
+    fn live_id(&mut self, book: &Codebook, key: &LinkKey) -> rusqlite::Result<Option<i64>> {
+        let (code, domain) = (key.code.as_str(), key.domain.0);
         if let Some(id) = book
-            .id_of_recent(code)
+            .id_of_recent(&key.code)
             .and_then(|id| i64::try_from(id).ok())
         {
             let found = self
                 .id_by_id
-                .query_row((id, code.as_str()), |r| r.get(0))
+                .query_row((id, code, domain), |r| r.get(0))
                 .optional()?;
             if found.is_some() {
                 return Ok(found);
             }
         }
         self.id_by_name
-            .query_row([code.as_str()], |r| r.get(0))
+            .query_row((code, domain), |r| r.get(0))
             .optional()
     }
 }

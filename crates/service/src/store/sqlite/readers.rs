@@ -21,16 +21,16 @@ use super::rows;
 use super::slots::{Found, Slots};
 use super::{ConnectionMode, SqliteSettings};
 use crate::domain::{
-    Codebook, HourCount, Link, Resolved, ShortCode, TargetUrl, Timestamp, VisitCounts,
+    Codebook, Domain, HourCount, Link, LinkKey, Resolved, TargetUrl, Timestamp, VisitCounts,
 };
 use crate::store::{ApiKey, ListPage, ListQuery, Record};
 
 /// What a redirect needs of a live link (find.rs).
 const SELECT_TARGET: Statements<&str> = Statements {
     by_id: "SELECT target, expires_at, max_visits FROM links l \
-            WHERE l.id = ?1 AND l.code = ?2 AND l.deleted_at IS NULL",
+            WHERE l.id = ?1 AND l.code = ?2 AND l.domain = ?3 AND l.deleted_at IS NULL",
     by_name: "SELECT target, expires_at, max_visits FROM links l \
-              WHERE l.code = ?1 AND l.named = 1 AND l.deleted_at IS NULL",
+              WHERE l.code = ?1 AND l.domain = ?2 AND l.named = 1 AND l.deleted_at IS NULL",
 };
 
 /// [`rows::link`] on a row whose first column is the id.
@@ -197,10 +197,10 @@ impl Readers {
         )
     }
 
-    pub(super) fn get(&self, code: &ShortCode) -> rusqlite::Result<Option<Resolved>> {
+    pub(super) fn get(&self, key: &LinkKey) -> rusqlite::Result<Option<Resolved>> {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
-        let id = self.book.id_of(code.as_str());
-        match self.slot(id, code) {
+        let id = self.book.id_of(key.code.as_str());
+        match self.slot(id, key) {
             Found::Live(slot) => {
                 return Ok(Some(Resolved {
                     target: slot.target,
@@ -212,7 +212,7 @@ impl Readers {
             Found::Unknown => {}
         }
         self.with_connection(|conn| {
-            find::by_code_with_id(conn, id, code.as_str(), &SELECT_TARGET, |r| {
+            find::by_code_with_id(conn, id, key, &SELECT_TARGET, |r| {
                 Ok(Resolved {
                     target: TargetUrl::from_trusted(r.get_ref(0)?.as_str()?),
                     expires_at: r.get::<_, Option<i64>>(1)?.map(Timestamp::from_millis),
@@ -222,15 +222,16 @@ impl Readers {
         })
     }
 
-    /// The live link with `code`, for management.
-    pub(super) fn link(&self, code: &ShortCode) -> rusqlite::Result<Option<Link>> {
-        let id = self.book.id_of(code.as_str());
-        match self.slot(id, code) {
+    /// The live link with `key`, for management.
+    pub(super) fn link(&self, key: &LinkKey) -> rusqlite::Result<Option<Link>> {
+        let id = self.book.id_of(key.code.as_str());
+        match self.slot(id, key) {
             // A link with an owner is read whole: the owner's name is in
             // `keys`, not in the slot.
             Found::Live(slot) if !slot.has_owner => {
                 return Ok(Some(Link {
-                    code: code.clone(),
+                    domain: key.domain,
+                    code: key.code.clone(),
                     target: slot.target,
                     created_at: Timestamp::from_millis(slot.created_at),
                     expires_at: slot.expires_at.map(Timestamp::from_millis),
@@ -244,14 +245,14 @@ impl Readers {
         }
         self.with_connection(|conn| {
             let sql = find::statements(rows::LINK_COLUMNS, rows::LINK_FROM, Rows::Live);
-            find::by_code_with_id(conn, id, code.as_str(), &sql, rows::link)
+            find::by_code_with_id(conn, id, key, &sql, rows::link)
         })
     }
 
-    /// What the slot of the row `code` decrypts to (`id`) says of it.
-    fn slot(&self, id: Option<u64>, code: &ShortCode) -> Found {
+    /// What the slot of the row `key`'s code decrypts to (`id`) says of it.
+    fn slot(&self, id: Option<u64>, key: &LinkKey) -> Found {
         match (&self.slots, id) {
-            (Some(slots), Some(id)) => slots.find(id, code.as_str().len()),
+            (Some(slots), Some(id)) => slots.find(id, key.code.as_str().len(), key.domain.0),
             _ => Found::Unknown,
         }
     }
@@ -273,6 +274,8 @@ impl Readers {
                  OR substr(l.code, 1, length(?3)) = ?3)",
             );
         }
+        // Always named, so that the statement takes its five parameters.
+        sql.push_str(" AND (?5 IS NULL OR l.domain = ?5)");
         sql.push_str(" ORDER BY l.id DESC LIMIT ?4");
         self.with_connection(|conn| {
             let mut stmt = conn.prepare_cached(&sql)?;
@@ -280,7 +283,7 @@ impl Readers {
             let owner = q.owner.map(|o| o.0);
             let limit = q.limit as i64;
             let found = stmt.query_map(
-                rusqlite::params![before, owner, q.q.as_deref(), limit],
+                rusqlite::params![before, owner, q.q.as_deref(), limit, q.domain.map(|d| d.0)],
                 |r| Ok((r.get::<_, i64>(0)?, rows_link_at(r)?)),
             )?;
             let found: Vec<(i64, Link)> = found.collect::<Result<_, _>>()?;
@@ -308,10 +311,23 @@ impl Readers {
         })
     }
 
-    /// Every stored visit count of the live link `code`, in one snapshot.
-    pub(super) fn visit_counts(&self, code: &ShortCode) -> rusqlite::Result<Option<VisitCounts>> {
+    /// Every domain, the default first, read through a snapshot begun now
+    /// (as keys are: one just added beside the server must be seen).
+    pub(super) fn domains(&self) -> rusqlite::Result<Vec<Domain>> {
+        self.with_fresh_connection(|conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {} FROM domains ORDER BY id",
+                rows::DOMAIN_COLUMNS
+            ))?
+            .query_map([], rows::domain)?
+            .collect()
+        })
+    }
+
+    /// Every stored visit count of the live link `key`, in one snapshot.
+    pub(super) fn visit_counts(&self, key: &LinkKey) -> rusqlite::Result<Option<VisitCounts>> {
         self.with_connection(|conn| {
-            let Some(id) = find::id(conn, &self.book, code.as_str(), Rows::Live)? else {
+            let Some(id) = find::id(conn, &self.book, key, Rows::Live)? else {
                 return Ok(None);
             };
             let count = |r: &rusqlite::Row<'_>, i| r.get::<_, i64>(i).map(|n| n.max(0) as u64);
@@ -347,7 +363,8 @@ impl Readers {
         self.with_connection(|conn| {
             let mut stmt = conn.prepare(
                 "SELECT l.code, l.target, l.created_at, l.expires_at, k.name, l.deleted_at, \
-                 l.max_visits, l.visits FROM links l LEFT JOIN keys k ON k.id = l.owner ORDER BY l.id",
+                 l.max_visits, l.visits, d.host FROM links l LEFT JOIN keys k ON k.id = l.owner \
+                 JOIN domains d ON d.id = l.domain ORDER BY l.id",
             )?;
             let mut rows = stmt.query([])?;
             let mut n = 0;
@@ -355,6 +372,7 @@ impl Readers {
             while let Some(r) = rows.next()? {
                 let deleted_at: Option<i64> = r.get(5)?;
                 let record = Record {
+                    domain: r.get(8)?,
                     code: r.get(0)?,
                     url: if deleted_at.is_some() {
                         None

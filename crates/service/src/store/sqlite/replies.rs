@@ -19,6 +19,11 @@ pub(super) enum Done {
     /// Whether a delete or revoke found what it was to remove.
     Found(bool),
     Key(ApiKey),
+    /// A domain added or changed (`None`: there was no such domain).
+    Domain(Option<crate::domain::Domain>),
+    /// A domain removal: `None` when there was no such domain, else the
+    /// codes of the links deleted with it.
+    Removed(Option<Vec<crate::domain::ShortCode>>),
     /// Import: the lines whose code existed already.
     Skipped(Vec<u64>),
     Nothing,

@@ -2,12 +2,14 @@
 
 use rusqlite::Row;
 
-use crate::domain::{KeyId, Link, Owner, ShortCode, TargetUrl, Timestamp};
+use crate::domain::{
+    Domain, DomainId, DomainRedirects, Host, KeyId, Link, Owner, ShortCode, TargetUrl, Timestamp,
+};
 use crate::store::ApiKey;
 
 /// The columns [`link`] reads, from `links l LEFT JOIN keys k`.
-pub(super) const LINK_COLUMNS: &str =
-    "l.code, l.target, l.created_at, l.expires_at, l.owner, k.name, l.max_visits, l.visits";
+pub(super) const LINK_COLUMNS: &str = "l.code, l.target, l.created_at, l.expires_at, l.owner, \
+     k.name, l.max_visits, l.visits, l.domain";
 
 /// `FROM` clause for [`LINK_COLUMNS`].
 pub(super) const LINK_FROM: &str = "links l LEFT JOIN keys k ON k.id = l.owner";
@@ -29,6 +31,7 @@ pub(super) fn link_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Link> {
         _ => None,
     };
     Ok(Link {
+        domain: DomainId(row.get(at + 8)?),
         code: ShortCode::from_trusted(row.get_ref(at)?.as_str()?),
         target: TargetUrl::from_trusted(row.get_ref(at + 1)?.as_str()?),
         created_at: Timestamp::from_millis(row.get(at + 2)?),
@@ -41,7 +44,8 @@ pub(super) fn link_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Link> {
     })
 }
 
-pub(super) const KEY_COLUMNS: &str = "id, name, hash, admin, created_at, last_used_at, revoked_at";
+pub(super) const KEY_COLUMNS: &str =
+    "id, name, hash, admin, created_at, last_used_at, revoked_at, domain";
 
 pub(super) fn key(row: &Row<'_>) -> rusqlite::Result<ApiKey> {
     let hash: Vec<u8> = row.get(2)?;
@@ -57,8 +61,31 @@ pub(super) fn key(row: &Row<'_>) -> rusqlite::Result<ApiKey> {
         name: row.get(1)?,
         hash,
         admin: row.get(3)?,
+        domain: row.get::<_, Option<i64>>(7)?.map(DomainId),
         created_at: Timestamp::from_millis(row.get(4)?),
         last_used_at: row.get::<_, Option<i64>>(5)?.map(Timestamp::from_millis),
         revoked_at: row.get::<_, Option<i64>>(6)?.map(Timestamp::from_millis),
+    })
+}
+
+/// The columns [`domain`] reads, from `domains`.
+pub(super) const DOMAIN_COLUMNS: &str =
+    "id, host, root_redirect, not_found_redirect, expired_redirect";
+
+pub(super) fn domain(row: &Row<'_>) -> rusqlite::Result<Domain> {
+    let url = |i: usize| -> rusqlite::Result<Option<TargetUrl>> {
+        Ok(row
+            .get_ref(i)?
+            .as_str_or_null()?
+            .map(TargetUrl::from_trusted))
+    };
+    Ok(Domain {
+        id: DomainId(row.get(0)?),
+        host: row.get_ref(1)?.as_str_or_null()?.map(Host::from_trusted),
+        redirects: DomainRedirects {
+            root: url(2)?,
+            not_found: url(3)?,
+            expired: url(4)?,
+        },
     })
 }

@@ -73,9 +73,12 @@ const HAS_MAX: u64 = 1 << 3;
 const HAS_OWNER: u64 = 1 << 4;
 const CODE_LEN_SHIFT: u32 = 8;
 const TARGET_LEN_SHIFT: u32 = 16;
+/// The row's domain id, in the high half.
+const DOMAIN_SHIFT: u32 = 32;
 
 /// The columns [`Image::of_row`] reads, from `links`.
-pub(super) const IMAGE_COLUMNS: &str = "id, length(code), named, deleted_at, target, created_at, expires_at, max_visits, visits, owner";
+pub(super) const IMAGE_COLUMNS: &str = "id, length(code), named, deleted_at, target, created_at, \
+     expires_at, max_visits, visits, owner, domain";
 
 /// A row as its slot keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +96,7 @@ pub(super) struct Image {
     pub max_visits: Option<i64>,
     pub visits: i64,
     pub owner: Option<i64>,
+    pub domain: i64,
 }
 
 impl Image {
@@ -108,6 +112,7 @@ impl Image {
             max_visits: r.get(7)?,
             visits: r.get(8)?,
             owner: r.get(9)?,
+            domain: r.get(10)?,
         })
     }
 }
@@ -236,9 +241,9 @@ impl Slots {
     }
 
     /// What the slot of row `id` says of a code of `code_len` characters
-    /// that decrypts to `id`.
-    pub(super) fn find(&self, id: u64, code_len: usize) -> Found {
-        let found = self.read(id, code_len);
+    /// on `domain` that decrypts to `id`.
+    pub(super) fn find(&self, id: u64, code_len: usize, domain: i64) -> Found {
+        let found = self.read(id, code_len, domain);
         let counter = match found {
             Found::Unknown => &self.stats.misses,
             _ => &self.stats.hits,
@@ -247,7 +252,7 @@ impl Slots {
         found
     }
 
-    fn read(&self, id: u64, code_len: usize) -> Found {
+    fn read(&self, id: u64, code_len: usize, domain: i64) -> Found {
         if id >= self.built.load(Ordering::Acquire) || id >= self.extent.load(Ordering::Acquire) {
             return Found::Unknown;
         }
@@ -267,7 +272,7 @@ impl Slots {
             if w[0].load(Ordering::Relaxed) != before {
                 continue;
             }
-            return decode(meta, &copy, code_len);
+            return decode(meta, &copy, code_len, domain);
         }
         Found::Unknown
     }
@@ -424,13 +429,16 @@ fn unnamed_file(dir: &Path) -> std::io::Result<File> {
 fn encode(image: &Image) -> (u64, [u64; WORDS]) {
     let mut words = [0u64; WORDS];
     let target = image.target.as_bytes();
+    let domain = u32::try_from(image.domain).ok();
     let state = match () {
-        _ if image.named || image.code_len > 0xff => OTHER,
+        _ if image.named || image.code_len > 0xff || domain.is_none() => OTHER,
         _ if image.deleted => GONE,
         _ if target.len() > TARGET_MAX => OTHER,
         _ => LIVE,
     };
-    let mut meta = state | ((image.code_len as u64 & 0xff) << CODE_LEN_SHIFT);
+    let mut meta = state
+        | ((image.code_len as u64 & 0xff) << CODE_LEN_SHIFT)
+        | (u64::from(domain.unwrap_or(0)) << DOMAIN_SHIFT);
     if state == LIVE {
         meta |= (target.len() as u64) << TARGET_LEN_SHIFT;
         if let Some(e) = image.expires_at {
@@ -456,10 +464,11 @@ fn encode(image: &Image) -> (u64, [u64; WORDS]) {
     (meta, words)
 }
 
-fn decode(meta: u64, words: &[u64; WORDS], code_len: usize) -> Found {
-    if (meta >> CODE_LEN_SHIFT) & 0xff != code_len as u64 {
-        // Another length's code that decrypts to the same id: not this
-        // row's, but maybe a named one.
+fn decode(meta: u64, words: &[u64; WORDS], code_len: usize, domain: i64) -> Found {
+    if (meta >> CODE_LEN_SHIFT) & 0xff != code_len as u64 || (meta >> DOMAIN_SHIFT) as i64 != domain
+    {
+        // Another length's code that decrypts to the same id, or this code
+        // on another domain: not this row's, but maybe a named one.
         return Found::Unknown;
     }
     match meta & STATE_MASK {
@@ -504,6 +513,7 @@ mod tests {
             max_visits: Some(5),
             visits: 2,
             owner: None,
+            domain: 0,
         }
     }
 
@@ -522,7 +532,7 @@ mod tests {
         for (id, target) in [(1, "https://a.example/"), (3_000_000, long.as_str())] {
             s.put(&image(id, target));
             assert_eq!(
-                s.find(id as u64, 7),
+                s.find(id as u64, 7, 0),
                 Found::Live(Slot {
                     target: TargetUrl::from_trusted(target),
                     created_at: 1_700_000_000_000,
@@ -534,15 +544,23 @@ mod tests {
             );
         }
         s.add_visits(1, 3);
-        let Found::Live(slot) = s.find(1, 7) else {
+        let Found::Live(slot) = s.find(1, 7, 0) else {
             panic!("not live")
         };
         assert_eq!(slot.visits, 5);
         // Nothing else was put: another id, or a code of another length
         // decrypting to this id, is left to SQLite.
-        assert_eq!(s.find(2, 7), Found::Unknown);
-        assert_eq!(s.find(1, 8), Found::Unknown);
-        assert_eq!(s.find(5_000_000, 7), Found::Unknown);
+        assert_eq!(s.find(2, 7, 0), Found::Unknown);
+        assert_eq!(s.find(1, 8, 0), Found::Unknown);
+        assert_eq!(s.find(5_000_000, 7, 0), Found::Unknown);
+        // The same code on another domain is not this row's.
+        assert_eq!(s.find(1, 7, 2), Found::Unknown);
+        s.put(&Image {
+            domain: 2,
+            ..image(4, "https://b.example/")
+        });
+        assert!(matches!(s.find(4, 7, 2), Found::Live(_)));
+        assert_eq!(s.find(4, 7, 0), Found::Unknown);
     }
 
     #[test]
@@ -550,26 +568,26 @@ mod tests {
         let (_d, s) = slots();
         let too_long = format!("https://example.com/{}", "a".repeat(TARGET_MAX));
         s.put(&image(1, &too_long));
-        assert_eq!(s.find(1, 7), Found::Unknown);
+        assert_eq!(s.find(1, 7, 0), Found::Unknown);
         s.put(&Image {
             named: true,
             ..image(2, "https://a.example/")
         });
-        assert_eq!(s.find(2, 7), Found::Unknown);
+        assert_eq!(s.find(2, 7, 0), Found::Unknown);
         s.put(&Image {
             deleted: true,
             ..image(3, "")
         });
-        assert_eq!(s.find(3, 7), Found::Gone);
+        assert_eq!(s.find(3, 7, 0), Found::Gone);
         // An edit back to a short target makes it answerable again.
         s.put(&image(1, "https://b.example/"));
-        assert!(matches!(s.find(1, 7), Found::Live(_)));
+        assert!(matches!(s.find(1, 7, 0), Found::Live(_)));
         // Forgotten: nothing is trusted until built again.
         s.forget();
-        assert_eq!(s.find(1, 7), Found::Unknown);
+        assert_eq!(s.find(1, 7, 0), Found::Unknown);
         s.built_below(2);
-        assert!(matches!(s.find(1, 7), Found::Live(_)));
-        assert_eq!(s.find(3, 7), Found::Unknown);
+        assert!(matches!(s.find(1, 7, 0), Found::Live(_)));
+        assert_eq!(s.find(3, 7, 0), Found::Unknown);
     }
 
     /// A reader racing the writer sees one of the images written, whole,
@@ -604,7 +622,7 @@ mod tests {
             std::thread::spawn(move || {
                 let mut seen = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    match s.find(9, 7) {
+                    match s.find(9, 7, 0) {
                         Found::Live(slot) => {
                             assert!(slot == ea || slot == eb, "a torn read: {slot:?}");
                             seen += 1;

@@ -27,14 +27,14 @@ use super::replies::{Done, Replies, Reply};
 use super::slots::{self, Image, Slots};
 use super::walsync::{self, SyncCounts, SyncStats, WalSync};
 use super::{SqliteSettings, is_unique_violation};
-use crate::domain::{CodeGenerator, Codebook, Link, ShortCode, Timestamp};
+use crate::domain::{CodeGenerator, Codebook, Link, LinkKey, ShortCode, Timestamp};
 use crate::observability::logging::Throttle;
 use crate::store::queue::{MAX_CODE_ATTEMPTS, WriteCounters, WriteCounts, WriteQueue};
 use crate::store::{NewLink, StorageFailure, StoreError};
 use crate::throttled;
 
 const INSERT: &str = "INSERT INTO links (id, code, target, created_at, expires_at, owner, \
-                      max_visits, named) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+                      max_visits, named, domain) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
 
 enum Message {
     Create {
@@ -705,6 +705,7 @@ impl Stored {
             max_visits: l.max_visits.map(super::ops::clamp),
             visits: 0,
             owner: l.owner.as_ref().map(|o| o.id.0),
+            domain: l.domain.0,
         }
     }
 }
@@ -763,6 +764,7 @@ fn insert_one(
     stats: &WriterStats,
 ) -> Result<Row, StoreError> {
     let link = |code: ShortCode| Link {
+        domain: new.domain,
         code,
         target: new.target.clone(),
         created_at: now,
@@ -781,12 +783,13 @@ fn insert_one(
             new.owner.as_ref().map(|o| o.id.0),
             new.max_visits.map(super::ops::clamp),
             named,
+            new.domain.0,
         ))
     };
     // A named code (an alias, or a random draw): the partial unique index
     // decides among named codes, and no generated row may have it.
     let mut insert_named = |code: &ShortCode| -> Result<Option<i64>, StoreError> {
-        if find::generated_taken(conn, codes.book, code.as_str())? {
+        if find::generated_taken(conn, codes.book, &LinkKey::new(new.domain, code.clone()))? {
             return Ok(None);
         }
         let id = *next_id;

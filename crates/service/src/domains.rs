@@ -1,0 +1,333 @@
+//! Short domains in use: which domain a request's `Host` names, and what
+//! each domain does with what it has no link for.
+//!
+//! The running server keeps every domain in memory and reloads them from
+//! the store every second, as it does keys, so that a domain added,
+//! changed or removed by `litelink domains` beside it is honoured within a
+//! second; a change made through the API is seen at once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use strum::{Display, EnumString, VariantNames};
+
+use crate::domain::{
+    DEFAULT_NAME, Domain, DomainId, DomainRedirects, Host, MAX_HOST_LEN, ShortCode,
+};
+use crate::store::{LinkStore, StoreError};
+
+/// How often domains are reloaded from the store.
+pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
+
+/// What a request for a host that is no domain's gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, EnumString, Display, VariantNames)]
+#[strum(serialize_all = "kebab-case")]
+pub enum UnknownHost {
+    /// It is served as the default domain.
+    #[default]
+    Default,
+    /// 404 on `/`, `/{code}` and the QR routes.
+    Reject,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct DomainSettings {
+    /// The default domain's host (`--default-domain`, else the host of
+    /// `--public-url`); `None`: it answers on every host not added.
+    pub default_host: Option<Host>,
+    pub unknown_host: UnknownHost,
+}
+
+/// Domains as loaded: the list, and the hosts they answer on.
+struct Table {
+    /// By id, the default domain first.
+    domains: Vec<Domain>,
+    /// Lowercase ASCII host names, the default domain's among them.
+    by_host: HashMap<Box<[u8]>, DomainId, foldhash::fast::FixedState>,
+    /// Whether any domain was added beside the default one.
+    added: bool,
+}
+
+impl Table {
+    fn new(mut domains: Vec<Domain>, default_host: Option<&Host>) -> Self {
+        if !domains.iter().any(|d| d.id.is_default()) {
+            domains.insert(
+                0,
+                Domain {
+                    id: DomainId::DEFAULT,
+                    host: None,
+                    redirects: DomainRedirects::default(),
+                },
+            );
+        }
+        domains.sort_by_key(|d| d.id);
+        let mut by_host = HashMap::default();
+        for d in &domains {
+            let host = if d.id.is_default() {
+                default_host
+            } else {
+                d.host.as_ref()
+            };
+            if let Some(host) = host {
+                // The default domain's host wins over an added domain of
+                // the same name (refused when added through this server).
+                by_host
+                    .entry(host.as_str().as_bytes().into())
+                    .and_modify(|id| {
+                        if d.id.is_default() {
+                            *id = d.id
+                        }
+                    })
+                    .or_insert(d.id);
+            }
+        }
+        let added = domains.len() > 1;
+        Self {
+            domains,
+            by_host,
+            added,
+        }
+    }
+
+    fn get(&self, id: DomainId) -> Option<&Domain> {
+        self.domains
+            .binary_search_by_key(&id, |d| d.id)
+            .ok()
+            .map(|i| &self.domains[i])
+    }
+}
+
+pub struct DomainRegistry {
+    store: Arc<dyn LinkStore>,
+    settings: DomainSettings,
+    table: ArcSwap<Table>,
+}
+
+/// A domain as the API shows it: its host is the configured one for the
+/// default domain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Named {
+    pub domain: Domain,
+    pub host: Option<Host>,
+    pub default: bool,
+}
+
+impl DomainRegistry {
+    pub async fn load(
+        store: Arc<dyn LinkStore>,
+        settings: DomainSettings,
+    ) -> Result<Self, StoreError> {
+        let domains = store.domains().await?;
+        let table = Table::new(domains, settings.default_host.as_ref());
+        Ok(Self {
+            store,
+            settings,
+            table: ArcSwap::from_pointee(table),
+        })
+    }
+
+    pub fn settings(&self) -> &DomainSettings {
+        &self.settings
+    }
+
+    /// The domain a request's `Host` names; `None`: an unknown host that
+    /// `--unknown-host reject` refuses.
+    pub fn of_request(&self, host: Option<&[u8]>) -> Option<DomainId> {
+        let table = self.table.load();
+        if !table.added && self.settings.unknown_host == UnknownHost::Default {
+            return Some(DomainId::DEFAULT);
+        }
+        let found = host.and_then(|raw| lookup(&table, raw));
+        match (found, self.settings.unknown_host) {
+            (Some(id), _) => Some(id),
+            (None, UnknownHost::Default) => Some(DomainId::DEFAULT),
+            (None, UnknownHost::Reject) => None,
+        }
+    }
+
+    /// What a domain does with what it has no link for.
+    pub fn redirects(&self, id: DomainId) -> DomainRedirects {
+        self.table
+            .load()
+            .get(id)
+            .map(|d| d.redirects.clone())
+            .unwrap_or_default()
+    }
+
+    /// The host a domain's short URLs are on: the configured one for the
+    /// default domain.
+    pub fn host_of(&self, id: DomainId) -> Option<Host> {
+        if id.is_default() {
+            return self.settings.default_host.clone();
+        }
+        self.table.load().get(id).and_then(|d| d.host.clone())
+    }
+
+    /// Whether any domain was added beside the default one.
+    pub fn several(&self) -> bool {
+        self.table.load().added
+    }
+
+    /// The domain a user names: a host (in either form, any case), or
+    /// `default`; `None`: no such domain.
+    pub fn named(&self, name: &str) -> Option<DomainId> {
+        if name.eq_ignore_ascii_case(DEFAULT_NAME) {
+            return Some(DomainId::DEFAULT);
+        }
+        let host = Host::parse(name).ok()?;
+        self.table
+            .load()
+            .by_host
+            .get(host.as_str().as_bytes())
+            .copied()
+    }
+
+    /// Every domain, the default first.
+    pub fn list(&self) -> Vec<Named> {
+        self.table
+            .load()
+            .domains
+            .iter()
+            .map(|d| self.describe(d.clone()))
+            .collect()
+    }
+
+    pub fn get(&self, id: DomainId) -> Option<Named> {
+        self.table.load().get(id).cloned().map(|d| self.describe(d))
+    }
+
+    pub fn describe(&self, domain: Domain) -> Named {
+        let default = domain.id.is_default();
+        let host = if default {
+            self.settings.default_host.clone()
+        } else {
+            domain.host.clone()
+        };
+        Named {
+            domain,
+            host,
+            default,
+        }
+    }
+
+    /// Adds a domain; the default domain's host, or one that exists, is
+    /// [`StoreError::HostTaken`].
+    pub async fn add(&self, host: &Host, redirects: DomainRedirects) -> Result<Named, StoreError> {
+        if self.settings.default_host.as_ref() == Some(host) {
+            return Err(StoreError::HostTaken(host.to_string()));
+        }
+        let domain = self.store.add_domain(host, redirects).await?;
+        self.refresh().await?;
+        Ok(self.describe(domain))
+    }
+
+    pub async fn set(
+        &self,
+        id: DomainId,
+        redirects: DomainRedirects,
+    ) -> Result<Option<Named>, StoreError> {
+        let domain = self.store.set_domain(id, redirects).await?;
+        self.refresh().await?;
+        Ok(domain.map(|d| self.describe(d)))
+    }
+
+    /// Removes an added domain (see [`LinkStore::remove_domain`]).
+    pub async fn remove(
+        &self,
+        id: DomainId,
+        force: bool,
+    ) -> Result<Option<Vec<ShortCode>>, StoreError> {
+        let removed = self.store.remove_domain(id, force).await?;
+        self.refresh().await?;
+        Ok(removed)
+    }
+
+    /// Reloads the domains.
+    pub async fn refresh(&self) -> Result<(), StoreError> {
+        let domains = self.store.domains().await?;
+        let table = Table::new(domains, self.settings.default_host.as_ref());
+        self.table.store(Arc::new(table));
+        Ok(())
+    }
+
+    /// Reloads every [`REFRESH_EVERY`] until the task is aborted; failures
+    /// keep the domains loaded and are logged at most once a minute.
+    pub fn spawn_refresher(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut logged: Option<Instant> = None;
+            let mut tick = tokio::time::interval(REFRESH_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if let Err(e) = me.refresh().await
+                    && logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(60))
+                {
+                    tracing::warn!(error = %e, "cannot reload domains; using the ones loaded");
+                    logged = Some(Instant::now());
+                }
+            }
+        })
+    }
+}
+
+/// The domain of a `Host` value: ASCII names are folded in place (no
+/// allocation: this runs on every redirect once domains are added); only
+/// an internationalised name in its Unicode form goes through IDNA.
+fn lookup(table: &Table, raw: &[u8]) -> Option<DomainId> {
+    let name = match raw.iter().rposition(|&b| b == b':') {
+        Some(at) if raw[at + 1..].iter().all(u8::is_ascii_digit) => &raw[..at],
+        _ => raw,
+    };
+    let name = name.strip_suffix(b".").unwrap_or(name);
+    if name.is_ascii() {
+        if name.len() > MAX_HOST_LEN {
+            return None;
+        }
+        let mut folded = [0u8; MAX_HOST_LEN];
+        let folded = &mut folded[..name.len()];
+        folded.copy_from_slice(name);
+        folded.make_ascii_lowercase();
+        return table.by_host.get(&*folded).copied();
+    }
+    let host = Host::of_request(raw)?;
+    table.by_host.get(host.as_str().as_bytes()).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn domain(id: i64, host: &str) -> Domain {
+        Domain {
+            id: DomainId(id),
+            host: Some(Host::parse(host).unwrap()),
+            redirects: DomainRedirects::default(),
+        }
+    }
+
+    #[test]
+    fn a_host_is_found_in_any_case_with_any_port_in_either_form() {
+        let table = Table::new(
+            vec![domain(1, "ex.co"), domain(2, "bücher.example")],
+            Some(&Host::parse("go.example.com").unwrap()),
+        );
+        for (raw, id) in [
+            ("ex.co", Some(1)),
+            ("EX.CO:8080", Some(1)),
+            ("ex.co.", Some(1)),
+            ("xn--bcher-kva.example", Some(2)),
+            ("Bücher.example:443", Some(2)),
+            ("go.example.com", Some(0)),
+            ("other.example", None),
+            ("", None),
+        ] {
+            assert_eq!(lookup(&table, raw.as_bytes()), id.map(DomainId), "{raw}");
+        }
+        assert!(table.added);
+        assert_eq!(table.get(DomainId(2)).unwrap().id, DomainId(2));
+        assert!(table.get(DomainId(9)).is_none());
+    }
+}

@@ -1,0 +1,208 @@
+//! `/api/v1/domains`: the short domains of this server. Reading them needs
+//! no key (a domain's host and redirects are what it serves to anyone);
+//! changing them needs an admin key.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::{DomainPatchBody, Key, NewDomainBody};
+use crate::domain::{DEFAULT_NAME, DomainId};
+use crate::domains::Named;
+use crate::keys::Principal;
+
+/// A short domain.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = Domain)]
+pub struct DomainObject {
+    /// The host, lowercase ASCII; null for a default domain without one.
+    host: Option<String>,
+    /// Where `GET /` goes; null: the page.
+    root_redirect: Option<String>,
+    /// Where an unknown or deleted code goes; null: 404.
+    not_found_redirect: Option<String>,
+    /// Where an expired link, or one out of visits, goes; null: 410.
+    expired_redirect: Option<String>,
+    /// The default domain: links without a domain are on it; it cannot
+    /// be removed.
+    default: bool,
+}
+
+impl From<Named> for DomainObject {
+    fn from(d: Named) -> Self {
+        let url = |t: &Option<crate::domain::TargetUrl>| t.as_ref().map(|t| t.to_string());
+        let r = &d.domain.redirects;
+        Self {
+            host: d.host.map(|h| h.to_string()),
+            root_redirect: url(&r.root),
+            not_found_redirect: url(&r.not_found),
+            expired_redirect: url(&r.expired),
+            default: d.default,
+        }
+    }
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct DomainList {
+    domains: Vec<DomainObject>,
+}
+
+fn admin(caller: &Principal) -> Result<(), ApiError> {
+    if caller.admin {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden("this needs an admin key".into()))
+    }
+}
+
+/// The domain `{host}` names (a host in either form, or `default`): 404
+/// when there is none.
+fn named(state: &AppState, host: &str) -> Result<DomainId, ApiError> {
+    state
+        .links
+        .domains()
+        .named(host)
+        .ok_or_else(|| ApiError::NotFound(format!("no domain '{host}'")))
+}
+
+const HOST_PARAM: &str = "A host (in either form), or 'default' for the default domain";
+
+#[utoipa::path(get, path = "/api/v1/domains", tag = "domains",
+    responses((status = 200, description = "Every domain, the default one first", body = DomainList)))]
+pub async fn list(State(state): State<AppState>) -> Json<DomainList> {
+    let domains = state.links.domains().list();
+    Json(DomainList {
+        domains: domains.into_iter().map(DomainObject::from).collect(),
+    })
+}
+
+#[utoipa::path(post, path = "/api/v1/domains", tag = "domains",
+    request_body(content = crate::http::schema::NewDomainRequest, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Added; links answer on it at once", body = DomainObject),
+        (status = 400, description = "Malformed body, bad host or URL, unknown field", body = crate::http::schema::ErrorMessage),
+        (status = 401, description = "No valid key", body = crate::http::schema::ErrorMessage),
+        (status = 403, description = "Not an admin key", body = crate::http::schema::ErrorMessage),
+        (status = 409, description = "The domain exists", body = crate::http::schema::ErrorMessage),
+        (status = 413, description = "Body over the size limit", body = crate::http::schema::ErrorMessage),
+        (status = 415, description = "Content-Type is not JSON", body = crate::http::schema::ErrorMessage),
+        (status = 503, description = "Cannot store now", body = crate::http::schema::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+    ),
+    security(("bearer" = []), ("api_key" = [])))]
+pub async fn create(
+    State(state): State<AppState>,
+    Key(caller): Key,
+    body: NewDomainBody,
+) -> Result<(StatusCode, Json<DomainObject>), ApiError> {
+    admin(&caller)?;
+    let added = state
+        .links
+        .domains()
+        .add(&body.host, body.redirects)
+        .await?;
+    Ok((StatusCode::CREATED, Json(added.into())))
+}
+
+#[utoipa::path(get, path = "/api/v1/domains/{host}", tag = "domains",
+    params(("host" = String, Path, description = HOST_PARAM, max_length = 253)),
+    responses(
+        (status = 200, description = "The domain", body = DomainObject),
+        (status = 404, description = "No such domain", body = crate::http::schema::ErrorMessage),
+    ))]
+pub async fn get(
+    State(state): State<AppState>,
+    Path(host): Path<String>,
+) -> Result<Json<DomainObject>, ApiError> {
+    let id = named(&state, &host)?;
+    let domain = state
+        .links
+        .domains()
+        .get(id)
+        .ok_or_else(|| ApiError::NotFound(format!("no domain '{host}'")))?;
+    Ok(Json(domain.into()))
+}
+
+#[utoipa::path(patch, path = "/api/v1/domains/{host}", tag = "domains",
+    params(("host" = String, Path, description = HOST_PARAM, max_length = 253)),
+    request_body(content = crate::http::schema::DomainPatchRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The domain as changed", body = DomainObject),
+        (status = 400, description = "Malformed body, bad URL, unknown field", body = crate::http::schema::ErrorMessage),
+        (status = 401, description = "No valid key", body = crate::http::schema::ErrorMessage),
+        (status = 403, description = "Not an admin key", body = crate::http::schema::ErrorMessage),
+        (status = 404, description = "No such domain", body = crate::http::schema::ErrorMessage),
+        (status = 413, description = "Body over the size limit", body = crate::http::schema::ErrorMessage),
+        (status = 415, description = "Content-Type is not JSON", body = crate::http::schema::ErrorMessage),
+        (status = 503, description = "Cannot store now", body = crate::http::schema::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+    ),
+    security(("bearer" = []), ("api_key" = [])))]
+pub async fn update(
+    State(state): State<AppState>,
+    Key(caller): Key,
+    Path(host): Path<String>,
+    body: DomainPatchBody,
+) -> Result<Json<DomainObject>, ApiError> {
+    admin(&caller)?;
+    let domains = state.links.domains();
+    let id = named(&state, &host)?;
+    let redirects = body.apply(domains.redirects(id));
+    let changed = domains
+        .set(id, redirects)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no domain '{host}'")))?;
+    Ok(Json(changed.into()))
+}
+
+/// Query of `DELETE /api/v1/domains/{host}`.
+#[derive(Deserialize)]
+pub struct RemoveParams {
+    force: Option<String>,
+}
+
+#[utoipa::path(delete, path = "/api/v1/domains/{host}", tag = "domains",
+    params(
+        ("host" = String, Path, description = HOST_PARAM, max_length = 253),
+        ("force" = Option<bool>, Query, description = "Delete the domain's links too (their codes stay taken as tombstones)"),
+    ),
+    responses(
+        (status = 204, description = "Removed"),
+        (status = 400, description = "Malformed force", body = crate::http::schema::ErrorMessage),
+        (status = 401, description = "No valid key", body = crate::http::schema::ErrorMessage),
+        (status = 403, description = "Not an admin key", body = crate::http::schema::ErrorMessage),
+        (status = 404, description = "No such domain", body = crate::http::schema::ErrorMessage),
+        (status = 409, description = "The default domain, or a domain with links without force", body = crate::http::schema::ErrorMessage),
+        (status = 503, description = "Cannot store now", body = crate::http::schema::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+    ),
+    security(("bearer" = []), ("api_key" = [])))]
+pub async fn remove(
+    State(state): State<AppState>,
+    Key(caller): Key,
+    Path(host): Path<String>,
+    params: Result<axum::extract::Query<RemoveParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<StatusCode, ApiError> {
+    admin(&caller)?;
+    let axum::extract::Query(params) =
+        params.map_err(|e| ApiError::BadRequest(format!("malformed query: {e}")))?;
+    let force = match params.force.as_deref() {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "force must be 'true' or 'false', not '{other}'"
+            )));
+        }
+    };
+    let id = named(&state, &host)?;
+    if id.is_default() {
+        return Err(ApiError::Conflict(format!(
+            "the default domain ('{DEFAULT_NAME}') cannot be removed"
+        )));
+    }
+    match state.links.remove_domain(id, force).await? {
+        Some(_) => Ok(StatusCode::NO_CONTENT),
+        None => Err(ApiError::NotFound(format!("no domain '{host}'"))),
+    }
+}
