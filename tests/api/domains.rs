@@ -71,7 +71,7 @@ crate::on_both_stores! {
         let admin = app.new_key("admin", true).await;
         let user = app.new_key("user", false).await;
         let list = async || body(app.api(Method::GET, "/api/v1/domains", None, None).await).await;
-        let app = &app;
+        let this = &app;
         assert_eq!(
             list().await,
             json!({"domains": [{"host": null, "root_redirect": null,
@@ -87,7 +87,7 @@ crate::on_both_stores! {
         assert_eq!(list().await["domains"].as_array().expect("list").len(), 2);
         let post = |key: Option<&'static str>, b: Value| {
             let key = key.map(|k| if k == "admin" { admin.clone() } else { user.clone() });
-            async move { app.api(Method::POST, "/api/v1/domains", key.as_deref(), Some(b)).await }
+            async move { this.api(Method::POST, "/api/v1/domains", key.as_deref(), Some(b)).await }
         };
         assert_error(post(Some("admin"), json!({"host": "go.example.com"})).await, 409, "exists").await;
         assert_error(post(Some("admin"), json!({"host": "GO.example.com."})).await, 409, "exists").await;
