@@ -9,7 +9,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    Store, TestApp, assert_error, fresh_postgres_db, spawn_app, spawn_app_in, spawn_app_on,
+    Store, TestApp, assert_error, fresh_postgres_db, spawn_app, spawn_app_in, spawn_app_like,
+    spawn_app_on,
 };
 use crate::valkey_server::ValkeyServer;
 
@@ -235,9 +236,9 @@ crate::on_both_stores! {
     }
 }
 
-#[tokio::test]
-async fn an_unknown_host_is_the_default_domain_or_refused() {
-    let app = spawn_app(&["--default-domain", "go.example.com"]).await;
+crate::on_both_stores! {
+    async fn an_unknown_host_is_the_default_domain_or_refused(store: Store) {
+    let app = spawn_app_in(&store, &["--default-domain", "go.example.com"]).await;
     let admin = app.new_key("admin", true).await;
     add(&app, &admin, "ex.co", json!({})).await;
     let code = link(&app, &admin, json!({"url": "https://e.com/d"})).await["code"]
@@ -253,11 +254,12 @@ async fn an_unknown_host_is_the_default_domain_or_refused() {
         );
     }
     assert_eq!(location(&app, "ex.co", &path).await, Err(404));
-    let db = app.db.clone();
+    let (db, source) = (app.db.clone(), app.store.clone());
     let dir = app.stop().await;
 
-    let app = spawn_app_on(
+    let app = spawn_app_like(
         &db,
+        &source,
         &[
             "--default-domain",
             "go.example.com",
@@ -311,11 +313,12 @@ async fn an_unknown_host_is_the_default_domain_or_refused() {
         panic!("started without a default domain")
     };
     assert!(e.to_string().contains("--default-domain"), "{e}");
+    }
 }
 
-#[tokio::test]
-async fn an_internationalised_host_is_found_in_either_form() {
-    let app = spawn_app(&[]).await;
+crate::on_both_stores! {
+    async fn an_internationalised_host_is_found_in_either_form(store: Store) {
+    let app = spawn_app_in(&store, &[]).await;
     let admin = app.new_key("admin", true).await;
     let added = add(&app, &admin, "Bücher.example", json!({})).await;
     assert_eq!(added["host"], "xn--bcher-kva.example");
@@ -348,6 +351,7 @@ async fn an_internationalised_host_is_found_in_either_form() {
         )
         .await;
     assert_eq!(body(r).await["host"], "xn--bcher-kva.example");
+    }
 }
 
 crate::on_both_stores! {
@@ -473,20 +477,21 @@ crate::on_both_stores! {
     }
 }
 
-/// `litelink domains` beside a running server: what it adds, changes and
-/// removes is honoured within a second (5 s here, for a loaded machine).
-#[tokio::test]
-async fn domains_changed_beside_the_server_are_honoured() {
-    let app = spawn_app(&[]).await;
+crate::on_both_stores! {
+    /// `litelink domains` beside a running server: what it adds, changes
+    /// and removes is honoured within a second (5 s here, for a loaded
+    /// machine).
+    async fn domains_changed_beside_the_server_are_honoured(store: Store) {
+    let app = spawn_app_in(&store, &[]).await;
     let admin = app.new_key("admin", true).await;
     let domains = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_litelink"))
-            .arg("domains")
-            .args(args)
-            .arg("--db")
-            .arg(&app.db)
-            .output()
-            .expect("litelink domains");
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_litelink"));
+        cmd.arg("domains").args(args);
+        match &app.store {
+            Some(url) => cmd.args(["--store", url]),
+            None => cmd.arg("--db").arg(&app.db),
+        };
+        let out = cmd.output().expect("litelink domains");
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stdout).into_owned()
@@ -534,6 +539,7 @@ async fn domains_changed_beside_the_server_are_honoured() {
     assert!(ok, "{said}");
     // The host is unknown now (the default domain, which lacks the code).
     until(&app, "ex.co", "/kept", Err(404)).await;
+    }
 }
 
 /// Polls `path` on `host` until it answers `want`.

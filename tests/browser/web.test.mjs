@@ -327,3 +327,74 @@ test("screenshots for the README", { skip: !SHOTS }, async () => {
   await phone.screenshot({ path: path.join(SHOTS, "web-phone.png") });
   await phone.context().close();
 });
+
+/// A redirect's answer for `path` on the short domain `host` (Node's
+/// client, which sends the Host it is told to).
+function onHost(host, path) {
+  const url = new URL(base);
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      { host: url.hostname, port: url.port, path, headers: { host } },
+      (res) => {
+        res.resume();
+        resolve({ status: res.statusCode, location: res.headers.location });
+      },
+    );
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+// Last: from here on the server has two domains, and the page a picker.
+test("with two domains: the picker, the domain's QR code, and the manage filter", async () => {
+  const added = await fetch(`${base}/api/v1/domains`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+    body: JSON.stringify({ host: "short.test" }),
+  });
+  assert.equal(added.status, 201);
+
+  const page = await newPage();
+  await page.goto(`${base}/`);
+  const picker = page.getByLabel("Domain");
+  await picker.waitFor({ state: "visible" });
+  assert.deepEqual(
+    await picker.locator("option").allTextContents(),
+    [new URL(base).host, "short.test"],
+  );
+  await picker.selectOption("short.test");
+  await page.getByLabel("Long URL").fill(`${targetBase}/on-short-test`);
+  await page.keyboard.press("Enter");
+  await page.locator("#result").waitFor({ state: "visible" });
+  const short = await page.locator("#short").inputValue();
+  assert.match(short, /^https:\/\/short\.test\/[A-Za-z0-9]{10}$/);
+  const code = codeOf(short);
+  assert.deepEqual(await onHost("short.test", `/${code}`), {
+    status: 302,
+    location: `${targetBase}/on-short-test`,
+  });
+  assert.equal((await onHost(new URL(base).host, `/${code}`)).status, 404);
+  await page.waitForFunction(() => {
+    const img = document.getElementById("qr");
+    return img.complete && img.naturalWidth > 0;
+  });
+  const shot = PNG.sync.read(await page.locator("#qr").screenshot());
+  assert.equal(jsQR(new Uint8ClampedArray(shot.data), shot.width, shot.height)?.data, short);
+
+  // The manage view names the domain, filters by it, and deletes there.
+  await page.goto(`${base}/manage`);
+  await page.getByLabel("API key").fill(key);
+  await page.keyboard.press("Enter");
+  const filter = page.getByLabel("Domain");
+  await filter.waitFor({ state: "visible" });
+  await filter.selectOption("short.test");
+  const item = page.locator(`li[data-code="${code}"][data-domain="short.test"]`);
+  await item.waitFor();
+  await page.getByText(/^1 link shown/).waitFor();
+  assert.match(await item.locator(".meta").textContent(), /on short\.test/);
+  await item.getByRole("button", { name: "Delete" }).click();
+  await item.getByRole("button", { name: "Yes, delete" }).click();
+  await item.waitFor({ state: "detached" });
+  assert.equal((await onHost("short.test", `/${code}`)).status, 404);
+  await page.context().close();
+});

@@ -6,8 +6,10 @@
 //! changed or removed by `litelink domains` beside it is honoured within a
 //! second; a change made through the API is seen at once.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -45,7 +47,7 @@ struct Table {
     /// By id, the default domain first.
     domains: Vec<Domain>,
     /// Lowercase ASCII host names, the default domain's among them.
-    by_host: HashMap<Box<[u8]>, DomainId, foldhash::fast::FixedState>,
+    by_host: HostIndex,
     /// Whether any domain was added beside the default one.
     added: bool,
 }
@@ -63,7 +65,7 @@ impl Table {
             );
         }
         domains.sort_by_key(|d| d.id);
-        let mut by_host = HashMap::default();
+        let mut by_host: HashMap<Box<[u8]>, DomainId> = HashMap::new();
         for d in &domains {
             let host = if d.id.is_default() {
                 default_host
@@ -86,7 +88,7 @@ impl Table {
         let added = domains.len() > 1;
         Self {
             domains,
-            by_host,
+            by_host: HostIndex::new(by_host.into_iter().collect()),
             added,
         }
     }
@@ -103,6 +105,15 @@ pub struct DomainRegistry {
     store: Arc<dyn LinkStore>,
     settings: DomainSettings,
     table: ArcSwap<Table>,
+    /// This registry among any others in the process, and how many times
+    /// its table has changed: what a thread's copy of the table is checked
+    /// against ([`DomainRegistry::with_table`]).
+    id: u64,
+    version: AtomicU64,
+    /// Whether a request's Host must be looked at: a domain was added, or
+    /// unknown hosts are refused. Read first on every redirect, so that a
+    /// server with one domain does no more than this.
+    by_host: AtomicBool,
 }
 
 /// A domain as the API shows it: its host is the configured one for the
@@ -121,11 +132,16 @@ impl DomainRegistry {
     ) -> Result<Self, StoreError> {
         let domains = store.domains().await?;
         let table = Table::new(domains, settings.default_host.as_ref());
-        Ok(Self {
+        let registry = Self {
             store,
             settings,
+            by_host: AtomicBool::new(false),
             table: ArcSwap::from_pointee(table),
-        })
+            id: NEXT_REGISTRY.fetch_add(1, Ordering::Relaxed),
+            version: AtomicU64::new(0),
+        };
+        registry.note_by_host();
+        Ok(registry)
     }
 
     pub fn settings(&self) -> &DomainSettings {
@@ -135,11 +151,10 @@ impl DomainRegistry {
     /// The domain a request's `Host` names; `None`: an unknown host that
     /// `--unknown-host reject` refuses.
     pub fn of_request(&self, host: Option<&[u8]>) -> Option<DomainId> {
-        let table = self.table.load();
-        if !table.added && self.settings.unknown_host == UnknownHost::Default {
+        if !self.by_host.load(Ordering::Acquire) {
             return Some(DomainId::DEFAULT);
         }
-        let found = host.and_then(|raw| lookup(&table, raw));
+        let found = host.and_then(|raw| self.with_table(|table| lookup(table, raw)));
         match (found, self.settings.unknown_host) {
             (Some(id), _) => Some(id),
             (None, UnknownHost::Default) => Some(DomainId::DEFAULT),
@@ -177,11 +192,7 @@ impl DomainRegistry {
             return Some(DomainId::DEFAULT);
         }
         let host = Host::parse(name).ok()?;
-        self.table
-            .load()
-            .by_host
-            .get(host.as_str().as_bytes())
-            .copied()
+        self.table.load().by_host.get(host.as_str().as_bytes())
     }
 
     /// Every domain, the default first.
@@ -247,9 +258,40 @@ impl DomainRegistry {
     /// Reloads the domains.
     pub async fn refresh(&self) -> Result<(), StoreError> {
         let domains = self.store.domains().await?;
-        let table = Table::new(domains, self.settings.default_host.as_ref());
-        self.table.store(Arc::new(table));
+        // Reloaded every second, changed rarely: the threads' copies are
+        // dropped only when something changed.
+        if self.table.load().domains != domains {
+            let table = Table::new(domains, self.settings.default_host.as_ref());
+            self.table.store(Arc::new(table));
+            self.version.fetch_add(1, Ordering::AcqRel);
+            self.note_by_host();
+        }
         Ok(())
+    }
+
+    /// Runs `f` on the table through this thread's copy of it, taken
+    /// again only when the table changed: a redirect then reads one
+    /// counter instead of taking a reference on the shared table (half of
+    /// what a lookup of the Host costs otherwise).
+    fn with_table<R>(&self, f: impl FnOnce(&Table) -> R) -> R {
+        let version = self.version.load(Ordering::Acquire);
+        THREAD_TABLE.with(|copy| {
+            let mut copy = copy.borrow_mut();
+            match &*copy {
+                Some((id, v, table)) if *id == self.id && *v == version => f(table),
+                _ => {
+                    let table = self.table.load_full();
+                    let answer = f(&table);
+                    *copy = Some((self.id, version, table));
+                    answer
+                }
+            }
+        })
+    }
+
+    fn note_by_host(&self) {
+        let on = self.table.load().added || self.settings.unknown_host == UnknownHost::Reject;
+        self.by_host.store(on, Ordering::Release);
     }
 
     /// Reloads every [`REFRESH_EVERY`] until the task is aborted; failures
@@ -273,27 +315,74 @@ impl DomainRegistry {
     }
 }
 
-/// The domain of a `Host` value: ASCII names are folded in place (no
-/// allocation: this runs on every redirect once domains are added); only
-/// an internationalised name in its Unicode form goes through IDNA.
+static NEXT_REGISTRY: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// This thread's copy of a registry's table: (registry, version, table).
+    static THREAD_TABLE: RefCell<Option<(u64, u64, Arc<Table>)>> = const { RefCell::new(None) };
+}
+
+/// The domain of a `Host` value. Hosts are sent lowercase nearly always,
+/// so the name as sent (without its port) is looked up first, with no copy;
+/// only a miss folds its case, or, for a name with other than ASCII bytes,
+/// goes through IDNA. This runs on every redirect once domains are added.
 fn lookup(table: &Table, raw: &[u8]) -> Option<DomainId> {
-    let name = match raw.iter().rposition(|&b| b == b':') {
-        Some(at) if raw[at + 1..].iter().all(u8::is_ascii_digit) => &raw[..at],
-        _ => raw,
-    };
+    // No Host longer than a name and a port is one; IDNA never sees it.
+    if raw.len() > MAX_HOST_LEN * 4 {
+        return None;
+    }
+    let name = without_port(raw);
+    if let Some(id) = table.by_host.get(name) {
+        return Some(id);
+    }
     let name = name.strip_suffix(b".").unwrap_or(name);
     if name.is_ascii() {
-        if name.len() > MAX_HOST_LEN {
-            return None;
-        }
-        let mut folded = [0u8; MAX_HOST_LEN];
-        let folded = &mut folded[..name.len()];
-        folded.copy_from_slice(name);
-        folded.make_ascii_lowercase();
-        return table.by_host.get(&*folded).copied();
+        table.by_host.get(&name.to_ascii_lowercase())
+    } else {
+        table
+            .by_host
+            .get(Host::of_request(raw)?.as_str().as_bytes())
     }
-    let host = Host::of_request(raw)?;
-    table.by_host.get(host.as_str().as_bytes()).copied()
+}
+
+/// `raw` without a final `:PORT`, found from the end (a port is a few
+/// digits; the name before it can be long).
+fn without_port(raw: &[u8]) -> &[u8] {
+    let digits = raw.iter().rev().take_while(|b| b.is_ascii_digit()).count();
+    match raw.len().checked_sub(digits + 1) {
+        Some(colon) if raw[colon] == b':' => &raw[..colon],
+        _ => raw,
+    }
+}
+
+/// Where hosts are looked up: a short list scanned by length first (a
+/// server has a few domains; a hash of the name would cost more than the
+/// scan), a hash map past [`HostIndex::SCANNED`].
+enum HostIndex {
+    Few(Vec<(Box<[u8]>, DomainId)>),
+    Many(HashMap<Box<[u8]>, DomainId, foldhash::fast::FixedState>),
+}
+
+impl HostIndex {
+    const SCANNED: usize = 8;
+
+    fn new(hosts: Vec<(Box<[u8]>, DomainId)>) -> Self {
+        if hosts.len() <= Self::SCANNED {
+            Self::Few(hosts)
+        } else {
+            Self::Many(hosts.into_iter().collect())
+        }
+    }
+
+    fn get(&self, name: &[u8]) -> Option<DomainId> {
+        match self {
+            Self::Few(hosts) => hosts
+                .iter()
+                .find(|(host, _)| host.len() == name.len() && **host == *name)
+                .map(|(_, id)| *id),
+            Self::Many(map) => map.get(name).copied(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -310,8 +399,13 @@ mod tests {
 
     #[test]
     fn a_host_is_found_in_any_case_with_any_port_in_either_form() {
+        let long = format!("{}.ex.co", "a".repeat(63));
         let table = Table::new(
-            vec![domain(1, "ex.co"), domain(2, "bücher.example")],
+            vec![
+                domain(1, "ex.co"),
+                domain(2, "bücher.example"),
+                domain(3, &long),
+            ],
             Some(&Host::parse("go.example.com").unwrap()),
         );
         for (raw, id) in [
@@ -322,11 +416,24 @@ mod tests {
             ("Bücher.example:443", Some(2)),
             ("go.example.com", Some(0)),
             ("other.example", None),
+            ("ex.co:80x", None),
             ("", None),
+            (&format!("{}.ex.co", "b".repeat(63)), None),
+            (&long.to_uppercase(), Some(3)),
+            (&format!("{long}:8080"), Some(3)),
         ] {
             assert_eq!(lookup(&table, raw.as_bytes()), id.map(DomainId), "{raw}");
         }
         assert!(table.added);
+        assert!(matches!(table.by_host, HostIndex::Few(_)));
+        // Past a few hosts, a hash map: the same answers.
+        let many: Vec<_> = (1..=20)
+            .map(|i| domain(i, &format!("d{i}.example")))
+            .collect();
+        let big = Table::new(many, None);
+        assert!(matches!(big.by_host, HostIndex::Many(_)));
+        assert_eq!(lookup(&big, b"D7.example:80"), Some(DomainId(7)));
+        assert_eq!(lookup(&big, b"d21.example"), None);
         assert_eq!(table.get(DomainId(2)).unwrap().id, DomainId(2));
         assert!(table.get(DomainId(9)).is_none());
     }
