@@ -36,9 +36,9 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub visits: VisitArgs,
     #[command(flatten)]
-    pub abuse: AbuseArgs,
-    #[command(flatten)]
     pub domains: DomainArgs,
+    #[command(flatten)]
+    pub abuse: AbuseArgs,
     /// Print the effective configuration as TOML (passwords in URLs as
     /// `***`) and exit; `--config` reads it back.
     #[arg(long)]

@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use strum::{Display, EnumString, VariantNames};
@@ -298,19 +298,9 @@ impl DomainRegistry {
     /// keep the domains loaded and are logged at most once a minute.
     pub fn spawn_refresher(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let me = Arc::clone(self);
-        tokio::spawn(async move {
-            let mut logged: Option<Instant> = None;
-            let mut tick = tokio::time::interval(REFRESH_EVERY);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                if let Err(e) = me.refresh().await
-                    && logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(60))
-                {
-                    tracing::warn!(error = %e, "cannot reload domains; using the ones loaded");
-                    logged = Some(Instant::now());
-                }
-            }
+        crate::store::spawn_reloader(REFRESH_EVERY, "domains", move || {
+            let me = Arc::clone(&me);
+            async move { me.refresh().await }
         })
     }
 }

@@ -400,6 +400,35 @@ pub trait LinkStore: Send + Sync + 'static {
     async fn close(&self);
 }
 
+/// Runs `reload` every `period` until the task is aborted: what servers
+/// read again from the store (keys, domains) so that a change made beside
+/// them counts within that time. A failure keeps what was loaded and is
+/// logged at most once a minute, naming `what`.
+pub fn spawn_reloader<F, Fut>(
+    period: std::time::Duration,
+    what: &'static str,
+    mut reload: F,
+) -> tokio::task::JoinHandle<()>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), StoreError>> + Send,
+{
+    tokio::spawn(async move {
+        let mut logged: Option<std::time::Instant> = None;
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(e) = reload().await
+                && logged.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(60))
+            {
+                tracing::warn!(error = %e, "cannot reload {what}; using the ones loaded");
+                logged = Some(std::time::Instant::now());
+            }
+        }
+    })
+}
+
 /// What kind of failure a database error is: it decides between "retry
 /// later" (503) and "internal error" (500). Each backend says which its
 /// errors are.
