@@ -277,6 +277,7 @@ crate::on_both_stores! {
         "/",
         &format!("{path}/qr.svg"),
         &format!("{path}/qr.png"),
+        &format!("{path}/qr.svg?domain=default"),
     ] {
         let r = on(&app, b"other.example", p).await;
         assert_error(r, 404, "domain").await;

@@ -546,11 +546,12 @@ impl FromRequestParts<AppState> for AskedDomain {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        if let Some(name) = domain_param(parts.uri.query())? {
-            return state.domain_named(&name).map(Self);
-        }
+        // An unknown host refused stays refused, whatever the query says.
         let HostDomain(id) = HostDomain::from_request_parts(parts, state).await?;
-        Ok(Self(id))
+        match domain_param(parts.uri.query())? {
+            Some(name) => state.domain_named(&name).map(Self),
+            None => Ok(Self(id)),
+        }
     }
 }
 

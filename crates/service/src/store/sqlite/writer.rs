@@ -557,7 +557,13 @@ impl WriterThread {
                 }
             }
             Err(e) => {
-                if !matches!(e, StoreError::NameTaken(_)) {
+                // A refusal the client is told of is no failure of ours.
+                if !matches!(
+                    e,
+                    StoreError::NameTaken(_)
+                        | StoreError::HostTaken(_)
+                        | StoreError::DomainHasLinks(_)
+                ) {
                     throttled!(FAILED_WRITES, error, error = %e, "write failed and was rolled back");
                 }
                 let _ = reply.send(Err(e));
