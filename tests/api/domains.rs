@@ -111,6 +111,9 @@ crate::on_both_stores! {
         let default = body(app.api(Method::GET, "/api/v1/domains/default", None, None).await).await;
         assert_eq!(default["default"], true);
         assert_error(app.api(Method::GET, "/api/v1/domains/nope.example", None, None).await, 404, "nope").await;
+        assert_error(app.api(Method::GET, "/api/v1/domains/%FF", None, None).await, 400, "path").await;
+        assert_error(app.api(Method::DELETE, "/api/v1/domains/%FF", Some(&admin), None).await,
+            400, "path").await;
 
         // Changed: a field set, one cleared; others kept.
         let path = "/api/v1/domains/go.example.com";

@@ -58,6 +58,7 @@ async fn pages_and_assets_are_embedded_with_a_strict_policy() {
     }
     assert_error(app.get("/assets/nope.js").await, 404, "no asset").await;
     assert_error(app.get("/assets/..%2Fmod.rs").await, 404, "no asset").await;
+    assert_error(app.get("/assets/%FF").await, 400, "path").await;
 }
 
 #[tokio::test]

@@ -3,13 +3,13 @@
 //! changing them needs an admin key.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::{DomainPatchBody, Key, NewDomainBody};
+use super::extract::{DomainPatchBody, Key, NewDomainBody, Segment};
 use crate::domain::{DEFAULT_NAME, DomainId};
 use crate::domains::Named;
 use crate::keys::Principal;
@@ -110,11 +110,12 @@ pub async fn create(
     params(("host" = String, Path, description = HOST_PARAM, max_length = 253)),
     responses(
         (status = 200, description = "The domain", body = DomainObject),
+        (status = 400, description = "A malformed host", body = crate::http::schema::ErrorMessage),
         (status = 404, description = "No such domain", body = crate::http::schema::ErrorMessage),
     ))]
 pub async fn get(
     State(state): State<AppState>,
-    Path(host): Path<String>,
+    Segment(host): Segment,
 ) -> Result<Json<DomainObject>, ApiError> {
     let id = named(&state, &host)?;
     let domain = state
@@ -130,7 +131,7 @@ pub async fn get(
     request_body(content = crate::http::schema::DomainPatchRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The domain as changed", body = DomainObject),
-        (status = 400, description = "Malformed body, bad URL, unknown field", body = crate::http::schema::ErrorMessage),
+        (status = 400, description = "Malformed host or body, bad URL, unknown field", body = crate::http::schema::ErrorMessage),
         (status = 401, description = "No valid key", body = crate::http::schema::ErrorMessage),
         (status = 403, description = "Not an admin key", body = crate::http::schema::ErrorMessage),
         (status = 404, description = "No such domain", body = crate::http::schema::ErrorMessage),
@@ -142,7 +143,7 @@ pub async fn get(
 pub async fn update(
     State(state): State<AppState>,
     Key(caller): Key,
-    Path(host): Path<String>,
+    Segment(host): Segment,
     body: DomainPatchBody,
 ) -> Result<Json<DomainObject>, ApiError> {
     admin(&caller)?;
@@ -169,7 +170,7 @@ pub struct RemoveParams {
     ),
     responses(
         (status = 204, description = "Removed"),
-        (status = 400, description = "Malformed force", body = crate::http::schema::ErrorMessage),
+        (status = 400, description = "Malformed host or force", body = crate::http::schema::ErrorMessage),
         (status = 401, description = "No valid key", body = crate::http::schema::ErrorMessage),
         (status = 403, description = "Not an admin key", body = crate::http::schema::ErrorMessage),
         (status = 404, description = "No such domain", body = crate::http::schema::ErrorMessage),
@@ -180,7 +181,7 @@ pub struct RemoveParams {
 pub async fn remove(
     State(state): State<AppState>,
     Key(caller): Key,
-    Path(host): Path<String>,
+    Segment(host): Segment,
     params: Result<axum::extract::Query<RemoveParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<StatusCode, ApiError> {
     admin(&caller)?;

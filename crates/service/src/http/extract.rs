@@ -521,6 +521,21 @@ impl FromRequestParts<AppState> for CodeOn {
     }
 }
 
+/// A route's one path parameter as text (`{host}`, `{file}`): 400 as
+/// JSON, like every other error, when it is not UTF-8 once decoded.
+pub struct Segment(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Segment {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Path::<String>::from_request_parts(parts, state)
+            .await
+            .map(|Path(segment)| Self(segment))
+            .map_err(|e| ApiError::BadRequest(format!("malformed path: {e}")))
+    }
+}
+
 /// The domain a request's `Host` names, for `/`, `/{code}` and the QR
 /// routes: 404 for an unknown host under `--unknown-host reject`.
 pub struct HostDomain(pub DomainId);

@@ -3,11 +3,11 @@
 //! external font), served with a Content-Security-Policy that allows no
 //! inline script or style. The QR codes the page shows are in `qr.rs`.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::extract::HostDomain;
+use super::extract::{HostDomain, Segment};
 use super::{ApiError, AppState};
 
 /// Only this origin's scripts, styles, images and API; no inline code, no
@@ -114,9 +114,10 @@ pub async fn manage() -> Response {
     responses(
         (status = 200, description = "The page's stylesheet, script or icon",
          content(("text/css; charset=utf-8"), ("text/javascript; charset=utf-8"), ("image/svg+xml"))),
+        (status = 400, description = "A name that is not text", body = crate::http::schema::ErrorMessage),
         (status = 404, description = "No such asset", body = crate::http::schema::ErrorMessage),
     ))]
-pub async fn asset(Path(name): Path<String>) -> Result<Response, ApiError> {
+pub async fn asset(Segment(name): Segment) -> Result<Response, ApiError> {
     let asset = ASSETS
         .iter()
         .find(|a| a.name == name)
