@@ -437,9 +437,6 @@ pub enum IntervalParam {
 /// Query of `GET /api/v1/links/{code}/visits`, as sent.
 #[derive(Deserialize)]
 pub struct VisitParams {
-    /// Read by [`CodeOn`].
-    #[allow(dead_code)]
-    domain: Option<String>,
     from: Option<String>,
     to: Option<String>,
     interval: Option<String>,

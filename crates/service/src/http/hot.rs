@@ -32,7 +32,7 @@ use tower::Service as _;
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::unknown_host;
+use super::extract::{request_host, unknown_host};
 use super::finish::finish;
 use super::handlers::{link_answer, redirect_answer, redirect_use, target_of};
 use super::request_id;
@@ -197,10 +197,7 @@ impl Hot {
         // A redirect is on the domain its Host names; the seed API's look
         // is on the default domain.
         let domain = if visit {
-            let host = match req.uri().authority() {
-                Some(authority) => Some(authority.as_str().as_bytes()),
-                None => sent.host.map(HeaderValue::as_bytes),
-            };
+            let host = request_host(req.uri(), sent.host);
             self.state.links.domains().of_request(host)
         } else {
             Some(DomainId::DEFAULT)
@@ -271,10 +268,10 @@ impl Hot {
     /// A redirect's resolution with the domain's redirect for what it has
     /// no link for; a look's as it is.
     fn fallback(&self, visit: bool, domain: DomainId, found: Resolution) -> Resolution {
-        match found {
-            Resolution::Found(_) => found,
-            other if visit => self.state.fallback(domain, other),
-            other => other,
+        if visit {
+            self.state.fallback(domain, found)
+        } else {
+            found
         }
     }
 

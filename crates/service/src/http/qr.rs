@@ -93,9 +93,6 @@ pub async fn svg(
 
 #[derive(Deserialize)]
 pub struct PngParams {
-    /// Read by [`AskedDomain`].
-    #[allow(dead_code)]
-    domain: Option<String>,
     size: Option<String>,
 }
 
