@@ -90,6 +90,11 @@ pub struct StressArgs {
     #[arg(long = "header", short = 'H', value_parser = header)]
     pub headers: Vec<(String, String)>,
 
+    /// Create scenario: each create names its own code (an alias of 12
+    /// random characters) instead of taking a generated one.
+    #[arg(long)]
+    pub aliases: bool,
+
     /// Threads of the load generator (default: one per core).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -125,6 +130,7 @@ impl StressArgs {
             timeout: Duration::from_millis(self.timeout_ms.max(1)),
             progress: !self.json && std::io::IsTerminal::is_terminal(&std::io::stderr()),
             headers: self.headers.clone(),
+            aliases: self.aliases,
         })
     }
 }

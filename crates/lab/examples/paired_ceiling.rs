@@ -163,6 +163,7 @@ fn main() -> anyhow::Result<()> {
                 timeout: Duration::from_secs(10),
                 progress: false,
                 headers: Vec::new(),
+                aliases: false,
             };
             let pid = server.pid();
             let from = std::thread::spawn(move || {

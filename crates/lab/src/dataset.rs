@@ -1,8 +1,10 @@
 //! The `scale` experiment's data: `n` links written as the file
 //! `litelink export` writes and loaded with `litelink import`, the bulk
-//! path a user takes; once per size and run, and copied for each
-//! configuration that serves it. The records carry no code, so each link
-//! gets a generated one, as a create through the API would.
+//! path a user takes; once per size, kind and run, and copied for each
+//! configuration that serves it. Records without a code get generated
+//! ones, as creates through the API would; named records carry codes of
+//! 10 characters that look random, as an import from another shortener
+//! does.
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -11,6 +13,8 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use rusqlite::OptionalExtension;
+
+use crate::experiments::Preload;
 
 /// Read keys kept per size: the codes of evenly spaced rows, from the
 /// first link loaded to the last.
@@ -28,17 +32,24 @@ pub struct Dataset {
     pub objects: Vec<(String, u64)>,
 }
 
-/// Writes `n` links to a JSON-lines file in `work`, imports them with
-/// `exe import` into a new database there, and measures it.
-pub fn load(exe: &Path, work: &Path, n: u64) -> anyhow::Result<Dataset> {
-    let file = work.join(format!("scale-{n}.jsonl"));
-    let db = work.join(format!("scale-{n}.db"));
+/// Writes the links of `preload` to a JSON-lines file in `work`, imports
+/// them with `exe import` into a new database there, and measures it.
+pub fn load(exe: &Path, work: &Path, preload: Preload) -> anyhow::Result<Dataset> {
+    let n = preload.links;
+    let kind = if preload.named { "-named" } else { "" };
+    let file = work.join(format!("scale-{n}{kind}.jsonl"));
+    let db = work.join(format!("scale-{n}{kind}.db"));
     {
         let mut out = BufWriter::new(std::fs::File::create(&file)?);
         for i in 1..=n {
+            let code = if preload.named {
+                format!(r#""code":"{}","#, named_code(i))
+            } else {
+                String::new()
+            };
             writeln!(
                 out,
-                r#"{{"url":"https://example.com/scale/{i}","created_at":"2026-12-01T00:00:00Z"}}"#
+                r#"{{{code}"url":"https://example.com/scale/{i}","created_at":"2026-12-01T00:00:00Z"}}"#
             )?;
         }
         out.flush()?;
@@ -69,6 +80,22 @@ pub fn load(exe: &Path, work: &Path, n: u64) -> anyhow::Result<Dataset> {
         file_bytes,
         objects,
     })
+}
+
+/// The named code of record `i`: 10 characters of `[0-9A-Za-z]`, from `i`
+/// times an odd number not divisible by 31, modulo 62^10: different for
+/// every `i` (the multiplication is a bijection), and with no order or
+/// common prefix that SQLite's B-tree could take advantage of.
+fn named_code(i: u64) -> String {
+    const ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    const SPACE: u128 = 839_299_365_868_340_224; // 62^10
+    let mut x = (u128::from(i) * 0x9E37_79B9_7F4A_7C15) % SPACE;
+    let mut code = [0u8; 10];
+    for c in code.iter_mut().rev() {
+        *c = ALPHABET[(x % 62) as usize];
+        x /= 62;
+    }
+    String::from_utf8_lossy(&code).into_owned()
 }
 
 /// The codes of every `n / SAMPLE`-th row.

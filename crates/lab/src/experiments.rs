@@ -31,9 +31,19 @@ pub struct Config {
     pub reference: bool,
     /// Run only these of the experiment's workloads; `None`: all.
     pub workloads: Option<Vec<String>>,
-    /// Serve a database of this many links loaded with `litelink import`
-    /// (the `scale` experiment) instead of links created over HTTP.
-    pub preload: Option<u64>,
+    /// Serve a database loaded with `litelink import` (the `scale`
+    /// experiment) instead of links created over HTTP.
+    pub preload: Option<Preload>,
+}
+
+/// A database the `scale` experiment loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct Preload {
+    pub links: u64,
+    /// Each record names its code (10 characters that look random), as an
+    /// import from another shortener does; otherwise each link gets its
+    /// generated code.
+    pub named: bool,
 }
 
 /// One kind of load.
@@ -63,6 +73,9 @@ pub struct Workload {
     /// at the latest): creates that would otherwise grow a small database
     /// many times over in the rounds of a run.
     pub requests: Option<u64>,
+    /// Creates name their own codes (aliases) instead of taking generated
+    /// ones.
+    pub aliases: bool,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -124,6 +137,7 @@ fn workload(name: &str, scenario: Scenario, connections: usize) -> Workload {
         headers: Vec::new(),
         rate: None,
         requests: None,
+        aliases: false,
     }
 }
 
@@ -599,46 +613,59 @@ fn scale(quick: bool) -> Experiment {
     // Bounded, so that the smallest database stays near its size over the
     // rounds (8 rounds add 0.24M links at most to each).
     creates.requests = Some(if quick { 2_000 } else { 30_000 });
+    let mut aliases = creates.clone();
+    aliases.name = "durable creates of aliases".into();
+    aliases.aliases = true;
     let sizes = scale_sizes(quick);
     let base = count_label(sizes[0]);
     let mut configs = Vec::new();
-    for &n in &sizes {
-        let label = count_label(n);
-        let is_base = label == base;
-        let mut none = config_running(
-            &format!("{label} links, no cache"),
-            &["--cache", "none"],
-            &[&uncached, &creates],
-        );
-        none.baseline = (!is_base).then(|| format!("{base} links, no cache"));
-        none.preload = Some(n);
-        // What the link slots buy: the same reads on SQLite's B-tree.
-        let mut table = config_running(
-            &format!("{label} links, no cache, no slots"),
-            &["--cache", "none", "--sqlite-slots", "off"],
-            &[&uncached],
-        );
-        table.baseline = (!is_base).then(|| format!("{base} links, no cache, no slots"));
-        table.preload = Some(n);
-        let mut memory = config_running(&format!("{label} links, memory cache"), &[], &[&zipf]);
-        memory.baseline = (!is_base).then(|| format!("{base} links, memory cache"));
-        memory.preload = Some(n);
-        configs.extend([none, table, memory]);
+    for named in [false, true] {
+        let kind = if named { " named" } else { "" };
+        for &n in &sizes {
+            let label = count_label(n);
+            let is_base = label == base;
+            let preload = Some(Preload { links: n, named });
+            let config = |name: &str, args: &[&str], runs: &[&Workload]| {
+                let mut c = config_running(&format!("{label}{kind} links, {name}"), args, runs);
+                c.baseline = (!is_base).then(|| format!("{base}{kind} links, {name}"));
+                c.preload = preload;
+                c
+            };
+            let writes = if named { &aliases } else { &creates };
+            configs.push(config(
+                "no cache",
+                &["--cache", "none"],
+                &[&uncached, writes],
+            ));
+            // What the link slots (and the name index) buy: the same reads
+            // on SQLite's B-tree.
+            configs.push(config(
+                "no cache, no slots",
+                &["--cache", "none", "--sqlite-slots", "off"],
+                &[&uncached],
+            ));
+            if !named {
+                configs.push(config("memory cache", &[], &[&zipf]));
+            }
+        }
     }
     Experiment {
         id: "scale",
         title: "Ten thousand links against ten million",
         question: "Does a request cost more as the database grows? Databases of each size \
-                   are loaded with `litelink import` (records without codes, so that each \
-                   link gets its generated code, as a create would), then served: uniform \
-                   point reads \
-                   with `--cache none` (from the link slots, and from SQLite's table with \
-                   `--sqlite-slots off`) and zipf reads through the memory cache (default \
-                   capacity), both over codes sampled from the whole loaded set, and durable \
-                   creates (64 connections, a bounded count, no warm-up). Each ratio is to \
-                   the smallest database in the same round.",
+                   are loaded with `litelink import`: records without codes, so that each \
+                   link gets its generated code, as a create would, and records that name \
+                   their codes (10 characters that look random), as an import from another \
+                   shortener does. Each is served with `--cache none` (from the link slots \
+                   and the name index) and with `--sqlite-slots off` (SQLite's table): \
+                   uniform point reads over codes sampled from the whole loaded set, and \
+                   durable creates (64 connections, a bounded count, no warm-up) of \
+                   generated codes, or of aliases on the named databases; the generated \
+                   databases also serve zipf reads through the memory cache (default \
+                   capacity). Each ratio is to the smallest database of its kind in the \
+                   same round.",
         configs,
-        workloads: vec![uncached, zipf, creates],
+        workloads: vec![uncached, zipf, creates, aliases],
         links: None,
         reference: None,
     }

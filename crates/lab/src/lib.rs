@@ -171,8 +171,10 @@ pub struct DatasetFacts {
     pub bytes_per_link: f64,
     /// Each table's and index's bytes (`dbstat`), largest first.
     pub objects: Vec<(String, u64)>,
-    /// The server's anonymous resident memory after its rounds.
+    /// The server's anonymous resident memory after its rounds, and what
+    /// it maps from files.
     pub rss_anon_bytes: Option<u64>,
+    pub rss_file_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -420,7 +422,8 @@ fn run_experiment(
     let mut skipped = Vec::new();
     let mut servers = Vec::new();
     // The `scale` experiment's databases, loaded once per size.
-    let mut datasets: std::collections::BTreeMap<u64, dataset::Dataset> = Default::default();
+    let mut datasets: std::collections::BTreeMap<experiments::Preload, dataset::Dataset> =
+        Default::default();
     for (i, config) in exp.configs.iter().enumerate() {
         let mut args = config.args.clone();
         if config.needs_valkey {
@@ -460,12 +463,20 @@ fn run_experiment(
         let db = work.join(format!("{}-{i}.db", exp.id));
         let cpu = if config.pinned { server_cpu } else { None };
         let exe = config.exe.as_deref().unwrap_or(&opts.server_exe);
-        if let Some(n) = config.preload {
-            let d = match datasets.entry(n) {
+        if let Some(preload) = config.preload {
+            let d = match datasets.entry(preload) {
                 std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::btree_map::Entry::Vacant(e) => {
-                    eprintln!("bench: loading {n} links with `litelink import`");
-                    e.insert(dataset::load(exe, work, n)?)
+                    eprintln!(
+                        "bench: loading {} links{} with `litelink import`",
+                        preload.links,
+                        if preload.named {
+                            " with named codes"
+                        } else {
+                            ""
+                        }
+                    );
+                    e.insert(dataset::load(exe, work, preload)?)
                 }
             };
             d.copy_to(&db)?;
@@ -500,7 +511,7 @@ fn run_experiment(
             .iter()
             .any(|w| w.scenario == Scenario::Read && config.runs(w));
         let needs_links = !config.reference && reads;
-        let preloaded = config.preload.and_then(|n| datasets.get(&n));
+        let preloaded = config.preload.and_then(|p| datasets.get(&p));
         let codes = if let Some(d) = preloaded {
             d.sample.clone()
         } else if config.reference && reads {
@@ -556,6 +567,7 @@ fn run_experiment(
                     timeout: Duration::from_secs(10),
                     progress: false,
                     headers: w.headers.clone(),
+                    aliases: w.aliases,
                 };
                 settle();
                 let cache_before = memory_cache_counts(server);
@@ -661,6 +673,7 @@ fn run_experiment(
                 bytes_per_link: d.file_bytes as f64 / d.links.max(1) as f64,
                 objects: d.objects.clone(),
                 rss_anon_bytes: server.rss_anon_bytes(),
+                rss_file_bytes: server.rss_file_bytes(),
             })
         })
         .collect();

@@ -176,8 +176,18 @@ impl ServerProcess {
     /// The server's anonymous resident memory (`RssAnon`: the heap, not
     /// the memory-mapped database), from /proc.
     pub fn rss_anon_bytes(&self) -> Option<u64> {
+        self.status_bytes("RssAnon:")
+    }
+
+    /// The server's resident memory mapped from files (`RssFile`: the
+    /// database, the link slots and the name index).
+    pub fn rss_file_bytes(&self) -> Option<u64> {
+        self.status_bytes("RssFile:")
+    }
+
+    fn status_bytes(&self, field: &str) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
-        let line = status.lines().find(|l| l.starts_with("RssAnon:"))?;
+        let line = status.lines().find(|l| l.starts_with(field))?;
         let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
         Some(kib * 1024)
     }

@@ -112,9 +112,9 @@ fn facts_table(facts: &[super::DatasetFacts]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "| configuration | links | import s | start-up s | file MiB | bytes/link | by table and index (MiB) | RssAnon MiB |"
+        "| configuration | links | import s | start-up s | file MiB | bytes/link | by table and index (MiB) | RssAnon MiB | RssFile MiB |"
     );
-    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---|---:|");
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---|---:|---:|");
     for f in facts {
         let objects: Vec<String> = f
             .objects
@@ -124,7 +124,7 @@ fn facts_table(facts: &[super::DatasetFacts]) -> String {
             .collect();
         let _ = writeln!(
             s,
-            "| {} | {} | {:.1} | {:.2} | {:.1} | {:.0} | {} | {} |",
+            "| {} | {} | {:.1} | {:.2} | {:.1} | {:.0} | {} | {} | {} |",
             f.config,
             f.links,
             f.import_seconds,
@@ -133,6 +133,8 @@ fn facts_table(facts: &[super::DatasetFacts]) -> String {
             f.bytes_per_link,
             objects.join(", "),
             f.rss_anon_bytes
+                .map_or_else(|| "—".into(), |b| format!("{:.1}", mib(b))),
+            f.rss_file_bytes
                 .map_or_else(|| "—".into(), |b| format!("{:.1}", mib(b)))
         );
     }

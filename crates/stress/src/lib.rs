@@ -108,6 +108,9 @@ pub struct StressConfig {
     /// Extra headers on every request, as `(name, value)`: a browser's
     /// `User-Agent` and `Referer`, say.
     pub headers: Vec<(String, String)>,
+    /// Create scenario: each create names its own code (an alias of 12
+    /// random characters) instead of taking a generated one.
+    pub aliases: bool,
 }
 
 impl StressConfig {
@@ -144,6 +147,7 @@ impl Default for StressConfig {
             timeout: Duration::from_secs(10),
             progress: false,
             headers: Vec::new(),
+            aliases: false,
         }
     }
 }
@@ -308,6 +312,16 @@ fn parse_created(a: &client::Answer) -> Result<String, Failure> {
 fn create_body(label: &str, n: u64) -> Bytes {
     Bytes::from(format!(
         r#"{{"url":"https://example.com/litelink-stress/{label}/{n}"}}"#
+    ))
+}
+
+/// A create that names its code: 12 random characters of `[A-Za-z0-9]`
+/// (a clash, one in 62^12 per pair, would be a 409 and count as an error).
+fn alias_body(n: u64) -> Bytes {
+    use rand::distr::{Alphanumeric, SampleString};
+    let code = Alphanumeric.sample_string(&mut rand::rng(), 12);
+    Bytes::from(format!(
+        r#"{{"url":"https://example.com/litelink-stress/alias/{n}","code":"{code}"}}"#
     ))
 }
 
@@ -555,7 +569,12 @@ fn claim(s: &Shared) -> Option<u64> {
 async fn one_request(s: &Shared, conn: &mut Connection, n: u64) -> (Op, u16, Result<(), Failure>) {
     match s.config.scenario {
         Scenario::Create => {
-            let (status, r) = s.target.create(conn, create_body("create", n)).await;
+            let body = if s.config.aliases {
+                alias_body(n)
+            } else {
+                create_body("create", n)
+            };
+            let (status, r) = s.target.create(conn, body).await;
             (Op::Create, status, r.map(|_| ()))
         }
         Scenario::HeartBeat => {

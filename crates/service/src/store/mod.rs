@@ -79,9 +79,11 @@ pub async fn open(
         .await
 }
 
-/// The writer's page cache during an import: enough for the index pages of
-/// several million links.
-const IMPORT_CACHE_MIB: u32 = 256;
+/// The writer's page cache during an import: enough for the index of ten
+/// million named codes (212 MiB), so that inserts at random places of it
+/// read no page from the file, and a transaction's dirty pages stay in
+/// memory until its commit.
+const IMPORT_CACHE_MIB: u32 = 512;
 
 impl StoreSettings {
     /// These settings as `purpose` runs them: an import gives SQLite's

@@ -18,8 +18,10 @@ mod doctor;
 mod fileguard;
 mod find;
 pub mod lock;
+mod mapped;
 pub mod memstatus;
 pub mod migrations;
+mod names;
 mod ops;
 mod readers;
 mod replies;
@@ -914,6 +916,57 @@ mod tests {
         })
         .await;
         let not_there = LinkKey::new(elsewhere, limited.code.clone());
+        // Named codes found through the name index: imported on both
+        // domains, an alias with a target too long for its slot, one that
+        // is deleted later, and one another process inserts.
+        let named = |domain: DomainId, code: &str| {
+            LinkKey::new(domain, ShortCode::parse(code).expect("code"))
+        };
+        let (imported, imported_there, imported_other) = (
+            named(DomainId::DEFAULT, "Imported01"),
+            named(elsewhere, "Imported01"),
+            named(elsewhere, "Imported02"),
+        );
+        let row = |line: u64, key: &LinkKey| ImportRow {
+            line,
+            domain: key.domain,
+            code: Some(key.code.clone()),
+            target: Some(url(100 + line as u32).target),
+            created_at: Timestamp::from_millis(1_700_000_000_000),
+            expires_at: None,
+            owner: None,
+            deleted_at: None,
+            max_visits: Some(50),
+            visits: 4,
+        };
+        let skipped = store
+            .import(vec![
+                row(1, &imported),
+                row(2, &imported_there),
+                row(3, &imported_other),
+            ])
+            .await
+            .expect("import");
+        assert!(skipped.is_empty(), "{skipped:?}");
+        let long_alias = create(NewLink {
+            code: Some(ShortCode::parse("long-alias").expect("alias")),
+            ..NewLink::to(target(&long_url))
+        })
+        .await;
+        let gone_alias = create(NewLink {
+            code: Some(ShortCode::parse("gone-alias").expect("alias")),
+            ..url(7)
+        })
+        .await;
+        let to_rename = create(NewLink {
+            code: Some(ShortCode::parse("to-rename1").expect("alias")),
+            ..url(8)
+        })
+        .await;
+        let (inserted, renamed) = (
+            named(DomainId::DEFAULT, "Inserted01"),
+            named(DomainId::DEFAULT, "renamed-01"),
+        );
         let codes = [
             &short,
             &limited,
@@ -923,6 +976,14 @@ mod tests {
             &other_generated,
             &same_code,
             &not_there,
+            &imported,
+            &imported_there,
+            &imported_other,
+            &long_alias,
+            &gone_alias,
+            &to_rename,
+            &inserted,
+            &renamed,
         ];
         let check = |store: &SqliteStore, when: &str| {
             let table = store.inner.readers.of_the_table();
@@ -950,10 +1011,11 @@ mod tests {
         check(&store, "created");
         let before = hits(&store);
         check(&store, "again");
-        // `short`, `limited` and `other_generated` twice each (get, link):
-        // the long target and the aliases are read from the table, and a
-        // slot says nothing of a code on a domain that is not its row's.
-        assert_eq!(hits(&store) - before, 6);
+        // Twice each (get, link): `short`, `limited`, `other_generated`,
+        // and the named codes but `long-alias`. Long targets are read from
+        // the table, and a slot says nothing of a code on a domain that is
+        // not its row's.
+        assert_eq!(hits(&store) - before, 20);
 
         let patch = |t: Option<&str>, max: Option<Option<u64>>| LinkPatch {
             target: t.map(target),
@@ -975,7 +1037,26 @@ mod tests {
             .update(&limited, patch(None, Some(None)))
             .await
             .expect("edit");
+        store
+            .update(
+                &alias,
+                patch(Some("https://example.com/alias-edited"), None),
+            )
+            .await
+            .expect("edit");
+        store
+            .update(&imported_there, patch(Some(&long_url), None))
+            .await
+            .expect("edit");
+        store
+            .update(&long_alias, patch(Some("https://example.com/fits"), None))
+            .await
+            .expect("edit");
         check(&store, "edited");
+        assert!(matches!(
+            store.inner.readers.get(&alias).expect("get"),
+            Some(r) if r.target.as_str() == "https://example.com/alias-edited"
+        ));
         assert!(matches!(
             store.inner.readers.get(&long).expect("get"),
             Some(r) if r.target.as_str() == "https://example.com/short-now"
@@ -985,8 +1066,12 @@ mod tests {
         for _ in 0..5 {
             counts.add(Timestamp::now(), AgentClass::Browser, "");
         }
-        let visits: Arc<[(LinkKey, VisitCounts)]> =
-            vec![(short.clone(), counts.clone()), (limited.clone(), counts)].into();
+        let visits: Arc<[(LinkKey, VisitCounts)]> = vec![
+            (short.clone(), counts.clone()),
+            (imported.clone(), counts.clone()),
+            (limited.clone(), counts),
+        ]
+        .into();
         store.record_visits(visits).await.expect("visits");
         check(&store, "visited");
         assert_eq!(
@@ -1000,17 +1085,27 @@ mod tests {
         );
 
         assert!(store.delete(&short).await.expect("delete"));
+        assert!(store.delete(&gone_alias).await.expect("delete"));
         check(&store, "deleted");
         assert!(store.inner.readers.get(&short).expect("get").is_none());
+        assert!(store.inner.readers.get(&gone_alias).expect("get").is_none());
 
         // Another process edits a row: the slots are built again from the
         // table, and the edit is served within a few ticks.
         let other = Connection::open(dir.path().join("l.db")).expect("open");
+        // One transaction: a reader that sees the first edit sees all.
         other
-            .execute(
-                "UPDATE links SET target = 'https://example.com/by-sqlite3' WHERE code = ?1",
-                [limited.code.as_str()],
-            )
+            .execute_batch(&format!(
+                "BEGIN;
+                 UPDATE links SET target = 'https://example.com/by-sqlite3' WHERE code = '{}';
+                 UPDATE links SET target = 'https://example.com/named-by-sqlite3' \
+                 WHERE code = 'Imported02';
+                 INSERT INTO links (code, target, created_at, named, domain) \
+                 VALUES ('Inserted01', 'https://example.com/inserted', 0, 1, 0);
+                 UPDATE links SET code = 'renamed-01' WHERE code = 'to-rename1';
+                 COMMIT;",
+                limited.code
+            ))
             .expect("update");
         drop(other);
         let readers = Arc::clone(&store.inner.readers);
@@ -1026,7 +1121,27 @@ mod tests {
         let slots = || store.sqlite_stats().slots.expect("slots on");
         wait_for("the slots built again", || slots().state == "ready").await;
         assert_eq!(slots().builds, 2);
+        // A code the index no longer holds is read from SQLite, whose
+        // pooled snapshots see another process's commit within 100 ms.
+        let readers = Arc::clone(&store.inner.readers);
+        let code = to_rename.clone();
+        wait_for("the renamed code gone", move || {
+            readers.get(&code).is_ok_and(|r| r.is_none())
+        })
+        .await;
         check(&store, "changed by another process");
+        assert!(matches!(
+            store.inner.readers.get(&inserted).expect("get"),
+            Some(r) if r.target.as_str() == "https://example.com/inserted"
+        ));
+        assert!(matches!(
+            store.inner.readers.get(&imported_other).expect("get"),
+            Some(r) if r.target.as_str() == "https://example.com/named-by-sqlite3"
+        ));
+        assert!(store.inner.readers.get(&renamed).expect("get").is_some());
+        // Every named row of the table is in the index again, the deleted
+        // one too (its code stays taken): all nine.
+        assert_eq!(slots().named_codes, 9);
 
         // A restart builds them from the table.
         store.close().await;
@@ -1039,9 +1154,12 @@ mod tests {
         let before = hits(&store);
         check(&store, "reopened and built");
         // Twice each: `limited`, `long` (its target is short now), the
-        // deleted `short`, whose slot says it is gone, and the generated
-        // link on the other domain.
-        assert_eq!(hits(&store) - before, 8);
+        // deleted `short` and `gone-alias`, whose slots say they are gone,
+        // the generated link on the other domain, and the named codes but
+        // `Imported01` on the other domain, whose target is long now, and
+        // the code renamed away.
+        assert_eq!(hits(&store) - before, 24);
+        assert_eq!(store.sqlite_stats().slots.expect("slots").named_codes, 9);
         store.close().await;
     }
 

@@ -199,8 +199,8 @@ impl Readers {
 
     pub(super) fn get(&self, key: &LinkKey) -> rusqlite::Result<Option<Resolved>> {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
-        let id = self.book.id_of(key.code.as_str());
-        match self.slot(id, key) {
+        let (found, id) = self.slot(self.book.id_of(key.code.as_str()), key);
+        match found {
             Found::Live(slot) => {
                 return Ok(Some(Resolved {
                     target: slot.target,
@@ -224,8 +224,8 @@ impl Readers {
 
     /// The live link with `key`, for management.
     pub(super) fn link(&self, key: &LinkKey) -> rusqlite::Result<Option<Link>> {
-        let id = self.book.id_of(key.code.as_str());
-        match self.slot(id, key) {
+        let (found, id) = self.slot(self.book.id_of(key.code.as_str()), key);
+        match found {
             // A link with an owner is read whole: the owner's name is in
             // `keys`, not in the slot.
             Found::Live(slot) if !slot.has_owner => {
@@ -249,11 +249,12 @@ impl Readers {
         })
     }
 
-    /// What the slot of the row `key`'s code decrypts to (`id`) says of it.
-    fn slot(&self, id: Option<u64>, key: &LinkKey) -> Found {
-        match (&self.slots, id) {
-            (Some(slots), Some(id)) => slots.find(id, key.code.as_str().len(), key.domain.0),
-            _ => Found::Unknown,
+    /// What the slots say of `key`, whose code decrypts to `id`; with the
+    /// row id SQLite is best asked by when they cannot tell.
+    fn slot(&self, id: Option<u64>, key: &LinkKey) -> (Found, Option<u64>) {
+        match &self.slots {
+            Some(slots) => slots.find(id, key),
+            None => (Found::Unknown, id),
         }
     }
 

@@ -1,15 +1,17 @@
-//! Link slots: what a lookup needs of each generated link, in a fixed slot
-//! of 128 bytes at its row id, in a file mapped into memory beside SQLite.
+//! Link slots: what a lookup needs of each link, in a fixed slot of 128
+//! bytes at its row id, in a file mapped into memory beside SQLite.
 //!
 //! A generated code decrypts to its row id (find.rs), so its slot is found
 //! by one multiplication: one cache line at random where SQLite's B-tree
 //! search costs about eight at ten million links (docs/benchmarks.md,
-//! *Link slots*). SQLite stays the truth; the slots are a copy that only
-//! the writer thread writes, after each commit and before the commit is
-//! answered, so a client that was told of a change never reads an older
-//! slot. Readers take a slot only when they can prove it is this code's
-//! row; in every other case (a named code, a target longer than a slot
-//! holds, a slot not built yet) they ask SQLite as before.
+//! *Link slots*). A named code (an alias, an imported code) is found
+//! through the name index (names.rs), which maps it to its row id. SQLite
+//! stays the truth; the slots are a copy that only the writer thread
+//! writes, after each commit and before the commit is answered, so a
+//! client that was told of a change never reads an older slot. Readers
+//! take a slot only when they can prove it is this code's row; in every
+//! other case (a target longer than a slot holds, a slot not built yet, a
+//! code the index does not hold) they ask SQLite as before.
 //!
 //! The file has no name (`O_TMPFILE` in the database's directory, or a
 //! name unlinked at once): it is built anew from the table at every start,
@@ -26,16 +28,15 @@
 //! saw the same even value. Every word is an atomic, so a torn copy is
 //! detected, never undefined.
 
-use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicU64, Ordering, fence};
 use std::time::Duration;
 
 use rusqlite::Row;
 
-use crate::domain::TargetUrl;
+use super::mapped::Mapped;
+use super::names::Names;
+use crate::domain::{LinkKey, TargetUrl};
 
 /// Bytes of one slot: two cache lines, which the CPU fetches as a pair.
 pub(super) const SLOT_BYTES: usize = 128;
@@ -71,6 +72,8 @@ const OTHER: u64 = 3;
 const HAS_EXPIRY: u64 = 1 << 2;
 const HAS_MAX: u64 = 1 << 3;
 const HAS_OWNER: u64 = 1 << 4;
+/// The row's code is named: the slot answers only through the name index.
+const NAMED: u64 = 1 << 5;
 const CODE_LEN_SHIFT: u32 = 8;
 const TARGET_LEN_SHIFT: u32 = 16;
 /// The row's domain id, in the high half.
@@ -78,7 +81,7 @@ const DOMAIN_SHIFT: u32 = 32;
 
 /// The columns [`Image::of_row`] reads, from `links`.
 pub(super) const IMAGE_COLUMNS: &str = "id, length(code), named, deleted_at, target, created_at, \
-     expires_at, max_visits, visits, owner, domain";
+     expires_at, max_visits, visits, owner, domain, CASE WHEN named THEN code END";
 
 /// A row as its slot keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +100,8 @@ pub(super) struct Image {
     pub visits: i64,
     pub owner: Option<i64>,
     pub domain: i64,
+    /// A named row's code, for the name index.
+    pub code: Option<String>,
 }
 
 impl Image {
@@ -113,6 +118,7 @@ impl Image {
             visits: r.get(8)?,
             owner: r.get(9)?,
             domain: r.get(10)?,
+            code: r.get(11)?,
         })
     }
 }
@@ -140,28 +146,17 @@ pub(super) struct Slot {
     pub has_owner: bool,
 }
 
-/// The mapped slot file. Shared by the readers and the writer; only the
-/// writer thread calls the methods that write.
+/// The mapped slot file, and the name index of the named rows. Shared by
+/// the readers and the writer; only the writer thread calls the methods
+/// that write.
 pub(super) struct Slots {
-    base: NonNull<AtomicU64>,
-    reserved: u64,
-    file: File,
-    /// Slots the file covers: a slot at or past it is never touched.
-    extent: AtomicU64,
+    map: Mapped,
     /// Row ids below this have been copied (0: none yet; `u64::MAX`: all,
     /// and every later row as it is written).
     built: AtomicU64,
-    /// The file could not grow (a full disk): later ids are read from
-    /// SQLite. Logged once.
-    stuck: AtomicBool,
+    names: Names,
     pub(super) stats: SlotStats,
 }
-
-// SAFETY: the mapping is only ever accessed through `AtomicU64`s, which
-// may be shared between threads; it stays mapped until `Slots` is dropped.
-unsafe impl Send for Slots {}
-// SAFETY: as above: every access to the shared memory is atomic.
-unsafe impl Sync for Slots {}
 
 #[derive(Debug, Default)]
 pub(super) struct SlotStats {
@@ -181,6 +176,10 @@ pub struct SlotCounts {
     pub built_below: Option<u64>,
     /// Bytes of the slot file.
     pub file_bytes: u64,
+    /// Named codes (aliases, imported codes) in the name index, and the
+    /// bytes of its two files.
+    pub named_codes: u64,
+    pub name_index_bytes: u64,
     /// Lookups a slot answered, and lookups it sent to SQLite.
     pub hits: u64,
     pub misses: u64,
@@ -192,58 +191,58 @@ pub struct SlotCounts {
 }
 
 impl Slots {
-    /// An empty slot file in `dir`, mapped.
+    /// An empty slot file in `dir`, mapped, and an empty name index.
     pub(super) fn create(dir: &Path) -> std::io::Result<Self> {
-        let file = unnamed_file(dir)?;
-        let len = RESERVED_SLOTS as usize * SLOT_BYTES;
-        // SAFETY: a new shared mapping of our own file, at an address the
-        // kernel picks; nothing else refers to that range. Pages past the
-        // file's end are never touched (`extent`).
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_NORESERVE,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        let base = NonNull::new(ptr.cast::<AtomicU64>())
-            .ok_or_else(|| std::io::Error::other("mmap returned a null mapping"))?;
         Ok(Self {
-            base,
-            reserved: RESERVED_SLOTS,
-            file,
-            extent: AtomicU64::new(0),
+            map: Mapped::create(dir, RESERVED_SLOTS * SLOT_BYTES as u64, "link slot")?,
             built: AtomicU64::new(0),
-            stuck: AtomicBool::new(false),
+            names: Names::create(dir)?,
             stats: SlotStats::default(),
         })
     }
 
+    /// Slots the file covers: a slot at or past it is never touched.
+    fn extent(&self) -> u64 {
+        self.map.extent() / SLOT_BYTES as u64
+    }
+
     fn words(&self, id: u64) -> &[AtomicU64; WORDS] {
-        debug_assert!(id < self.extent.load(Ordering::Relaxed));
-        // SAFETY: `id` is below `extent`, so the slot lies inside the
+        debug_assert!(id < self.extent());
+        // SAFETY: `id` is below the extent, so the slot lies inside the
         // mapping and inside the file (which never shrinks); slots are
         // 8-byte aligned (the mapping is page-aligned) and live as long as
-        // `self`.
+        // `self`; every access to them is atomic.
         unsafe {
             &*self
-                .base
-                .as_ptr()
-                .add(id as usize * WORDS)
+                .map
+                .base()
+                .add(id as usize * SLOT_BYTES)
                 .cast::<[AtomicU64; WORDS]>()
         }
     }
 
-    /// What the slot of row `id` says of a code of `code_len` characters
-    /// on `domain` that decrypts to `id`.
-    pub(super) fn find(&self, id: u64, code_len: usize, domain: i64) -> Found {
-        let found = self.read(id, code_len, domain);
+    /// What the slots say of `key`, whose code decrypts to `id`: the slot
+    /// of that row if it is this code's generated row, else that of the
+    /// row the name index holds the code at. With the row id SQLite is
+    /// best asked by when they cannot tell.
+    pub(super) fn find(&self, id: Option<u64>, key: &LinkKey) -> (Found, Option<u64>) {
+        let (code_len, domain) = (key.code.as_str().len(), key.domain.0);
+        if let Some(id) = id {
+            let found = self.read(id, Via::Id { code_len, domain });
+            if found != Found::Unknown {
+                return (self.counted(found), Some(id));
+            }
+        }
+        match self.names.find(domain, key.code.as_str()) {
+            Some(row) => {
+                let found = self.read(row, Via::Name { code_len, domain });
+                (self.counted(found), Some(row))
+            }
+            None => (self.counted(Found::Unknown), id),
+        }
+    }
+
+    fn counted(&self, found: Found) -> Found {
         let counter = match found {
             Found::Unknown => &self.stats.misses,
             _ => &self.stats.hits,
@@ -252,8 +251,8 @@ impl Slots {
         found
     }
 
-    fn read(&self, id: u64, code_len: usize, domain: i64) -> Found {
-        if id >= self.built.load(Ordering::Acquire) || id >= self.extent.load(Ordering::Acquire) {
+    fn read(&self, id: u64, via: Via) -> Found {
+        if id >= self.built.load(Ordering::Acquire) || id >= self.extent() {
             return Found::Unknown;
         }
         let w = self.words(id);
@@ -272,17 +271,21 @@ impl Slots {
             if w[0].load(Ordering::Relaxed) != before {
                 continue;
             }
-            return decode(meta, &copy, code_len, domain);
+            return decode(meta, &copy, via);
         }
         Found::Unknown
     }
 
-    /// Writes `image` into its slot (writer thread only).
+    /// Writes `image` into its slot, and a named row's code into the name
+    /// index (writer thread only).
     pub(super) fn put(&self, image: &Image) {
         let Ok(id) = u64::try_from(image.id) else {
             return;
         };
-        if !self.cover(id) {
+        if !self
+            .map
+            .cover((id + 1) * SLOT_BYTES as u64, GROW_SLOTS * SLOT_BYTES as u64)
+        {
             return;
         }
         let (meta, words) = encode(image);
@@ -292,6 +295,11 @@ impl Slots {
                 word.store(*v, Ordering::Relaxed);
             }
         });
+        // After the slot: a reader the index leads to this row finds it
+        // written.
+        if let Some(code) = &image.code {
+            self.names.insert(image.domain, code, id);
+        }
     }
 
     /// Adds `n` visits to the count in row `id`'s slot (writer thread
@@ -300,7 +308,7 @@ impl Slots {
         let Ok(id) = u64::try_from(id) else {
             return;
         };
-        if id >= self.extent.load(Ordering::Relaxed) {
+        if id >= self.extent() {
             return;
         }
         self.write(id, |w| {
@@ -318,50 +326,16 @@ impl Slots {
         w[0].store((seq | 1).wrapping_add(1), Ordering::Release);
     }
 
-    /// Makes the file cover slot `id`, growing it if needed.
-    fn cover(&self, id: u64) -> bool {
-        let extent = self.extent.load(Ordering::Relaxed);
-        if id < extent {
-            return true;
-        }
-        if id >= self.reserved || self.stuck.load(Ordering::Relaxed) {
-            return false;
-        }
-        let to = (id / GROW_SLOTS + 1) * GROW_SLOTS;
-        let to = to.min(self.reserved);
-        let (from, len) = (
-            extent * SLOT_BYTES as u64,
-            (to - extent) * SLOT_BYTES as u64,
-        );
-        // SAFETY: plain system call on our own descriptor.
-        let rc = unsafe {
-            libc::posix_fallocate(
-                self.file.as_raw_fd(),
-                from as libc::off_t,
-                len as libc::off_t,
-            )
-        };
-        if rc != 0 {
-            self.stuck.store(true, Ordering::Relaxed);
-            tracing::warn!(
-                error = %std::io::Error::from_raw_os_error(rc),
-                slots = extent,
-                "the link slot file cannot grow; links past it are read from SQLite"
-            );
-            return false;
-        }
-        self.extent.store(to, Ordering::Release);
-        true
-    }
-
     /// Row ids below `id` are copied: readers may trust their slots.
     pub(super) fn built_below(&self, id: u64) {
         self.built.store(id, Ordering::Release);
     }
 
-    /// Every slot is untrusted until built again (writer thread only).
+    /// Every slot is untrusted until built again, and the name index
+    /// starts empty (writer thread only).
     pub(super) fn forget(&self) {
         self.built.store(0, Ordering::Release);
+        self.names.clear();
     }
 
     pub(super) fn counts(&self) -> SlotCounts {
@@ -373,7 +347,9 @@ impl Slots {
                 "building"
             },
             built_below: (built != u64::MAX).then_some(built),
-            file_bytes: self.extent.load(Ordering::Relaxed) * SLOT_BYTES as u64,
+            file_bytes: self.map.extent(),
+            named_codes: self.names.len(),
+            name_index_bytes: self.names.bytes(),
             hits: self.stats.hits.load(Ordering::Relaxed),
             misses: self.stats.misses.load(Ordering::Relaxed),
             builds: self.stats.builds.load(Ordering::Relaxed),
@@ -383,55 +359,12 @@ impl Slots {
     }
 }
 
-impl Drop for Slots {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `create`, unmapped once; no reference
-        // into it outlives `self`.
-        unsafe {
-            libc::munmap(
-                self.base.as_ptr().cast(),
-                self.reserved as usize * SLOT_BYTES,
-            );
-        }
-    }
-}
-
-/// A file without a name in `dir`: gone when the process is.
-fn unnamed_file(dir: &Path) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .mode(0o600)
-        .custom_flags(libc::O_TMPFILE)
-        .open(dir);
-    match tmp {
-        Ok(f) => Ok(f),
-        // A file system without O_TMPFILE: a fresh name, unlinked at once.
-        Err(_) => {
-            let path = dir.join(format!(
-                ".litelink-slots-{}-{:016x}",
-                std::process::id(),
-                rand::random::<u64>()
-            ));
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&path)?;
-            std::fs::remove_file(&path)?;
-            Ok(f)
-        }
-    }
-}
-
 fn encode(image: &Image) -> (u64, [u64; WORDS]) {
     let mut words = [0u64; WORDS];
     let target = image.target.as_bytes();
     let domain = u32::try_from(image.domain).ok();
     let state = match () {
-        _ if image.named || image.code_len > 0xff || domain.is_none() => OTHER,
+        _ if image.code_len > 0xff || domain.is_none() => OTHER,
         _ if image.deleted => GONE,
         _ if target.len() > TARGET_MAX => OTHER,
         _ => LIVE,
@@ -439,6 +372,9 @@ fn encode(image: &Image) -> (u64, [u64; WORDS]) {
     let mut meta = state
         | ((image.code_len as u64 & 0xff) << CODE_LEN_SHIFT)
         | (u64::from(domain.unwrap_or(0)) << DOMAIN_SHIFT);
+    if image.named {
+        meta |= NAMED;
+    }
     if state == LIVE {
         meta |= (target.len() as u64) << TARGET_LEN_SHIFT;
         if let Some(e) = image.expires_at {
@@ -464,11 +400,29 @@ fn encode(image: &Image) -> (u64, [u64; WORDS]) {
     (meta, words)
 }
 
-fn decode(meta: u64, words: &[u64; WORDS], code_len: usize, domain: i64) -> Found {
-    if (meta >> CODE_LEN_SHIFT) & 0xff != code_len as u64 || (meta >> DOMAIN_SHIFT) as i64 != domain
+/// How a reader came to a slot, and so what the slot must hold to be the
+/// code's row.
+#[derive(Debug, Clone, Copy)]
+enum Via {
+    /// The code decrypts to the row's id: a generated row whose code has
+    /// this length is this code's (the codebook is a bijection per length).
+    Id { code_len: usize, domain: i64 },
+    /// The name index found the code, compared whole, at this row.
+    Name { code_len: usize, domain: i64 },
+}
+
+fn decode(meta: u64, words: &[u64; WORDS], via: Via) -> Found {
+    let (code_len, domain, named) = match via {
+        Via::Id { code_len, domain } => (code_len, domain, false),
+        Via::Name { code_len, domain } => (code_len, domain, true),
+    };
+    if (meta >> CODE_LEN_SHIFT) & 0xff != code_len as u64
+        || (meta >> DOMAIN_SHIFT) as i64 != domain
+        || (meta & NAMED != 0) != named
     {
-        // Another length's code that decrypts to the same id, or this code
-        // on another domain: not this row's, but maybe a named one.
+        // Another length's code that decrypts to the same id, this code on
+        // another domain, or a named row reached by its id: not this
+        // code's row, but maybe a named one.
         return Found::Unknown;
     }
     match meta & STATE_MASK {
@@ -514,7 +468,70 @@ mod tests {
             visits: 2,
             owner: None,
             domain: 0,
+            code: None,
         }
+    }
+
+    /// What the slot of row `id` says of a code of `len` characters on
+    /// `domain` that decrypts to it.
+    fn by_id(s: &Slots, id: u64, len: usize, domain: i64) -> Found {
+        s.read(
+            id,
+            Via::Id {
+                code_len: len,
+                domain,
+            },
+        )
+    }
+
+    fn key(domain: i64, code: &str) -> LinkKey {
+        LinkKey::new(
+            crate::domain::DomainId(domain),
+            crate::domain::ShortCode::parse(code).unwrap(),
+        )
+    }
+
+    /// A named row is found by its code through the name index, never by
+    /// the id its code may decrypt to, and only on its domain.
+    #[test]
+    fn a_named_row_is_found_by_its_code() {
+        let (_d, s) = slots();
+        let named = Image {
+            named: true,
+            code_len: 6,
+            domain: 2,
+            code: Some("spring".into()),
+            ..image(12, "https://spring.example/")
+        };
+        s.put(&named);
+        let (found, row) = s.find(None, &key(2, "spring"));
+        assert!(
+            matches!(found, Found::Live(ref l) if l.target.as_str() == "https://spring.example/")
+        );
+        assert_eq!(row, Some(12));
+        // Reached by its id, a named row is not the code's.
+        assert_eq!(by_id(&s, 12, 6, 2), Found::Unknown);
+        assert_eq!(
+            s.find(Some(12), &key(0, "spring")),
+            (Found::Unknown, Some(12))
+        );
+        assert_eq!(s.find(None, &key(2, "sprinG")), (Found::Unknown, None));
+        // Deleted, it is gone; with a target too long for its slot, SQLite
+        // is asked by its row id.
+        s.put(&Image {
+            deleted: true,
+            ..named.clone()
+        });
+        assert_eq!(s.find(None, &key(2, "spring")), (Found::Gone, Some(12)));
+        let too_long = format!("https://example.com/{}", "a".repeat(TARGET_MAX));
+        s.put(&Image {
+            target: too_long,
+            ..named.clone()
+        });
+        assert_eq!(s.find(None, &key(2, "spring")), (Found::Unknown, Some(12)));
+        s.forget();
+        s.built_below(u64::MAX);
+        assert_eq!(s.find(None, &key(2, "spring")), (Found::Unknown, None));
     }
 
     fn slots() -> (tempfile::TempDir, Slots) {
@@ -532,7 +549,7 @@ mod tests {
         for (id, target) in [(1, "https://a.example/"), (3_000_000, long.as_str())] {
             s.put(&image(id, target));
             assert_eq!(
-                s.find(id as u64, 7, 0),
+                by_id(&s, id as u64, 7, 0),
                 Found::Live(Slot {
                     target: TargetUrl::from_trusted(target),
                     created_at: 1_700_000_000_000,
@@ -544,23 +561,23 @@ mod tests {
             );
         }
         s.add_visits(1, 3);
-        let Found::Live(slot) = s.find(1, 7, 0) else {
+        let Found::Live(slot) = by_id(&s, 1, 7, 0) else {
             panic!("not live")
         };
         assert_eq!(slot.visits, 5);
         // Nothing else was put: another id, or a code of another length
         // decrypting to this id, is left to SQLite.
-        assert_eq!(s.find(2, 7, 0), Found::Unknown);
-        assert_eq!(s.find(1, 8, 0), Found::Unknown);
-        assert_eq!(s.find(5_000_000, 7, 0), Found::Unknown);
+        assert_eq!(by_id(&s, 2, 7, 0), Found::Unknown);
+        assert_eq!(by_id(&s, 1, 8, 0), Found::Unknown);
+        assert_eq!(by_id(&s, 5_000_000, 7, 0), Found::Unknown);
         // The same code on another domain is not this row's.
-        assert_eq!(s.find(1, 7, 2), Found::Unknown);
+        assert_eq!(by_id(&s, 1, 7, 2), Found::Unknown);
         s.put(&Image {
             domain: 2,
             ..image(4, "https://b.example/")
         });
-        assert!(matches!(s.find(4, 7, 2), Found::Live(_)));
-        assert_eq!(s.find(4, 7, 0), Found::Unknown);
+        assert!(matches!(by_id(&s, 4, 7, 2), Found::Live(_)));
+        assert_eq!(by_id(&s, 4, 7, 0), Found::Unknown);
     }
 
     #[test]
@@ -568,26 +585,26 @@ mod tests {
         let (_d, s) = slots();
         let too_long = format!("https://example.com/{}", "a".repeat(TARGET_MAX));
         s.put(&image(1, &too_long));
-        assert_eq!(s.find(1, 7, 0), Found::Unknown);
+        assert_eq!(by_id(&s, 1, 7, 0), Found::Unknown);
         s.put(&Image {
             named: true,
             ..image(2, "https://a.example/")
         });
-        assert_eq!(s.find(2, 7, 0), Found::Unknown);
+        assert_eq!(by_id(&s, 2, 7, 0), Found::Unknown);
         s.put(&Image {
             deleted: true,
             ..image(3, "")
         });
-        assert_eq!(s.find(3, 7, 0), Found::Gone);
+        assert_eq!(by_id(&s, 3, 7, 0), Found::Gone);
         // An edit back to a short target makes it answerable again.
         s.put(&image(1, "https://b.example/"));
-        assert!(matches!(s.find(1, 7, 0), Found::Live(_)));
+        assert!(matches!(by_id(&s, 1, 7, 0), Found::Live(_)));
         // Forgotten: nothing is trusted until built again.
         s.forget();
-        assert_eq!(s.find(1, 7, 0), Found::Unknown);
+        assert_eq!(by_id(&s, 1, 7, 0), Found::Unknown);
         s.built_below(2);
-        assert!(matches!(s.find(1, 7, 0), Found::Live(_)));
-        assert_eq!(s.find(3, 7, 0), Found::Unknown);
+        assert!(matches!(by_id(&s, 1, 7, 0), Found::Live(_)));
+        assert_eq!(by_id(&s, 3, 7, 0), Found::Unknown);
     }
 
     /// A reader racing the writer sees one of the images written, whole,
@@ -616,13 +633,13 @@ mod tests {
             has_owner: false,
         };
         let (ea, eb) = (expect(&a), expect(&b));
-        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let reader = {
             let (s, stop) = (std::sync::Arc::clone(&s), std::sync::Arc::clone(&stop));
             std::thread::spawn(move || {
                 let mut seen = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    match s.find(9, 7, 0) {
+                    match by_id(&s, 9, 7, 0) {
                         Found::Live(slot) => {
                             assert!(slot == ea || slot == eb, "a torn read: {slot:?}");
                             seen += 1;

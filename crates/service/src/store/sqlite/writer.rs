@@ -712,6 +712,7 @@ impl Stored {
             visits: 0,
             owner: l.owner.as_ref().map(|o| o.id.0),
             domain: l.domain.0,
+            code: self.named.then(|| l.code.as_str().to_owned()),
         }
     }
 }

@@ -1,0 +1,148 @@
+//! A file without a name, mapped into memory, that grows on disk as it is
+//! filled: the storage of the link slots and of the name index. Its pages
+//! are the OS's file cache (`RssFile`), not the process's own memory, and
+//! it goes with the process, so nothing in it outlives the run that built
+//! it.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+pub(super) struct Mapped {
+    base: NonNull<u8>,
+    /// Bytes of address space reserved: the file never grows past them.
+    reserved: u64,
+    file: File,
+    /// Bytes the file covers: nothing at or past them is ever touched.
+    extent: AtomicU64,
+    /// The file could not grow (a full disk). Logged once.
+    stuck: AtomicBool,
+    what: &'static str,
+}
+
+// SAFETY: the mapping is plain shared memory that stays mapped until
+// `Mapped` is dropped; what is stored in it, and how it is shared, is its
+// users' concern (atomics, or bytes written once before they are
+// published).
+unsafe impl Send for Mapped {}
+// SAFETY: as above.
+unsafe impl Sync for Mapped {}
+
+impl Mapped {
+    /// An empty file in `dir` with `reserved` bytes of address space.
+    pub(super) fn create(dir: &Path, reserved: u64, what: &'static str) -> std::io::Result<Self> {
+        let file = unnamed_file(dir)?;
+        // SAFETY: a new shared mapping of our own file, at an address the
+        // kernel picks; nothing else refers to that range. Pages past the
+        // file's end are never touched (`extent`).
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                reserved as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_NORESERVE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let base = NonNull::new(ptr.cast::<u8>())
+            .ok_or_else(|| std::io::Error::other("mmap returned a null mapping"))?;
+        Ok(Self {
+            base,
+            reserved,
+            file,
+            extent: AtomicU64::new(0),
+            stuck: AtomicBool::new(false),
+            what,
+        })
+    }
+
+    /// The first byte of the mapping (page-aligned).
+    pub(super) fn base(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    /// Bytes the file covers.
+    pub(super) fn extent(&self) -> u64 {
+        self.extent.load(Ordering::Acquire)
+    }
+
+    /// Makes the file cover its first `end` bytes, growing it in steps of
+    /// `step` bytes allocated on disk at once, so that a full disk fails
+    /// the growth, not a write to the mapping (one thread only).
+    pub(super) fn cover(&self, end: u64, step: u64) -> bool {
+        let extent = self.extent.load(Ordering::Relaxed);
+        if end <= extent {
+            return true;
+        }
+        if end > self.reserved || self.stuck.load(Ordering::Relaxed) {
+            return false;
+        }
+        let to = end.div_ceil(step).saturating_mul(step).min(self.reserved);
+        // SAFETY: plain system call on our own descriptor.
+        let rc = unsafe {
+            libc::posix_fallocate(
+                self.file.as_raw_fd(),
+                extent as libc::off_t,
+                (to - extent) as libc::off_t,
+            )
+        };
+        if rc != 0 {
+            self.stuck.store(true, Ordering::Relaxed);
+            tracing::warn!(
+                error = %std::io::Error::from_raw_os_error(rc),
+                bytes = extent,
+                "the {} file cannot grow; what is past it is read from SQLite",
+                self.what
+            );
+            return false;
+        }
+        self.extent.store(to, Ordering::Release);
+        true
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `create`, unmapped once; no reference
+        // into it outlives `self`.
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.reserved as usize);
+        }
+    }
+}
+
+/// A file without a name in `dir`: gone when the process is.
+fn unnamed_file(dir: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_TMPFILE)
+        .open(dir);
+    match tmp {
+        Ok(f) => Ok(f),
+        // A file system without O_TMPFILE: a fresh name, unlinked at once.
+        Err(_) => {
+            let path = dir.join(format!(
+                ".litelink-map-{}-{:016x}",
+                std::process::id(),
+                rand::random::<u64>()
+            ));
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)?;
+            std::fs::remove_file(&path)?;
+            Ok(f)
+        }
+    }
+}
