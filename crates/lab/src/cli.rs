@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::builder::PossibleValuesParser;
 use clap::{Args, Parser, Subcommand};
-use litelink::cli::{ImportArgs, OnOff, ServeArgs, keyword, on_off, seconds};
+use litelink::cli::{ImportArgs, KeysCommand, OnOff, ServeArgs, keyword, on_off, seconds};
 use litelink_service::Settings;
 use litelink_service::store::sqlite::{ConnectionMode, ReadOn};
 
@@ -38,6 +38,10 @@ pub enum LabCommand {
     /// `litelink import`, as the product runs it: how the scale experiment
     /// loads its links.
     Import(ImportArgs),
+    /// `litelink keys`, as the product runs it: the key that creates of
+    /// aliases send.
+    #[command(subcommand)]
+    Keys(KeysCommand),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -180,6 +184,13 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', value_parser = PossibleValuesParser::new(experiment_ids()))]
     pub only: Vec<String>,
 
+    /// Run only the configurations whose name contains this (repeatable;
+    /// names hold commas, so one value is one part): `--configs named` for
+    /// the scale experiment's named databases. A ratio needs its baseline
+    /// configuration kept too.
+    #[arg(long)]
+    pub configs: Vec<String>,
+
     /// Another litelink binary to measure beside this one: every
     /// configuration runs with both, in the same rounds (before/after).
     #[arg(long)]
@@ -204,6 +215,7 @@ impl BenchArgs {
         o.valkey = self.valkey_server.clone();
         o.postgres = self.postgres.clone();
         o.only = self.only.clone();
+        o.configs = self.configs.clone();
         Ok(o)
     }
 }

@@ -49,6 +49,9 @@ pub struct BenchOptions {
     pub postgres: String,
     /// Experiment ids to run ([`experiment_ids`]); empty runs all.
     pub only: Vec<String>,
+    /// Run only the configurations whose name contains one of these;
+    /// empty runs all.
+    pub configs: Vec<String>,
 }
 
 impl BenchOptions {
@@ -67,6 +70,7 @@ impl BenchOptions {
             valkey: None,
             postgres: DEFAULT_POSTGRES.into(),
             only: Vec::new(),
+            configs: Vec::new(),
         }
     }
 }
@@ -280,6 +284,13 @@ pub fn run(opts: &BenchOptions) -> anyhow::Result<PathBuf> {
         .into_iter()
         .filter(|e| opts.only.is_empty() || opts.only.iter().any(|o| o == e.id))
         .map(|mut e| {
+            if !opts.configs.is_empty() {
+                e.configs.retain(|c| {
+                    opts.configs
+                        .iter()
+                        .any(|part| c.name.contains(part.as_str()))
+                });
+            }
             if let Some(other) = &opts.compare_exe {
                 e.configs = experiments::with_compared_build(e.configs, other);
             }
@@ -481,11 +492,18 @@ fn run_experiment(
             };
             d.copy_to(&db)?;
         }
-        let server = if config.reference {
+        // Creates that choose their codes need a key.
+        let key = if exp.workloads.iter().any(|w| w.aliases && config.runs(w)) {
+            Some(process::admin_key(exe, &db)?)
+        } else {
+            None
+        };
+        let mut server = if config.reference {
             ServerProcess::start_reference(exe, &config.args, cpu)?
         } else {
             ServerProcess::start(exe, &db, &args, cpu)?
         };
+        server.key = key;
         if sqlite_facts.is_none()
             && !config.reference
             && let Ok(s) = server.stats()
@@ -566,7 +584,18 @@ fn run_experiment(
                     },
                     timeout: Duration::from_secs(10),
                     progress: false,
-                    headers: w.headers.clone(),
+                    headers: w
+                        .headers
+                        .iter()
+                        .cloned()
+                        .chain(
+                            server
+                                .key
+                                .iter()
+                                .filter(|_| w.aliases)
+                                .map(|k| ("authorization".into(), format!("Bearer {k}"))),
+                        )
+                        .collect(),
                     aliases: w.aliases,
                 };
                 settle();

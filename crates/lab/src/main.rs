@@ -18,6 +18,7 @@ fn main() -> ExitCode {
         LabCommand::Serve(args) => litelink::serve(args.settings()).map(|()| ExitCode::SUCCESS),
         LabCommand::Bench(args) => bench(&args).map(|()| ExitCode::SUCCESS),
         LabCommand::Import(args) => litelink::manage::import(args),
+        LabCommand::Keys(command) => litelink::manage::keys(command),
         LabCommand::ReferenceServer(args) => {
             let kind = if args.redirect {
                 Answer::Redirect

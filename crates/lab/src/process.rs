@@ -54,6 +54,9 @@ pub struct ServerProcess {
     /// The first 200 lines of the server's log, and how many it wrote.
     log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     log_lines: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// An admin key of the server's database, sent with `/stats` (which
+    /// needs one once keys exist) and by workloads that need a key.
+    pub key: Option<String>,
 }
 
 impl ServerProcess {
@@ -170,6 +173,7 @@ impl ServerProcess {
             started_in: spawned.elapsed(),
             log,
             log_lines,
+            key: None,
         })
     }
 
@@ -254,9 +258,14 @@ impl ServerProcess {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(self.addr)?;
         s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let auth = self
+            .key
+            .as_ref()
+            .map(|k| format!("Authorization: Bearer {k}\r\n"))
+            .unwrap_or_default();
         write!(
             s,
-            "GET /stats HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            "GET /stats HTTP/1.1\r\nHost: {}\r\n{auth}Connection: close\r\n\r\n",
             self.addr
         )?;
         let mut text = String::new();
@@ -264,6 +273,23 @@ impl ServerProcess {
         let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
         Ok(serde_json::from_str(body)?)
     }
+}
+
+/// Makes an admin key in the database `db` with `exe keys create`, as an
+/// operator would before starting the server.
+pub fn admin_key(exe: &Path, db: &Path) -> anyhow::Result<String> {
+    let out = Command::new(exe)
+        .args(["keys", "create", "--name", "bench", "--admin", "--db"])
+        .arg(db)
+        .output()
+        .context("running keys create")?;
+    if !out.status.success() {
+        bail!(
+            "keys create failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8(out.stdout)?.trim().to_owned())
 }
 
 impl Drop for ServerProcess {

@@ -138,6 +138,11 @@ fn quick_bench_reports_every_experiment_and_configuration() {
             "100k links, no cache, no slots",
             "10k links, no cache, no slots",
         ),
+        ("100k named links, no cache", "10k named links, no cache"),
+        (
+            "100k named links, no cache, no slots",
+            "10k named links, no cache, no slots",
+        ),
     ] {
         let read = rows
             .iter()
@@ -149,6 +154,18 @@ fn quick_bench_reports_every_experiment_and_configuration() {
             "{read}"
         );
     }
+    // Alias creates on the named databases, against the smallest one.
+    let aliases = rows
+        .iter()
+        .find(|s| {
+            s["config"] == "100k named links, no cache"
+                && s["workload"] == "durable creates of aliases"
+        })
+        .expect("alias creates");
+    assert_eq!(
+        aliases["ratio_to"], "10k named links, no cache",
+        "{aliases}"
+    );
     let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
     for title in [
         "Point reads against /heart-beat",
