@@ -54,8 +54,9 @@ impl Mapped {
             .ok_or_else(|| std::io::Error::other("mmap returned a null mapping"))?;
         // Huge pages where the kernel maps files with them (ext4 with large
         // folios, recent kernels): a lookup at random in a file of a GiB
-        // then rarely misses the TLB. On a 2-CPU VM, 10M named codes read
-        // at 0.90 of 10k with it, 0.82 without (docs/benchmarks.md).
+        // then rarely misses the TLB. On a 2-CPU VM, the first name index
+        // read 10M named codes at 0.87 of 10k with it, 0.82 without
+        // (docs/benchmarks.md).
         // SAFETY: a hint about our own mapping, which cannot fail in a way
         // that matters: without huge pages it is mapped as before.
         unsafe {

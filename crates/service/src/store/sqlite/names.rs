@@ -1,53 +1,110 @@
 //! The name index: each named code (an alias, an imported code) on its
-//! domain, to its row id, so that its slot is found without SQLite's
-//! B-tree search (slots.rs).
+//! domain, with what a redirect needs of its link, in a hash table of
+//! 128-byte buckets, so that a named code is resolved by reading one
+//! bucket, as a generated code is by reading one slot (slots.rs).
 //!
-//! Two files without a name, mapped beside the slots:
-//! - the codes, appended one after the other: the domain (4 bytes), the
-//!   length (1 byte) and the code's bytes, 8-byte aligned;
-//! - a hash table of 16-byte entries with open addressing: the row id and
-//!   half of the hash in one word, the other half and where the code is
-//!   in the other.
+//! A bucket holds the code itself, its row id, the link's expiry and visit
+//! limit, and its target when code and target fit in 80 bytes (a longer
+//! target is read from SQLite by the row id). The table is a file without
+//! a name, mapped beside the slots, with open addressing; a lookup hashes
+//! (domain, code) with a key drawn at random for each index (SipHash, so
+//! that nobody who picks aliases can pick collisions), walks the buckets
+//! from the hash's place, and compares a candidate's code with the one
+//! asked for, whole. A code the index does not hold is asked of SQLite, so
+//! the index may hold fewer codes than the table (while it is built, or
+//! past its limits) and never gives a wrong row.
 //!
-//! A lookup hashes (domain, code) with a key drawn at random for each
-//! index (SipHash, so that nobody who picks aliases can pick collisions),
-//! walks the table from the hash's place, and compares a candidate's code
-//! with the one asked for, whole: the index says a code is at a row only
-//! if the row's code is exactly that one. A code it does not hold is
-//! asked of SQLite, so the index may hold fewer codes than the table
-//! (while it is built, or past its limits) and never gives a wrong row.
-//!
-//! Only the writer thread writes. Entries are never changed once written:
-//! a named row keeps its code, and a deleted row its code too (as a
-//! tombstone). The writer writes a code's bytes and the entry's second
-//! word before it publishes the first with a release store; a reader
-//! that sees the first word with an acquire load sees the rest. A table
-//! that is 70% full is copied into one twice its size, which then replaces
-//! it; a reader still on the old one may miss a code added since, and asks
-//! SQLite. When the slots are forgotten, the index starts again empty.
+//! Only the writer thread writes, after the commit and before the reply,
+//! as with the slots. A bucket, once given to a code, is that code's for
+//! the table's life: a named row keeps its code, and a deleted row keeps
+//! it as a tombstone. Each bucket is a sequence lock, as a slot is; its
+//! hash word never changes after the bucket's first write. A table that is
+//! 70% full is copied into one twice its size, which then replaces it; a
+//! reader still on the old one reads what was true when it began. When the
+//! slots are forgotten (another process wrote), the index starts again
+//! empty.
 
 use std::hash::BuildHasher;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 use arc_swap::ArcSwap;
 
 use super::mapped::Mapped;
+use crate::domain::TargetUrl;
 
-/// Entries of a new table (1 MiB).
-const FIRST_ENTRIES: u64 = 1 << 16;
+/// Bytes of one bucket: two cache lines, as a slot.
+const BUCKET_BYTES: u64 = 128;
+const WORDS: usize = (BUCKET_BYTES / 8) as usize;
+/// Words before the code's and the target's bytes.
+const HEAD: usize = 6;
+/// Bytes for the code and the target together.
+const BYTES: usize = (WORDS - HEAD) * 8;
+/// Buckets of a new table (1 MiB).
+const FIRST_BUCKETS: u64 = 1 << 13;
 /// A table is replaced by one twice its size when it is this full (of 10).
 const MAX_LOAD_TENTHS: u64 = 7;
-/// Bytes of one entry.
-const ENTRY_BYTES: u64 = 16;
-/// Address space reserved for the codes: 32 GiB, all that an entry's
-/// 32-bit offset in 8-byte units reaches.
-const CODES_RESERVED: u64 = 1 << 35;
-/// The codes' file grows by this much at a time.
-const CODES_GROW: u64 = 1 << 22;
-/// Bytes before a code's own: the domain and the length.
-const CODE_HEAD: usize = 5;
+/// Copies a reader tries before it asks SQLite instead.
+const READ_TRIES: usize = 16;
+
+// Word 1: the state, flags, lengths and domain.
+const STATE_MASK: u64 = 0b11;
+/// A live link whose target is in the bucket.
+const LIVE: u64 = 1;
+/// A deleted link: the code names no link.
+const GONE: u64 = 2;
+/// A live link whose target is too long for the bucket: read the row.
+const LONG: u64 = 3;
+const HAS_EXPIRY: u64 = 1 << 2;
+const HAS_MAX: u64 = 1 << 3;
+const CODE_LEN_SHIFT: u32 = 8;
+const TARGET_LEN_SHIFT: u32 = 16;
+const DOMAIN_SHIFT: u32 = 32;
+
+/// What the index says of a code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Named {
+    /// The code's live link, whole.
+    Live(NamedLink),
+    /// The code's link was deleted.
+    Gone,
+    /// The code is this row's, whose target the bucket does not hold.
+    Row(u64),
+    /// The index does not hold the code: ask SQLite.
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct NamedLink {
+    pub row: u64,
+    pub target: TargetUrl,
+    pub expires_at: Option<i64>,
+    pub max_visits: Option<u64>,
+}
+
+/// What the writer puts in a code's bucket.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Entry<'a> {
+    pub domain: i64,
+    pub code: &'a str,
+    pub row: i64,
+    pub deleted: bool,
+    pub target: &'a str,
+    pub expires_at: Option<i64>,
+    pub max_visits: Option<i64>,
+}
+
+impl Named {
+    /// The row the code is at, when the index holds it.
+    pub(super) fn row(&self) -> Option<u64> {
+        match self {
+            Named::Live(l) => Some(l.row),
+            Named::Row(row) => Some(*row),
+            Named::Gone | Named::Unknown => None,
+        }
+    }
+}
 
 pub(super) struct Names {
     dir: PathBuf,
@@ -56,64 +113,66 @@ pub(super) struct Names {
 
 impl Names {
     pub(super) fn create(dir: &Path) -> std::io::Result<Self> {
-        let codes = Arc::new(Codes::create(dir)?);
+        let key = std::hash::RandomState::new();
         Ok(Self {
             dir: dir.to_owned(),
-            table: ArcSwap::from_pointee(Table::create(dir, FIRST_ENTRIES, codes)?),
+            table: ArcSwap::from_pointee(Table::create(dir, FIRST_BUCKETS, key)?),
         })
     }
 
-    /// The row whose named code on `domain` is `code`, if the index holds
-    /// it.
-    pub(super) fn find(&self, domain: i64, code: &str) -> Option<u64> {
-        let domain = u32::try_from(domain).ok()?;
+    /// What the index says of `code` on `domain`.
+    pub(super) fn find(&self, domain: i64, code: &str) -> Named {
+        let Ok(domain) = u32::try_from(domain) else {
+            return Named::Unknown;
+        };
         self.table.load().find(domain, code.as_bytes())
     }
 
-    /// Adds `code` on `domain` at row `id` (writer thread only). A code the
-    /// index cannot hold (past its limits, or a full disk) is left out.
-    pub(super) fn insert(&self, domain: i64, code: &str, id: u64) {
-        let (Ok(domain), Ok(row)) = (u32::try_from(domain), u32::try_from(id)) else {
+    /// Writes a code's bucket, adding the code if it is new (writer thread
+    /// only). A code the index cannot hold (past its limits, or a full
+    /// disk) is left out, and read from SQLite.
+    pub(super) fn put(&self, e: &Entry<'_>) {
+        let (Ok(domain), Ok(row)) = (u32::try_from(e.domain), u64::try_from(e.row)) else {
             return;
         };
-        if row == 0 || code.len() > usize::from(u8::MAX) {
+        let code = e.code.as_bytes();
+        if row == 0 || code.len() > BYTES || code.len() > usize::from(u8::MAX) {
             return;
         }
         let mut table = self.table.load_full();
-        let code = code.as_bytes();
-        if table.find(domain, code).is_some() {
-            return;
-        }
-        if (table.len() + 1) * 10 > table.entries * MAX_LOAD_TENTHS {
-            match table.doubled(&self.dir) {
-                Ok(bigger) => {
-                    let bigger = Arc::new(bigger);
-                    self.table.store(Arc::clone(&bigger));
-                    table = bigger;
+        let hash = table.hash(domain, code);
+        let at = match table.place_of(hash, domain, code) {
+            Some(at) => at,
+            None => {
+                if (table.len() + 1) * 10 > table.buckets * MAX_LOAD_TENTHS {
+                    match table.doubled(&self.dir) {
+                        Ok(bigger) => {
+                            let bigger = Arc::new(bigger);
+                            self.table.store(Arc::clone(&bigger));
+                            table = bigger;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "the name index cannot grow; \
+                                named codes past it are read from SQLite");
+                            return;
+                        }
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "the name index cannot grow; \
-                        named codes past it are read from SQLite");
-                    return;
-                }
+                table.len.fetch_add(1, Ordering::Relaxed);
+                table.empty_place(hash)
             }
-        }
-        let hash = table.codes.hash(domain, code);
-        if let Some(at) = table.codes.append(domain, code) {
-            table.put(hash, row, at);
-        }
+        };
+        table.write(at, &encode(e, domain, row, hash));
     }
 
     /// Forgets every code (writer thread only): the index starts again,
     /// with a new hash key.
     pub(super) fn clear(&self) {
-        match Codes::create(&self.dir)
-            .and_then(|codes| Table::create(&self.dir, FIRST_ENTRIES, Arc::new(codes)))
-        {
+        match Table::create(&self.dir, FIRST_BUCKETS, std::hash::RandomState::new()) {
             Ok(table) => self.table.store(Arc::new(table)),
             Err(e) => {
                 // An index that cannot start again empty would keep codes
-                // that may no longer be their rows': it holds none instead.
+                // that may no longer be their rows': it answers for none.
                 tracing::warn!(error = %e, "the name index cannot be made again; \
                     named codes are read from SQLite");
                 self.table.load().disable();
@@ -126,39 +185,37 @@ impl Names {
         self.table.load().len()
     }
 
-    /// Bytes of the table's and the codes' files.
+    /// Bytes of the table's file.
     pub(super) fn bytes(&self) -> u64 {
-        let t = self.table.load();
-        t.map.extent() + t.codes.map.extent()
+        self.table.load().map.extent()
     }
 }
 
-/// One hash table, over the codes it shares with the tables it is copied
-/// into.
+/// One hash table of buckets.
 struct Table {
     map: Mapped,
     /// A power of two.
-    entries: u64,
-    /// Entries written (writer only writes it).
+    buckets: u64,
+    /// Buckets given to a code (the writer only writes it).
     len: AtomicU64,
     /// Set when the table must no longer answer.
     disabled: std::sync::atomic::AtomicBool,
-    codes: Arc<Codes>,
+    key: std::hash::RandomState,
 }
 
 impl Table {
-    fn create(dir: &Path, entries: u64, codes: Arc<Codes>) -> std::io::Result<Self> {
-        let bytes = entries * ENTRY_BYTES;
+    fn create(dir: &Path, buckets: u64, key: std::hash::RandomState) -> std::io::Result<Self> {
+        let bytes = buckets * BUCKET_BYTES;
         let map = Mapped::create(dir, bytes, "name index")?;
         if !map.cover(bytes, bytes) {
             return Err(std::io::Error::other("no room on disk for the name index"));
         }
         Ok(Self {
             map,
-            entries,
+            buckets,
             len: AtomicU64::new(0),
             disabled: std::sync::atomic::AtomicBool::new(false),
-            codes,
+            key,
         })
     }
 
@@ -170,152 +227,217 @@ impl Table {
         self.disabled.store(true, Ordering::Release);
     }
 
-    fn entry(&self, i: u64) -> &[AtomicU64; 2] {
-        debug_assert!(i < self.entries);
-        // SAFETY: `i` is below `entries`, and the file covers every entry
-        // from creation on; entries are 16-byte aligned in a page-aligned
+    fn hash(&self, domain: u32, code: &[u8]) -> u64 {
+        // Never 0, the hash word of a bucket never written.
+        self.key.hash_one((domain, code)) | 1
+    }
+
+    fn bucket(&self, i: u64) -> &[AtomicU64; WORDS] {
+        debug_assert!(i < self.buckets);
+        // SAFETY: `i` is below `buckets`, and the file covers every bucket
+        // from creation on; buckets are 8-byte aligned in a page-aligned
         // mapping that lives as long as `self`, and only ever accessed as
         // atomics.
         unsafe {
             &*self
                 .map
                 .base()
-                .add((i * ENTRY_BYTES) as usize)
-                .cast::<[AtomicU64; 2]>()
+                .add((i * BUCKET_BYTES) as usize)
+                .cast::<[AtomicU64; WORDS]>()
         }
     }
 
-    fn find(&self, domain: u32, code: &[u8]) -> Option<u64> {
+    fn find(&self, domain: u32, code: &[u8]) -> Named {
         if self.disabled.load(Ordering::Acquire) {
-            return None;
+            return Named::Unknown;
         }
-        let hash = self.codes.hash(domain, code);
-        let mask = self.entries - 1;
-        let mut i = (hash >> 32) & mask;
-        // Bounded: the table is never full, so an empty entry ends it.
-        for _ in 0..self.entries {
-            let e = self.entry(i);
-            let first = e[0].load(Ordering::Acquire);
-            if first == 0 {
+        let hash = self.hash(domain, code);
+        let mask = self.buckets - 1;
+        let mut i = hash & mask;
+        // Bounded: the table is never full, so a bucket never written ends
+        // the walk.
+        for _ in 0..self.buckets {
+            let b = self.bucket(i);
+            // The hash word is written before the bucket's first sequence
+            // number is published, and never again.
+            if b[0].load(Ordering::Acquire) == 0 {
+                return Named::Unknown;
+            }
+            if b[2].load(Ordering::Relaxed) == hash {
+                return match read(b) {
+                    Some(words) if holds(&words, domain, code) => decode(&words),
+                    Some(_) => {
+                        i = (i + 1) & mask;
+                        continue;
+                    }
+                    None => Named::Unknown,
+                };
+            }
+            i = (i + 1) & mask;
+        }
+        Named::Unknown
+    }
+
+    /// The bucket of the code, if it has one (writer only).
+    fn place_of(&self, hash: u64, domain: u32, code: &[u8]) -> Option<u64> {
+        let mask = self.buckets - 1;
+        let mut i = hash & mask;
+        for _ in 0..self.buckets {
+            let b = self.bucket(i);
+            if b[0].load(Ordering::Relaxed) == 0 {
                 return None;
             }
-            if first as u32 == hash as u32 {
-                let second = e[1].load(Ordering::Relaxed);
-                if second >> 32 == hash >> 32 && self.codes.holds(second as u32, domain, code) {
-                    return Some(first >> 32);
-                }
+            if b[2].load(Ordering::Relaxed) == hash
+                && let Some(words) = read(b)
+                && holds(&words, domain, code)
+            {
+                return Some(i);
             }
             i = (i + 1) & mask;
         }
         None
     }
 
-    /// Writes an entry for the code at `at` (in 8-byte units) at `row`.
-    fn put(&self, hash: u64, row: u32, at: u32) {
-        let first = (u64::from(row) << 32) | (hash & 0xffff_ffff);
-        let second = (hash & !0xffff_ffff) | u64::from(at);
-        self.place(first, second);
-    }
-
-    fn place(&self, first: u64, second: u64) {
-        let mask = self.entries - 1;
-        let mut i = (second >> 32) & mask;
-        while self.entry(i)[0].load(Ordering::Relaxed) != 0 {
+    /// The first bucket never written from `hash`'s place (writer only;
+    /// the table is never full).
+    fn empty_place(&self, hash: u64) -> u64 {
+        let mask = self.buckets - 1;
+        let mut i = hash & mask;
+        while self.bucket(i)[0].load(Ordering::Relaxed) != 0 {
             i = (i + 1) & mask;
         }
-        let e = self.entry(i);
-        e[1].store(second, Ordering::Relaxed);
-        e[0].store(first, Ordering::Release);
-        self.len.fetch_add(1, Ordering::Relaxed);
+        i
     }
 
-    /// A table twice the size with the same entries.
-    fn doubled(&self, dir: &Path) -> std::io::Result<Table> {
-        let bigger = Table::create(dir, self.entries * 2, Arc::clone(&self.codes))?;
-        for i in 0..self.entries {
-            let e = self.entry(i);
-            let first = e[0].load(Ordering::Relaxed);
-            if first != 0 {
-                bigger.place(first, e[1].load(Ordering::Relaxed));
-            }
+    /// Writes the words of bucket `at` under its sequence lock (writer only).
+    fn write(&self, at: u64, words: &[u64; WORDS]) {
+        let b = self.bucket(at);
+        let seq = b[0].load(Ordering::Relaxed);
+        b[0].store(seq.wrapping_add(1) | 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        for (word, v) in b.iter().zip(words.iter()).skip(1) {
+            word.store(*v, Ordering::Relaxed);
         }
+        b[0].store((seq | 1).wrapping_add(1), Ordering::Release);
+    }
+
+    /// A table twice the size with the same buckets.
+    fn doubled(&self, dir: &Path) -> std::io::Result<Table> {
+        let bigger = Table::create(dir, self.buckets * 2, self.key.clone())?;
+        for i in 0..self.buckets {
+            let b = self.bucket(i);
+            if b[0].load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let mut words = [0u64; WORDS];
+            for (w, word) in words.iter_mut().zip(b.iter()) {
+                *w = word.load(Ordering::Relaxed);
+            }
+            bigger.write(bigger.empty_place(words[2]), &words);
+        }
+        bigger.len.store(self.len(), Ordering::Relaxed);
         Ok(bigger)
     }
 }
 
-/// The codes, appended one after the other, and the key they are hashed
-/// with.
-struct Codes {
-    map: Mapped,
-    /// Bytes written (writer only).
-    end: AtomicU64,
-    key: std::hash::RandomState,
+/// A consistent copy of a bucket's words, or `None` if the writer kept it
+/// busy for every try.
+fn read(b: &[AtomicU64; WORDS]) -> Option<[u64; WORDS]> {
+    for _ in 0..READ_TRIES {
+        let before = b[0].load(Ordering::Acquire);
+        if before & 1 == 1 {
+            std::hint::spin_loop();
+            continue;
+        }
+        let mut words = [0u64; WORDS];
+        for (w, word) in words.iter_mut().zip(b.iter()).skip(1) {
+            *w = word.load(Ordering::Relaxed);
+        }
+        fence(Ordering::Acquire);
+        if b[0].load(Ordering::Relaxed) == before {
+            words[0] = before;
+            return Some(words);
+        }
+    }
+    None
 }
 
-impl Codes {
-    fn create(dir: &Path) -> std::io::Result<Self> {
-        Ok(Self {
-            map: Mapped::create(dir, CODES_RESERVED, "name index")?,
-            end: AtomicU64::new(0),
-            key: std::hash::RandomState::new(),
-        })
+/// The bucket's code and target bytes.
+fn bytes(words: &[u64; WORDS]) -> [u8; BYTES] {
+    let mut bytes = [0u8; BYTES];
+    for (i, w) in words[HEAD..].iter().enumerate() {
+        bytes[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
     }
+    bytes
+}
 
-    fn hash(&self, domain: u32, code: &[u8]) -> u64 {
-        self.key.hash_one((domain, code))
-    }
+/// Whether the bucket is `code`'s on `domain`, compared whole.
+fn holds(words: &[u64; WORDS], domain: u32, code: &[u8]) -> bool {
+    let meta = words[1];
+    let len = ((meta >> CODE_LEN_SHIFT) & 0xff) as usize;
+    (meta >> DOMAIN_SHIFT) as u32 == domain && len == code.len() && &bytes(words)[..len] == code
+}
 
-    /// Appends a code; where it is, in 8-byte units.
-    fn append(&self, domain: u32, code: &[u8]) -> Option<u32> {
-        let at = self.end.load(Ordering::Relaxed);
-        let len = (CODE_HEAD + code.len()) as u64;
-        let unit = u32::try_from(at / 8).ok()?;
-        if !self.map.cover(at + len, CODES_GROW) {
-            return None;
-        }
-        let mut record = Vec::with_capacity(len as usize);
-        record.extend_from_slice(&domain.to_le_bytes());
-        record.push(code.len() as u8);
-        record.extend_from_slice(code);
-        // SAFETY: the file covers `at..at + len`, past every code already
-        // published, so no reader looks at these bytes until an entry
-        // naming them is published (with a release store) after this.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                record.as_ptr(),
-                self.map.base().add(at as usize),
-                record.len(),
-            );
-        }
-        self.end
-            .store((at + len).next_multiple_of(8), Ordering::Relaxed);
-        Some(unit)
+fn encode(e: &Entry<'_>, domain: u32, row: u64, hash: u64) -> [u64; WORDS] {
+    let code = e.code.as_bytes();
+    let target = e.target.as_bytes();
+    let fits = code.len() + target.len() <= BYTES;
+    let state = match () {
+        _ if e.deleted => GONE,
+        _ if fits => LIVE,
+        _ => LONG,
+    };
+    let mut words = [0u64; WORDS];
+    let mut meta =
+        state | ((code.len() as u64) << CODE_LEN_SHIFT) | (u64::from(domain) << DOMAIN_SHIFT);
+    if let Some(x) = e.expires_at {
+        meta |= HAS_EXPIRY;
+        words[4] = x as u64;
     }
+    if let Some(m) = e.max_visits {
+        meta |= HAS_MAX;
+        words[5] = m.max(0) as u64;
+    }
+    let mut bytes = [0u8; BYTES];
+    bytes[..code.len()].copy_from_slice(code);
+    if state == LIVE {
+        meta |= (target.len() as u64) << TARGET_LEN_SHIFT;
+        bytes[code.len()..code.len() + target.len()].copy_from_slice(target);
+    }
+    for (i, chunk) in bytes.chunks(8).enumerate() {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(chunk);
+        words[HEAD + i] = u64::from_le_bytes(b);
+    }
+    words[1] = meta;
+    words[2] = hash;
+    words[3] = row;
+    words
+}
 
-    /// Whether the code at `unit` is `code` on `domain`.
-    fn holds(&self, unit: u32, domain: u32, code: &[u8]) -> bool {
-        let at = u64::from(unit) * 8;
-        let len = (CODE_HEAD + code.len()) as u64;
-        if at + len > self.map.extent() {
-            return false;
-        }
-        // SAFETY: a published entry names this code, whose bytes were
-        // written before the entry (release/acquire) and are never written
-        // again; the range is inside the file. If the stored code is
-        // shorter, the range reaches into later codes, which may be being
-        // written: so only the head is read before the length is known.
-        let head =
-            unsafe { std::slice::from_raw_parts(self.map.base().add(at as usize), CODE_HEAD) };
-        if head[..4] != domain.to_le_bytes() || usize::from(head[4]) != code.len() {
-            return false;
-        }
-        // SAFETY: as above, now that the stored code is known to have this
-        // length.
-        let stored = unsafe {
-            std::slice::from_raw_parts(self.map.base().add(at as usize + CODE_HEAD), code.len())
-        };
-        stored == code
+fn decode(words: &[u64; WORDS]) -> Named {
+    let meta = words[1];
+    let row = words[3];
+    match meta & STATE_MASK {
+        GONE => return Named::Gone,
+        LIVE => {}
+        _ => return Named::Row(row),
     }
+    let code_len = ((meta >> CODE_LEN_SHIFT) & 0xff) as usize;
+    let len = ((meta >> TARGET_LEN_SHIFT) & 0xffff) as usize;
+    if code_len + len > BYTES {
+        return Named::Row(row);
+    }
+    let bytes = bytes(words);
+    let Ok(target) = std::str::from_utf8(&bytes[code_len..code_len + len]) else {
+        return Named::Row(row);
+    };
+    Named::Live(NamedLink {
+        row,
+        target: TargetUrl::from_trusted(target),
+        expires_at: (meta & HAS_EXPIRY != 0).then_some(words[4] as i64),
+        max_visits: (meta & HAS_MAX != 0).then_some(words[5]),
+    })
 }
 
 #[cfg(test)]
@@ -328,57 +450,116 @@ mod tests {
         (dir, n)
     }
 
+    fn entry<'a>(domain: i64, code: &'a str, row: i64, target: &'a str) -> Entry<'a> {
+        Entry {
+            domain,
+            code,
+            row,
+            deleted: false,
+            target,
+            expires_at: None,
+            max_visits: None,
+        }
+    }
+
+    fn live(row: u64, target: &str) -> Named {
+        Named::Live(NamedLink {
+            row,
+            target: TargetUrl::from_trusted(target),
+            expires_at: None,
+            max_visits: None,
+        })
+    }
+
     #[test]
     fn a_code_is_found_on_its_domain_only_and_whole() {
         let (_d, n) = names();
-        n.insert(0, "spring", 7);
-        n.insert(3, "spring", 9);
-        assert_eq!(n.find(0, "spring"), Some(7));
-        assert_eq!(n.find(3, "spring"), Some(9));
-        assert_eq!(n.find(1, "spring"), None);
+        n.put(&entry(0, "spring", 7, "https://a.example/"));
+        n.put(&entry(3, "spring", 9, "https://b.example/"));
+        assert_eq!(n.find(0, "spring"), live(7, "https://a.example/"));
+        assert_eq!(n.find(3, "spring"), live(9, "https://b.example/"));
+        assert_eq!(n.find(1, "spring"), Named::Unknown);
         for other in ["sprin", "springs", "Spring", ""] {
-            assert_eq!(n.find(0, other), None, "{other}");
+            assert_eq!(n.find(0, other), Named::Unknown, "{other}");
         }
-        // A code held already keeps its row.
-        n.insert(0, "spring", 8);
-        assert_eq!(n.find(0, "spring"), Some(7));
+        // An edit rewrites the code's own bucket; a delete leaves it gone.
+        n.put(&Entry {
+            expires_at: Some(5),
+            max_visits: Some(3),
+            ..entry(0, "spring", 7, "https://c.example/")
+        });
+        assert_eq!(
+            n.find(0, "spring"),
+            Named::Live(NamedLink {
+                row: 7,
+                target: TargetUrl::from_trusted("https://c.example/"),
+                expires_at: Some(5),
+                max_visits: Some(3),
+            })
+        );
+        n.put(&Entry {
+            deleted: true,
+            ..entry(3, "spring", 9, "")
+        });
+        assert_eq!(n.find(3, "spring"), Named::Gone);
         assert_eq!(n.len(), 2);
+        // A target that does not fit beside its code: the row is named.
+        let long = format!("https://example.com/{}", "a".repeat(BYTES));
+        n.put(&entry(0, "long", 11, &long));
+        assert_eq!(n.find(0, "long"), Named::Row(11));
+        let exact = format!("https://e.com/{}", "x".repeat(BYTES - 14 - 5));
+        n.put(&entry(0, "exact", 12, &exact));
+        assert_eq!(n.find(0, "exact"), live(12, &exact));
         // What the index cannot hold is left to SQLite.
-        n.insert(0, "far", u64::from(u32::MAX) + 1);
-        n.insert(-1, "neg", 3);
-        n.insert(0, "zero", 0);
-        assert_eq!(n.find(0, "far"), None);
-        assert_eq!(n.find(0, "zero"), None);
+        n.put(&entry(-1, "neg", 3, "https://a.example/"));
+        n.put(&entry(0, "zero", 0, "https://a.example/"));
+        assert_eq!(n.find(0, "zero"), Named::Unknown);
         n.clear();
-        assert_eq!(n.find(0, "spring"), None);
+        assert_eq!(n.find(0, "spring"), Named::Unknown);
         assert_eq!(n.len(), 0);
     }
 
     #[test]
     fn growing_keeps_every_code() {
         let (_d, n) = names();
-        let count = FIRST_ENTRIES * 3;
+        let count = FIRST_BUCKETS * 3;
         for i in 1..=count {
-            n.insert((i % 3) as i64, &format!("code-{i}"), i);
+            n.put(&entry(
+                (i % 3) as i64,
+                &format!("code-{i}"),
+                i as i64,
+                &format!("https://e.example/{i}"),
+            ));
         }
         assert_eq!(n.len(), count);
-        assert!(n.table.load().entries >= FIRST_ENTRIES * 4);
+        assert!(n.table.load().buckets >= FIRST_BUCKETS * 4);
         for i in 1..=count {
-            assert_eq!(n.find((i % 3) as i64, &format!("code-{i}")), Some(i));
-            assert_eq!(n.find(((i + 1) % 3) as i64, &format!("code-{i}")), None);
+            let code = format!("code-{i}");
+            assert_eq!(
+                n.find((i % 3) as i64, &code),
+                live(i, &format!("https://e.example/{i}"))
+            );
+            assert_eq!(n.find(((i + 1) % 3) as i64, &code), Named::Unknown);
         }
     }
 
-    /// Readers racing the writer, through growths: a code is found at its
-    /// own row or not at all, and one held before the race always.
+    /// Readers racing the writer, through growths and edits: a code is
+    /// found whole at its own row with one of the targets written, or not
+    /// at all; and one held before the race always.
     #[test]
-    fn a_reader_never_finds_a_wrong_row() {
+    fn a_reader_never_finds_a_wrong_or_torn_bucket() {
         let (_d, n) = names();
         let n = Arc::new(n);
         let early = 1_000u64;
+        let (a, b) = (
+            "https://aaaaaaaaaaaaaaaaaaaaaaaaaaaa.example/",
+            "https://b.example/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
+        );
         for i in 1..=early {
-            n.insert(0, &format!("e{i}"), i);
+            n.put(&entry(0, &format!("e{i}"), i as i64, a));
         }
+        let hot = (early + 1_000_000) as i64;
+        n.put(&entry(0, "hot", hot, a));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let readers: Vec<_> = (0..2)
             .map(|r| {
@@ -387,21 +568,42 @@ mod tests {
                     let mut found = 0u64;
                     let mut i = r;
                     while !stop.load(Ordering::Relaxed) {
-                        i = i % 400_000 + 1;
-                        if let Some(row) = n.find(0, &format!("c{i}")) {
-                            assert_eq!(row, i + early, "c{i}");
-                            found += 1;
+                        i = i % 200_000 + 1;
+                        match n.find(0, &format!("c{i}")) {
+                            Named::Live(l) => {
+                                assert_eq!(l.row, i + early, "c{i}");
+                                found += 1;
+                            }
+                            Named::Unknown => {}
+                            other => panic!("c{i}: {other:?}"),
                         }
                         let e = i % early + 1;
-                        assert_eq!(n.find(0, &format!("e{e}")), Some(e));
+                        assert!(
+                            matches!(n.find(0, &format!("e{e}")), Named::Live(l) if l.row == e)
+                        );
+                        for _ in 0..8 {
+                            match n.find(0, "hot") {
+                                Named::Live(l) => {
+                                    assert_eq!(l.row, early + 1_000_000);
+                                    let t = l.target.as_str();
+                                    assert!(t == a || t == b, "a torn target: {t}");
+                                }
+                                // Busy for every try: SQLite would be asked.
+                                Named::Unknown => {}
+                                other => panic!("hot: {other:?}"),
+                            }
+                        }
                         i += 7_919;
                     }
                     found
                 })
             })
             .collect();
-        for i in 1..=400_000u64 {
-            n.insert(0, &format!("c{i}"), i + early);
+        for i in 1..=200_000u64 {
+            n.put(&entry(0, &format!("c{i}"), (i + early) as i64, a));
+            for t in [b, a] {
+                n.put(&entry(0, "hot", hot, t));
+            }
         }
         stop.store(true, Ordering::Relaxed);
         for r in readers {

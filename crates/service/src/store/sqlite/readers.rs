@@ -18,7 +18,7 @@ use rusqlite::Connection;
 use super::connection::{self, Applied, Role};
 use super::find::{self, Rows, Statements};
 use super::rows;
-use super::slots::{Found, Slots};
+use super::slots::{Found, Lookup, Slots};
 use super::{ConnectionMode, SqliteSettings};
 use crate::domain::{
     Codebook, Domain, HourCount, Link, LinkKey, Resolved, TargetUrl, Timestamp, VisitCounts,
@@ -199,18 +199,19 @@ impl Readers {
 
     pub(super) fn get(&self, key: &LinkKey) -> rusqlite::Result<Option<Resolved>> {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
-        let (found, id) = self.slot(self.book.id_of(key.code.as_str()), key);
-        match found {
-            Found::Live(slot) => {
+        let id = self.book.id_of(key.code.as_str());
+        let id = match self.slots.as_ref().map(|s| s.resolve(id, key)) {
+            Some(Lookup::Link(l)) => {
                 return Ok(Some(Resolved {
-                    target: slot.target,
-                    expires_at: slot.expires_at.map(Timestamp::from_millis),
-                    max_visits: slot.max_visits,
+                    target: l.target,
+                    expires_at: l.expires_at.map(Timestamp::from_millis),
+                    max_visits: l.max_visits,
                 }));
             }
-            Found::Gone => return Ok(None),
-            Found::Unknown => {}
-        }
+            Some(Lookup::Gone) => return Ok(None),
+            Some(Lookup::Ask(id)) => id,
+            None => id,
+        };
         self.with_connection(|conn| {
             find::by_code_with_id(conn, id, key, &SELECT_TARGET, |r| {
                 Ok(Resolved {

@@ -35,7 +35,7 @@ use std::time::Duration;
 use rusqlite::Row;
 
 use super::mapped::Mapped;
-use super::names::Names;
+use super::names::{Entry, Named, Names};
 use crate::domain::{LinkKey, TargetUrl};
 
 /// Bytes of one slot: two cache lines, which the CPU fetches as a pair.
@@ -134,6 +134,23 @@ pub(super) enum Found {
     Unknown,
 }
 
+/// What a redirect needs of a link, from the slots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Lookup {
+    Link(Resolved),
+    /// The code was a link's, deleted.
+    Gone,
+    /// The slots cannot tell: ask SQLite, by this row id when known.
+    Ask(Option<u64>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Resolved {
+    pub target: TargetUrl,
+    pub expires_at: Option<i64>,
+    pub max_visits: Option<u64>,
+}
+
 /// A live link's fields, copied out of its slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Slot {
@@ -224,7 +241,7 @@ impl Slots {
     /// What the slots say of `key`, whose code decrypts to `id`: the slot
     /// of that row if it is this code's generated row, else that of the
     /// row the name index holds the code at. With the row id SQLite is
-    /// best asked by when they cannot tell.
+    /// best asked by when they cannot tell. For the link's whole record.
     pub(super) fn find(&self, id: Option<u64>, key: &LinkKey) -> (Found, Option<u64>) {
         let (code_len, domain) = (key.code.as_str().len(), key.domain.0);
         if let Some(id) = id {
@@ -234,12 +251,47 @@ impl Slots {
             }
         }
         match self.names.find(domain, key.code.as_str()) {
-            Some(row) => {
-                let found = self.read(row, Via::Name { code_len, domain });
-                (self.counted(found), Some(row))
+            Named::Gone => (self.counted(Found::Gone), None),
+            Named::Unknown => (self.counted(Found::Unknown), id),
+            named => {
+                let row = named.row();
+                let found = row.map_or(Found::Unknown, |row| {
+                    self.read(row, Via::Name { code_len, domain })
+                });
+                (self.counted(found), row)
             }
-            None => (self.counted(Found::Unknown), id),
         }
+    }
+
+    /// What a redirect needs of `key`, whose code decrypts to `id`: from
+    /// its generated row's slot, or from its bucket in the name index
+    /// (one read either way). Otherwise the row id SQLite is best asked by.
+    pub(super) fn resolve(&self, id: Option<u64>, key: &LinkKey) -> Lookup {
+        let (code_len, domain) = (key.code.as_str().len(), key.domain.0);
+        let found = match id.map(|id| self.read(id, Via::Id { code_len, domain })) {
+            Some(Found::Live(slot)) => Lookup::Link(Resolved {
+                target: slot.target,
+                expires_at: slot.expires_at,
+                max_visits: slot.max_visits,
+            }),
+            Some(Found::Gone) => Lookup::Gone,
+            Some(Found::Unknown) | None => match self.names.find(domain, key.code.as_str()) {
+                Named::Live(l) => Lookup::Link(Resolved {
+                    target: l.target,
+                    expires_at: l.expires_at,
+                    max_visits: l.max_visits,
+                }),
+                Named::Gone => Lookup::Gone,
+                Named::Row(row) => Lookup::Ask(Some(row)),
+                Named::Unknown => Lookup::Ask(id),
+            },
+        };
+        let counter = match found {
+            Lookup::Ask(_) => &self.stats.misses,
+            _ => &self.stats.hits,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
     }
 
     fn counted(&self, found: Found) -> Found {
@@ -298,7 +350,15 @@ impl Slots {
         // After the slot: a reader the index leads to this row finds it
         // written.
         if let Some(code) = &image.code {
-            self.names.insert(image.domain, code, id);
+            self.names.put(&Entry {
+                domain: image.domain,
+                code,
+                row: image.id,
+                deleted: image.deleted,
+                target: &image.target,
+                expires_at: image.expires_at,
+                max_visits: image.max_visits,
+            });
         }
     }
 
@@ -509,6 +569,15 @@ mod tests {
             matches!(found, Found::Live(ref l) if l.target.as_str() == "https://spring.example/")
         );
         assert_eq!(row, Some(12));
+        // A redirect reads the code's bucket alone.
+        assert_eq!(
+            s.resolve(None, &key(2, "spring")),
+            Lookup::Link(Resolved {
+                target: TargetUrl::from_trusted("https://spring.example/"),
+                expires_at: Some(1_800_000_000_000),
+                max_visits: Some(5),
+            })
+        );
         // Reached by its id, a named row is not the code's.
         assert_eq!(by_id(&s, 12, 6, 2), Found::Unknown);
         assert_eq!(
@@ -522,13 +591,15 @@ mod tests {
             deleted: true,
             ..named.clone()
         });
-        assert_eq!(s.find(None, &key(2, "spring")), (Found::Gone, Some(12)));
+        assert_eq!(s.find(None, &key(2, "spring")), (Found::Gone, None));
+        assert_eq!(s.resolve(None, &key(2, "spring")), Lookup::Gone);
         let too_long = format!("https://example.com/{}", "a".repeat(TARGET_MAX));
         s.put(&Image {
             target: too_long,
             ..named.clone()
         });
         assert_eq!(s.find(None, &key(2, "spring")), (Found::Unknown, Some(12)));
+        assert_eq!(s.resolve(None, &key(2, "spring")), Lookup::Ask(Some(12)));
         s.forget();
         s.built_below(u64::MAX);
         assert_eq!(s.find(None, &key(2, "spring")), (Found::Unknown, None));
