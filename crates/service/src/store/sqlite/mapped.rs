@@ -31,8 +31,14 @@ unsafe impl Send for Mapped {}
 unsafe impl Sync for Mapped {}
 
 impl Mapped {
-    /// An empty file in `dir` with `reserved` bytes of address space.
-    pub(super) fn create(dir: &Path, reserved: u64, what: &'static str) -> std::io::Result<Self> {
+    /// An empty file in `dir` with `reserved` bytes of address space,
+    /// mapped with huge pages where the kernel can (`huge`).
+    pub(super) fn create(
+        dir: &Path,
+        reserved: u64,
+        what: &'static str,
+        huge: bool,
+    ) -> std::io::Result<Self> {
         let file = unnamed_file(dir)?;
         // SAFETY: a new shared mapping of our own file, at an address the
         // kernel picks; nothing else refers to that range. Pages past the
@@ -54,13 +60,15 @@ impl Mapped {
             .ok_or_else(|| std::io::Error::other("mmap returned a null mapping"))?;
         // Huge pages where the kernel maps files with them (ext4 with large
         // folios, recent kernels): a lookup at random in a file of a GiB
-        // then rarely misses the TLB. On a 2-CPU VM, the first name index
-        // read 10M named codes at 0.87 of 10k with it, 0.82 without
-        // (docs/benchmarks.md).
-        // SAFETY: a hint about our own mapping, which cannot fail in a way
-        // that matters: without huge pages it is mapped as before.
-        unsafe {
-            libc::madvise(ptr, reserved as usize, libc::MADV_HUGEPAGE);
+        // then rarely misses the TLB. Only for files written in order (the
+        // slots, by row id): a write at random dirties a whole huge page,
+        // which the kernel then writes back (docs/benchmarks.md).
+        if huge {
+            // SAFETY: a hint about our own mapping, which cannot fail in a
+            // way that matters: without huge pages it is mapped as before.
+            unsafe {
+                libc::madvise(ptr, reserved as usize, libc::MADV_HUGEPAGE);
+            }
         }
         Ok(Self {
             base,

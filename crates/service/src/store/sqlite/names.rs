@@ -206,7 +206,7 @@ struct Table {
 impl Table {
     fn create(dir: &Path, buckets: u64, key: std::hash::RandomState) -> std::io::Result<Self> {
         let bytes = buckets * BUCKET_BYTES;
-        let map = Mapped::create(dir, bytes, "name index")?;
+        let map = Mapped::create(dir, bytes, "name index", false)?;
         if !map.cover(bytes, bytes) {
             return Err(std::io::Error::other("no room on disk for the name index"));
         }

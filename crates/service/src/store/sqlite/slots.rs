@@ -211,7 +211,7 @@ impl Slots {
     /// An empty slot file in `dir`, mapped, and an empty name index.
     pub(super) fn create(dir: &Path) -> std::io::Result<Self> {
         Ok(Self {
-            map: Mapped::create(dir, RESERVED_SLOTS * SLOT_BYTES as u64, "link slot")?,
+            map: Mapped::create(dir, RESERVED_SLOTS * SLOT_BYTES as u64, "link slot", true)?,
             built: AtomicU64::new(0),
             names: Names::create(dir)?,
             stats: SlotStats::default(),
