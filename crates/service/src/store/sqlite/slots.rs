@@ -194,7 +194,7 @@ pub struct SlotCounts {
     /// Bytes of the slot file.
     pub file_bytes: u64,
     /// Named codes (aliases, imported codes) in the name index, and the
-    /// bytes of its two files.
+    /// bytes of its file.
     pub named_codes: u64,
     pub name_index_bytes: u64,
     /// Lookups a slot answered, and lookups it sent to SQLite.
