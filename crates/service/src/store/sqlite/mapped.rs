@@ -8,7 +8,51 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+
+/// Words of a block: a slot, or a bucket of the name index.
+pub(super) const BLOCK_WORDS: usize = 16;
+/// Bytes of a block: two cache lines, which the CPU fetches as a pair.
+pub(super) const BLOCK_BYTES: u64 = BLOCK_WORDS as u64 * 8;
+/// 128 bytes under a sequence lock in word 0: the writer makes it odd,
+/// writes the other words and makes it even again; a reader copies them
+/// between two reads of it and keeps the copy only if both saw the same
+/// even value. Every word is an atomic, so a torn copy is detected, never
+/// undefined.
+pub(super) type Block = [AtomicU64; BLOCK_WORDS];
+/// Copies a reader tries before it gives up (and asks SQLite instead).
+const READ_TRIES: usize = 16;
+
+/// A consistent copy of `b`'s words (word 0 its even sequence number), or
+/// `None` if the writer kept it busy for every try.
+pub(super) fn read_block(b: &Block) -> Option<[u64; BLOCK_WORDS]> {
+    for _ in 0..READ_TRIES {
+        let before = b[0].load(Ordering::Acquire);
+        if before & 1 == 1 {
+            std::hint::spin_loop();
+            continue;
+        }
+        let mut words = [0u64; BLOCK_WORDS];
+        for (w, word) in words.iter_mut().zip(b.iter()).skip(1) {
+            *w = word.load(Ordering::Relaxed);
+        }
+        fence(Ordering::Acquire);
+        if b[0].load(Ordering::Relaxed) == before {
+            words[0] = before;
+            return Some(words);
+        }
+    }
+    None
+}
+
+/// Changes `b`'s words with `f` under its sequence lock (one writer only).
+pub(super) fn write_block(b: &Block, f: impl FnOnce(&Block)) {
+    let seq = b[0].load(Ordering::Relaxed);
+    b[0].store(seq.wrapping_add(1) | 1, Ordering::Relaxed);
+    fence(Ordering::Release);
+    f(b);
+    b[0].store((seq | 1).wrapping_add(1), Ordering::Release);
+}
 
 pub(super) struct Mapped {
     base: NonNull<u8>,
@@ -80,14 +124,28 @@ impl Mapped {
         })
     }
 
-    /// The first byte of the mapping (page-aligned).
-    pub(super) fn base(&self) -> *mut u8 {
-        self.base.as_ptr()
-    }
-
     /// Bytes the file covers.
     pub(super) fn extent(&self) -> u64 {
         self.extent.load(Ordering::Acquire)
+    }
+
+    /// Block `i`, which the file must cover.
+    pub(super) fn block(&self, i: u64) -> &Block {
+        assert!(
+            (i + 1) * BLOCK_BYTES <= self.extent(),
+            "block {i} past the file"
+        );
+        // SAFETY: the block lies inside the mapping and inside the file
+        // (which never shrinks), checked above; blocks are 8-byte aligned
+        // (the mapping is page-aligned) and live as long as `self`; the
+        // mapping is only ever read and written through these atomics.
+        unsafe {
+            &*self
+                .base
+                .as_ptr()
+                .add((i * BLOCK_BYTES) as usize)
+                .cast::<Block>()
+        }
     }
 
     /// Makes the file cover its first `end` bytes, growing it in steps of

@@ -27,16 +27,16 @@
 use std::hash::BuildHasher;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 
-use super::mapped::Mapped;
+use super::mapped::{BLOCK_BYTES, BLOCK_WORDS, Mapped, read_block as read, write_block};
 use crate::domain::TargetUrl;
 
-/// Bytes of one bucket: two cache lines, as a slot.
-const BUCKET_BYTES: u64 = 128;
-const WORDS: usize = (BUCKET_BYTES / 8) as usize;
+/// Bytes of one bucket: a block of the mapped file, as a slot.
+const BUCKET_BYTES: u64 = BLOCK_BYTES;
+const WORDS: usize = BLOCK_WORDS;
 /// Words before the code's and the target's bytes.
 const HEAD: usize = 6;
 /// Bytes for the code and the target together.
@@ -45,8 +45,6 @@ const BYTES: usize = (WORDS - HEAD) * 8;
 const FIRST_BUCKETS: u64 = 1 << 13;
 /// A table is replaced by one twice its size when it is this full (of 10).
 const MAX_LOAD_TENTHS: u64 = 7;
-/// Copies a reader tries before it asks SQLite instead.
-const READ_TRIES: usize = 16;
 
 // Word 1: the state, flags, lengths and domain.
 const STATE_MASK: u64 = 0b11;
@@ -234,17 +232,7 @@ impl Table {
 
     fn bucket(&self, i: u64) -> &[AtomicU64; WORDS] {
         debug_assert!(i < self.buckets);
-        // SAFETY: `i` is below `buckets`, and the file covers every bucket
-        // from creation on; buckets are 8-byte aligned in a page-aligned
-        // mapping that lives as long as `self`, and only ever accessed as
-        // atomics.
-        unsafe {
-            &*self
-                .map
-                .base()
-                .add((i * BUCKET_BYTES) as usize)
-                .cast::<[AtomicU64; WORDS]>()
-        }
+        self.map.block(i)
     }
 
     fn find(&self, domain: u32, code: &[u8]) -> Named {
@@ -311,14 +299,11 @@ impl Table {
 
     /// Writes the words of bucket `at` under its sequence lock (writer only).
     fn write(&self, at: u64, words: &[u64; WORDS]) {
-        let b = self.bucket(at);
-        let seq = b[0].load(Ordering::Relaxed);
-        b[0].store(seq.wrapping_add(1) | 1, Ordering::Relaxed);
-        fence(Ordering::Release);
-        for (word, v) in b.iter().zip(words.iter()).skip(1) {
-            word.store(*v, Ordering::Relaxed);
-        }
-        b[0].store((seq | 1).wrapping_add(1), Ordering::Release);
+        write_block(self.bucket(at), |b| {
+            for (word, v) in b.iter().zip(words.iter()).skip(1) {
+                word.store(*v, Ordering::Relaxed);
+            }
+        });
     }
 
     /// A table twice the size with the same buckets.
@@ -338,28 +323,6 @@ impl Table {
         bigger.len.store(self.len(), Ordering::Relaxed);
         Ok(bigger)
     }
-}
-
-/// A consistent copy of a bucket's words, or `None` if the writer kept it
-/// busy for every try.
-fn read(b: &[AtomicU64; WORDS]) -> Option<[u64; WORDS]> {
-    for _ in 0..READ_TRIES {
-        let before = b[0].load(Ordering::Acquire);
-        if before & 1 == 1 {
-            std::hint::spin_loop();
-            continue;
-        }
-        let mut words = [0u64; WORDS];
-        for (w, word) in words.iter_mut().zip(b.iter()).skip(1) {
-            *w = word.load(Ordering::Relaxed);
-        }
-        fence(Ordering::Acquire);
-        if b[0].load(Ordering::Relaxed) == before {
-            words[0] = before;
-            return Some(words);
-        }
-    }
-    None
 }
 
 /// The bucket's code and target bytes.

@@ -29,18 +29,18 @@
 //! detected, never undefined.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rusqlite::Row;
 
-use super::mapped::Mapped;
+use super::mapped::{BLOCK_BYTES, BLOCK_WORDS, Mapped, read_block, write_block};
 use super::names::{Entry, Named, Names};
 use crate::domain::{LinkKey, TargetUrl};
 
-/// Bytes of one slot: two cache lines, which the CPU fetches as a pair.
-pub(super) const SLOT_BYTES: usize = 128;
-const WORDS: usize = SLOT_BYTES / 8;
+/// Bytes of one slot: a block of the mapped file.
+pub(super) const SLOT_BYTES: usize = BLOCK_BYTES as usize;
+const WORDS: usize = BLOCK_WORDS;
 /// Words before the target's bytes.
 const HEAD: usize = 7;
 /// Longest target a slot holds; a longer one is read from SQLite.
@@ -57,9 +57,6 @@ const GROW_SLOTS: u64 = 1 << 16;
 pub(super) const TICK: Duration = Duration::from_millis(100);
 /// Rows a build step copies before the writer looks at its queue again.
 pub(super) const BUILD_STEP: i64 = 20_000;
-/// Copies a reader tries before it asks SQLite instead.
-const READ_TRIES: usize = 16;
-
 // Slot word 1: the state and the lengths. State 0: never written: ask
 // SQLite.
 const STATE_MASK: u64 = 0b11;
@@ -224,18 +221,7 @@ impl Slots {
     }
 
     fn words(&self, id: u64) -> &[AtomicU64; WORDS] {
-        debug_assert!(id < self.extent());
-        // SAFETY: `id` is below the extent, so the slot lies inside the
-        // mapping and inside the file (which never shrinks); slots are
-        // 8-byte aligned (the mapping is page-aligned) and live as long as
-        // `self`; every access to them is atomic.
-        unsafe {
-            &*self
-                .map
-                .base()
-                .add(id as usize * SLOT_BYTES)
-                .cast::<[AtomicU64; WORDS]>()
-        }
+        self.map.block(id)
     }
 
     /// What the slots say of `key`, whose code decrypts to `id`: the slot
@@ -307,25 +293,10 @@ impl Slots {
         if id >= self.built.load(Ordering::Acquire) || id >= self.extent() {
             return Found::Unknown;
         }
-        let w = self.words(id);
-        for _ in 0..READ_TRIES {
-            let before = w[0].load(Ordering::Acquire);
-            if before & 1 == 1 {
-                std::hint::spin_loop();
-                continue;
-            }
-            let meta = w[1].load(Ordering::Relaxed);
-            let mut copy = [0u64; WORDS];
-            for (c, word) in copy.iter_mut().zip(w.iter()).skip(2) {
-                *c = word.load(Ordering::Relaxed);
-            }
-            fence(Ordering::Acquire);
-            if w[0].load(Ordering::Relaxed) != before {
-                continue;
-            }
-            return decode(meta, &copy, via);
+        match read_block(self.words(id)) {
+            Some(words) => decode(words[1], &words, via),
+            None => Found::Unknown,
         }
-        Found::Unknown
     }
 
     /// Writes `image` into its slot, and a named row's code into the name
@@ -378,12 +349,7 @@ impl Slots {
     }
 
     fn write(&self, id: u64, f: impl FnOnce(&[AtomicU64; WORDS])) {
-        let w = self.words(id);
-        let seq = w[0].load(Ordering::Relaxed);
-        w[0].store(seq.wrapping_add(1) | 1, Ordering::Relaxed);
-        fence(Ordering::Release);
-        f(w);
-        w[0].store((seq | 1).wrapping_add(1), Ordering::Release);
+        write_block(self.words(id), f);
     }
 
     /// Row ids below `id` are copied: readers may trust their slots.
