@@ -424,13 +424,21 @@ crate::on_both_stores! {
             "domain": "ex.co"})).await;
         assert_eq!(mine["domain"], "ex.co");
         for other in [json!({"url": "https://e.com/x", "domain": "go.example"}),
-                      json!({"url": "https://e.com/x"}),
                       json!({"url": "https://e.com/x", "domain": "default"})] {
             assert_error(app.api(Method::POST, "/api/v1/links", Some(&key), Some(other)).await,
                 403, "domain").await;
         }
         assert_error(app.api(Method::POST, "/link", Some(&key),
             Some(json!({"url": "https://e.com/seed"}))).await, 403, "domain").await;
+        // A create that names no domain is on its own, as are the routes
+        // below without `?domain=`.
+        let unnamed = link(&app, &key, json!({"url": "https://e.com/own", "code": "unnamed"})).await;
+        assert_eq!(unnamed["domain"], "ex.co", "{unnamed}");
+        assert_eq!(app.api(Method::GET, "/api/v1/links/unnamed", Some(&key), None).await.status(), 200);
+        assert_eq!(location(&app, "ex.co", "/unnamed").await, Ok("https://e.com/own".into()));
+        assert_eq!(app.api(Method::DELETE, "/api/v1/links/unnamed", Some(&key), None).await.status(), 204);
+        assert_error(app.api(Method::GET, "/api/v1/links/unnamed?domain=ex.co", Some(&key), None)
+            .await, 404, "unnamed").await;
         // The same code on other domains, made by the admin.
         let theirs = link(&app, &admin, json!({"url": "https://e.com/theirs", "code": "shared",
             "domain": "go.example"})).await;
@@ -450,7 +458,7 @@ crate::on_both_stores! {
             .await, 403, "domain").await;
 
         // Get, edit, visits and delete: a link on another domain is 404.
-        for path in ["/api/v1/links/shared?domain=go.example", "/api/v1/links/shared",
+        for path in ["/api/v1/links/shared?domain=go.example", "/api/v1/links/shared?domain=default",
                      "/api/v1/links/shared/visits?domain=go.example"] {
             assert_error(app.api(Method::GET, path, Some(&key), None).await, 404, "shared").await;
         }
@@ -458,8 +466,8 @@ crate::on_both_stores! {
             Some(json!({"url": "https://e.com/hijack"}))).await, 404, "shared").await;
         assert_error(app.api(Method::DELETE, "/api/v1/links/shared?domain=go.example", Some(&key),
             None).await, 404, "shared").await;
-        assert_error(app.api(Method::DELETE, "/api/v1/links/shared", Some(&key), None).await,
-            404, "shared").await;
+        assert_error(app.api(Method::DELETE, "/api/v1/links/shared?domain=default", Some(&key),
+            None).await, 404, "shared").await;
         assert_eq!(location(&app, "go.example", "/shared").await, Ok("https://e.com/theirs".into()));
         assert_eq!(location(&app, "localhost", "/shared").await, Ok("https://e.com/default".into()));
         // On its own domain: all of it.

@@ -480,20 +480,28 @@ impl<S: Send + Sync> FromRequestParts<S> for Code {
     }
 }
 
-/// The domain a management route means: `?domain=HOST` (a host in either
-/// form, or `default`), else the default domain. 400 for a domain that is
-/// not in use.
-pub struct OnDomain(pub DomainId);
+/// The domain a management route names: `?domain=HOST` (a host in either
+/// form, or `default`), `None` when absent. 400 for a domain that is not
+/// in use.
+pub struct OnDomain(pub Option<DomainId>);
 
 impl FromRequestParts<AppState> for OnDomain {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         match domain_param(parts.uri.query())? {
-            None => Ok(Self(DomainId::DEFAULT)),
-            Some(name) => state.domain_named(&name).map(Self),
+            None => Ok(Self(None)),
+            Some(name) => state.domain_named(&name).map(|d| Self(Some(d))),
         }
     }
+}
+
+/// The domain a request means for `caller` when it names none: a key
+/// limited to a domain works on its own, any other on the default domain.
+pub fn domain_or_own(named: Option<DomainId>, caller: Option<&Principal>) -> DomainId {
+    named
+        .or_else(|| caller.and_then(|c| c.domain))
+        .unwrap_or(DomainId::DEFAULT)
 }
 
 /// The `domain` parameter of a query string, decoded; other parameters
@@ -508,8 +516,19 @@ pub(super) fn domain_param(query: Option<&str>) -> Result<Option<String>, ApiErr
 }
 
 /// A code on the domain `?domain=` names: what `/api/v1/links/{code}`
-/// and its visits route work on.
-pub struct CodeOn(pub LinkKey);
+/// and its visits route work on. Without `?domain=`, the caller's own
+/// domain (`CodeOn::key`).
+pub struct CodeOn {
+    code: ShortCode,
+    domain: Option<DomainId>,
+}
+
+impl CodeOn {
+    /// The link `caller` means.
+    pub fn key(self, caller: &Principal) -> LinkKey {
+        LinkKey::new(domain_or_own(self.domain, Some(caller)), self.code)
+    }
+}
 
 impl FromRequestParts<AppState> for CodeOn {
     type Rejection = ApiError;
@@ -517,7 +536,7 @@ impl FromRequestParts<AppState> for CodeOn {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let Code(code) = Code::from_request_parts(parts, state).await?;
         let OnDomain(domain) = OnDomain::from_request_parts(parts, state).await?;
-        Ok(Self(LinkKey::new(domain, code)))
+        Ok(Self { code, domain })
     }
 }
 

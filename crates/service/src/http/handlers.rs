@@ -12,7 +12,7 @@ use super::error::ApiError;
 use super::extract::{
     Caller, ClientAddr, Code, CodeOn, HostDomain, Key, NewLinkBody, Operator, PatchBody,
 };
-use crate::domain::{DomainId, Link, LinkKey, ShortCode, TargetUrl, Timestamp};
+use crate::domain::{Link, LinkKey, ShortCode, TargetUrl, Timestamp};
 use crate::links::{LinkStats, Readiness, Resolution, Use};
 use crate::store::{LinkPatch, NewLink};
 use crate::visits::{Interval, Visit, VisitReport, Window};
@@ -87,13 +87,15 @@ impl AppState {
     }
 
     /// The rules both create routes follow: who may create, and who may
-    /// choose a code.
+    /// choose a code. A body that names no domain means the default one on
+    /// the seed API, and a domain-limited key's own on the API (`api`).
     async fn create(
         &self,
         client: ClientAddr,
         headers: &HeaderMap,
         caller: Caller,
         body: NewLinkBody,
+        api: bool,
     ) -> Result<Link, ApiError> {
         let Caller(caller) = caller;
         // Refused for want of a key before anything is counted or parsed.
@@ -105,7 +107,8 @@ impl AppState {
             .map_err(bad_target)?;
         let domain = match &body.domain {
             Some(name) => self.domain_named(name)?,
-            None => DomainId::DEFAULT,
+            None if api => super::extract::domain_or_own(None, caller.as_ref()),
+            None => crate::domain::DomainId::DEFAULT,
         };
         let new = NewLink {
             domain,
@@ -166,7 +169,7 @@ pub async fn create_link(
     caller: Caller,
     body: NewLinkBody,
 ) -> Result<(StatusCode, Json<Created>), ApiError> {
-    let link = state.create(client, &headers, caller, body).await?;
+    let link = state.create(client, &headers, caller, body, false).await?;
     let short_url = state.short_url(&headers, &link.key());
     Ok((
         StatusCode::CREATED,
@@ -193,7 +196,7 @@ pub async fn api_create(
     caller: Caller,
     body: NewLinkBody,
 ) -> Result<(StatusCode, Json<LinkObject>), ApiError> {
-    let link = state.create(client, &headers, caller, body).await?;
+    let link = state.create(client, &headers, caller, body, true).await?;
     Ok((StatusCode::CREATED, Json(state.link_object(&headers, link))))
 }
 
@@ -342,7 +345,7 @@ pub(super) fn redirect_answer(
     Ok(state.redirect_status)
 }
 
-#[utoipa::path(get, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$"), ("domain" = Option<String>, Query, description = "The link's domain (a host, or 'default'); the default domain when absent")),
+#[utoipa::path(get, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$"), ("domain" = Option<String>, Query, description = "The link's domain (a host, or 'default'); when absent, the key's own domain for a key limited to one, else the default domain")),
     responses(
         (status = 200, description = "The link", body = LinkObject),
         (status = 400, description = "Malformed code", body = crate::http::schema::ErrorMessage),
@@ -354,8 +357,9 @@ pub async fn api_get(
     State(state): State<AppState>,
     headers: HeaderMap,
     Key(caller): Key,
-    CodeOn(key): CodeOn,
+    code: CodeOn,
 ) -> Result<Json<LinkObject>, ApiError> {
+    let key = code.key(&caller);
     let link = state
         .links
         .get(&caller, &key)
@@ -364,7 +368,7 @@ pub async fn api_get(
     Ok(Json(state.link_object(&headers, link)))
 }
 
-#[utoipa::path(patch, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$"), ("domain" = Option<String>, Query, description = "The link's domain (a host, or 'default'); the default domain when absent")),
+#[utoipa::path(patch, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$"), ("domain" = Option<String>, Query, description = "The link's domain (a host, or 'default'); when absent, the key's own domain for a key limited to one, else the default domain")),
     request_body(content = crate::http::schema::PatchRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The link as changed", body = LinkObject),
@@ -380,9 +384,10 @@ pub async fn api_update(
     State(state): State<AppState>,
     headers: HeaderMap,
     Key(caller): Key,
-    CodeOn(key): CodeOn,
+    code: CodeOn,
     body: PatchBody,
 ) -> Result<Json<LinkObject>, ApiError> {
+    let key = code.key(&caller);
     if let Some(url) = &body.url {
         state
             .targets
@@ -402,7 +407,7 @@ pub async fn api_update(
     Ok(Json(state.link_object(&headers, link)))
 }
 
-#[utoipa::path(delete, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$"), ("domain" = Option<String>, Query, description = "The link's domain (a host, or 'default'); the default domain when absent")),
+#[utoipa::path(delete, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$"), ("domain" = Option<String>, Query, description = "The link's domain (a host, or 'default'); when absent, the key's own domain for a key limited to one, else the default domain")),
     responses(
         (status = 204, description = "Deleted; its code is never issued again"),
         (status = 400, description = "Malformed code", body = crate::http::schema::ErrorMessage),
@@ -414,8 +419,9 @@ pub async fn api_update(
 pub async fn api_delete(
     State(state): State<AppState>,
     Key(caller): Key,
-    CodeOn(key): CodeOn,
+    code: CodeOn,
 ) -> Result<StatusCode, ApiError> {
+    let key = code.key(&caller);
     if state.links.delete(&caller, &key).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
@@ -446,7 +452,7 @@ pub struct VisitParams {
 #[utoipa::path(get, path = "/api/v1/links/{code}/visits", tag = "links",
     params(
         ("code" = String, Path, description = "A short code", pattern = "^[A-Za-z0-9_-]{1,64}$"),
-        ("domain" = Option<String>, Query, description = "The link's domain (a host, or 'default'); the default domain when absent"),
+        ("domain" = Option<String>, Query, description = "The link's domain (a host, or 'default'); when absent, the key's own domain for a key limited to one, else the default domain"),
         ("from" = Option<String>, Query, format = DateTime, description = "Start of the window (RFC 3339), inclusive"),
         ("to" = Option<String>, Query, format = DateTime, description = "End of the window (RFC 3339), exclusive; after from"),
         ("interval" = Option<IntervalParam>, Query, description = "Buckets of the series (default hour)"),
@@ -461,9 +467,10 @@ pub struct VisitParams {
 pub async fn api_visits(
     State(state): State<AppState>,
     Key(caller): Key,
-    CodeOn(key): CodeOn,
+    code: CodeOn,
     params: Result<Query<VisitParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<VisitReport>, ApiError> {
+    let key = code.key(&caller);
     let Query(params) =
         params.map_err(|e| ApiError::BadRequest(format!("malformed query: {e}")))?;
     let time = |name: &str, raw: Option<String>| {

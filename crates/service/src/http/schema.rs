@@ -34,7 +34,8 @@ pub struct NewLinkRequest {
     #[schema(nullable, pattern = "^[A-Za-z0-9_-]{3,64}$")]
     code: Option<String>,
     /// The link's domain: a host added to this server, or `default`
-    /// (the default domain when absent); 400 when there is no such domain.
+    /// (when absent, a domain-limited key's own domain, else the default
+    /// domain); 400 when there is no such domain.
     #[schema(nullable, max_length = 253)]
     domain: Option<String>,
     /// When the link stops redirecting (RFC 3339, in the future).
