@@ -483,9 +483,34 @@ crate::on_both_stores! {
         // The admin sees every domain.
         let all = body(app.api(Method::GET, "/api/v1/links", Some(&admin), None).await).await;
         assert_eq!(all["links"].as_array().expect("links").len(), 2, "{all}");
-        // A limited key cannot manage domains.
+        // A limited key cannot manage domains, and reads only its own.
         assert_error(app.api(Method::POST, "/api/v1/domains", Some(&key),
             Some(json!({"host": "mine.example"}))).await, 403, "admin").await;
+        let seen = body(app.api(Method::GET, "/api/v1/domains", Some(&key), None).await).await;
+        assert_eq!(seen["domains"].as_array().expect("domains").len(), 1, "{seen}");
+        assert_eq!(seen["domains"][0]["host"], "ex.co");
+        assert_eq!(app.api(Method::GET, "/api/v1/domains/ex.co", Some(&key), None).await.status(), 200);
+        assert_error(app.api(Method::GET, "/api/v1/domains/go.example", Some(&key), None).await,
+            404, "go.example").await;
+        let all = body(app.api(Method::GET, "/api/v1/domains", Some(&admin), None).await).await;
+        assert_eq!(all["domains"].as_array().expect("domains").len(), 3, "{all}");
+    }
+}
+
+crate::on_both_stores! {
+    /// Without a key the domains are readable only where anyone may
+    /// create links (the page's picker needs them there).
+    async fn reading_domains_needs_a_key_where_creating_does(store: Store) {
+        let app = spawn_app_in(&store, &["--create-auth", "key"]).await;
+        let admin = app.new_key("admin", true).await;
+        add(&app, &admin, "ex.co", json!({"root_redirect": "https://e.com/home"})).await;
+        for path in ["/api/v1/domains", "/api/v1/domains/ex.co", "/api/v1/domains/default"] {
+            assert_error(app.api(Method::GET, path, None, None).await, 401, "key").await;
+            assert_eq!(app.api(Method::GET, path, Some(&admin), None).await.status(), 200, "{path}");
+        }
+        let user = app.new_key("user", false).await;
+        let seen = body(app.api(Method::GET, "/api/v1/domains", Some(&user), None).await).await;
+        assert_eq!(seen["domains"].as_array().expect("domains").len(), 2, "{seen}");
     }
 }
 

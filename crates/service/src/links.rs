@@ -311,6 +311,23 @@ impl Links {
         Ok(())
     }
 
+    /// Which domains `caller` may read: `None` for all of them (an admin,
+    /// a key not limited to a domain, or no key while anyone may create
+    /// links and so needs the page's picker), the one it is limited to, or
+    /// a refusal without a key where creating needs one.
+    pub fn visible_domains(
+        &self,
+        caller: Option<&Principal>,
+    ) -> Result<Option<DomainId>, LinksError> {
+        match caller {
+            Some(c) => Ok(c.domain),
+            None if self.inner.create_auth == CreateAuth::Key => Err(LinksError::NeedsKey(
+                "reading the domains needs an API key on this server",
+            )),
+            None => Ok(None),
+        }
+    }
+
     /// Stores a link for `caller`, who owns it, if [`Self::may_create`]
     /// allows it; durably, then written through to the cache, so the
     /// cache never holds a code the store could lose.

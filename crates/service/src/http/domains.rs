@@ -1,6 +1,5 @@
-//! `/api/v1/domains`: the short domains of this server. Reading them needs
-//! no key (a domain's host and redirects are what it serves to anyone);
-//! changing them needs an admin key.
+//! `/api/v1/domains`: the short domains of this server. Changing them
+//! needs an admin key; who may read them, `Links::visible_domains` says.
 
 use axum::Json;
 use axum::extract::State;
@@ -9,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::{DomainPatchBody, Key, NewDomainBody, Segment};
+use super::extract::{Caller, DomainPatchBody, Key, NewDomainBody, Segment};
 use crate::domain::{DEFAULT_NAME, DomainId};
 use crate::domains::Named;
 use crate::keys::Principal;
@@ -71,12 +70,24 @@ fn named(state: &AppState, host: &str) -> Result<DomainId, ApiError> {
 const HOST_PARAM: &str = "A host (in either form), or 'default' for the default domain";
 
 #[utoipa::path(get, path = "/api/v1/domains", tag = "domains",
-    responses((status = 200, description = "Every domain, the default one first", body = DomainList)))]
-pub async fn list(State(state): State<AppState>) -> Json<DomainList> {
+    responses(
+        (status = 200, description = "Every domain the caller may use, the default one first: all of them for an admin or a key not limited to a domain, its own for a domain-limited key, all of them without a key while anyone may create links", body = DomainList),
+        (status = 401, description = "No valid key, where creating links needs one", body = crate::http::schema::ErrorMessage),
+    ),
+    security((), ("bearer" = []), ("api_key" = [])))]
+pub async fn list(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> Result<Json<DomainList>, ApiError> {
+    let only = state.links.visible_domains(caller.as_ref())?;
     let domains = state.links.domains().list();
-    Json(DomainList {
-        domains: domains.into_iter().map(DomainObject::from).collect(),
-    })
+    Ok(Json(DomainList {
+        domains: domains
+            .into_iter()
+            .filter(|d| only.is_none_or(|id| id == d.domain.id))
+            .map(DomainObject::from)
+            .collect(),
+    }))
 }
 
 #[utoipa::path(post, path = "/api/v1/domains", tag = "domains",
@@ -111,13 +122,20 @@ pub async fn create(
     responses(
         (status = 200, description = "The domain", body = DomainObject),
         (status = 400, description = "A malformed host", body = crate::http::schema::ErrorMessage),
-        (status = 404, description = "No such domain", body = crate::http::schema::ErrorMessage),
-    ))]
+        (status = 401, description = "No valid key, where creating links needs one", body = crate::http::schema::ErrorMessage),
+        (status = 404, description = "No such domain, or not the one a domain-limited key has", body = crate::http::schema::ErrorMessage),
+    ),
+    security((), ("bearer" = []), ("api_key" = [])))]
 pub async fn get(
     State(state): State<AppState>,
+    Caller(caller): Caller,
     Segment(host): Segment,
 ) -> Result<Json<DomainObject>, ApiError> {
+    let only = state.links.visible_domains(caller.as_ref())?;
     let id = named(&state, &host)?;
+    if only.is_some_and(|own| own != id) {
+        return Err(ApiError::NotFound(format!("no domain '{host}'")));
+    }
     let domain = state
         .links
         .domains()

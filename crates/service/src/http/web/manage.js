@@ -304,9 +304,8 @@ let several = false;
 
 async function showDomains() {
   try {
-    const response = await fetch("/api/v1/domains");
-    if (!response.ok) return;
-    const { domains } = await response.json();
+    // With the key: a domain-limited key sees its own domain only.
+    const { domains } = await api("GET", "/api/v1/domains");
     several = Array.isArray(domains) && domains.length > 1;
     if (!several) return;
     const select = $("domain");
