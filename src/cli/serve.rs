@@ -381,6 +381,19 @@ pub struct VisitArgs {
           value_parser = clap::value_parser!(u64).range(10..=3_600_000),
           default_value_t = d().visits.flush_interval.as_millis() as u64)]
     pub visits_flush_ms: u64,
+
+    /// A header in which a proxy or CDN names the visitor's country
+    /// (ISO code), such as `CF-IPCountry`. Read only from the proxies
+    /// `--trust-proxy` trusts; ahead of the GeoIP database.
+    #[arg(long, env = "LITELINK_COUNTRY_HEADER", value_name = "NAME")]
+    pub country_header: Option<String>,
+
+    /// A MaxMind-format database (GeoLite2, DB-IP Lite and the like) to
+    /// find a visitor's country and city in; read again when the file
+    /// changes and on SIGHUP. Without it, the country table built into
+    /// the binary (the registries' allocations) is used.
+    #[arg(long, env = "LITELINK_GEOIP_DB", value_name = "PATH")]
+    pub geoip_db: Option<std::path::PathBuf>,
 }
 
 impl ServeArgs {
@@ -452,6 +465,8 @@ impl ServeArgs {
 
         s.visits.counting = visits.visits.is_on();
         s.visits.flush_interval = Duration::from_millis(visits.visits_flush_ms);
+        s.visits.geo.country_header = visits.country_header.clone();
+        s.visits.geo.db = visits.geoip_db.clone();
         s.derive();
         s
     }

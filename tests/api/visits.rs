@@ -217,6 +217,7 @@ crate::on_both_stores! {
             "before",
         ),
         ("?interval=week", "interval"),
+        ("?format=xml", "format"),
     ] {
         let r = app
             .api(Method::GET, &format!("{path}{query}"), Some(&alice), None)
@@ -226,7 +227,8 @@ crate::on_both_stores! {
     let r = report(&app, &alice, &code, "?interval=day").await;
     assert_eq!(
         r,
-        json!({ "total": 0, "humans": 0, "bots": 0, "series": [], "referrers": [], "agents": [] })
+        json!({ "total": 0, "humans": 0, "bots": 0, "series": [], "referrers": [], "agents": [],
+                "countries": [], "cities": [], "devices": [], "os": [], "browsers": [] })
     );
 }
 }
@@ -604,5 +606,130 @@ async fn counts_read_while_flushes_run_never_go_back() {
     assert!(reads > 10, "{reads} reads");
     for code in &codes {
         assert_eq!(link(&app, &admin, code).await["visits"], rounds);
+    }
+}
+
+/// A redirect from `ua` for a client a proxy says is at `forwarded`, with
+/// the proxy's country header when given.
+async fn visit_from(app: &TestApp, code: &str, ua: &str, forwarded: &str, country: Option<&str>) {
+    let mut r = app
+        .client
+        .get(app.url(&format!("/{code}")))
+        .header("user-agent", ua)
+        .header("x-forwarded-for", forwarded);
+    if let Some(c) = country {
+        r = r.header("cf-ipcountry", c);
+    }
+    assert_eq!(r.send().await.expect("redirect").status(), 302);
+}
+
+/// `[{"country"|"name": value, "count": n}]` as pairs, for comparing.
+fn pairs(list: &Value, field: &str) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = list
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|v| {
+            (
+                v[field].as_str().expect(field).to_owned(),
+                v["count"].as_u64().expect("count"),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+const IPHONE: &str = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_4 like Mac OS X) AppleWebKit/605.1.15 \
+                      (KHTML, like Gecko) Version/17.4 Mobile/15E148 Safari/604.1";
+const WINDOWS_EDGE: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like \
+                            Gecko) Chrome/124.0.0.0 Safari/537.36 Edg/124.0.2478.80";
+
+crate::on_both_stores! {
+    /// Countries from the built-in table (addresses a trusted proxy
+    /// forwards) and from a trusted proxy's header; devices, systems and
+    /// browsers from the User-Agent; kept across a restart; the CSV says
+    /// what the JSON says.
+    async fn visits_are_counted_by_country_device_system_and_browser(store: Store) {
+    let app = spawn_app_in(
+        &store,
+        &["--trust-proxy", "127.0.0.1", "--country-header", "CF-IPCountry"],
+    )
+    .await;
+    let admin = app.new_key("admin", true).await;
+    let code = create(&app, &admin, json!({ "url": "https://example.com/geo" })).await;
+    visit_from(&app, &code, IPHONE, "8.8.8.8", None).await;
+    visit_from(&app, &code, WINDOWS_EDGE, "194.25.0.60", None).await;
+    visit_from(&app, &code, WINDOWS_EDGE, "194.25.0.60", Some("fr")).await;
+    visit_from(&app, &code, GOOGLEBOT, "10.0.0.1", None).await;
+    visit_from(&app, &code, CHROME, "not an address", Some("XX")).await;
+    let expect = |r: &Value| {
+        assert_eq!(r["total"], 5, "{r}");
+        assert_eq!(
+            pairs(&r["countries"], "country"),
+            [("DE".into(), 1), ("FR".into(), 1), ("US".into(), 1), ("unknown".into(), 2)],
+            "{r}"
+        );
+        assert_eq!(
+            pairs(&r["devices"], "name"),
+            [("bot".into(), 1), ("desktop".into(), 3), ("mobile".into(), 1)],
+            "{r}"
+        );
+        assert_eq!(
+            pairs(&r["os"], "name"),
+            [("Linux".into(), 1), ("Windows".into(), 2), ("iOS".into(), 1), ("unknown".into(), 1)],
+            "{r}"
+        );
+        assert_eq!(
+            pairs(&r["browsers"], "name"),
+            [("Chrome".into(), 1), ("Edge".into(), 2), ("Safari".into(), 1), ("bot".into(), 1)],
+            "{r}"
+        );
+        assert_eq!(r["cities"], json!([]), "{r}");
+    };
+    expect(&report(&app, &admin, &code, "").await);
+
+    // The CSV: the same figures in one table.
+    let r = app
+        .api(Method::GET, &format!("/api/v1/links/{code}/visits?format=csv"), Some(&admin), None)
+        .await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers()["content-type"].to_str().expect("type").starts_with("text/csv"));
+    let text = r.text().await.expect("csv");
+    let mut rows = csv::Reader::from_reader(text.as_bytes());
+    assert_eq!(
+        rows.headers().expect("header").iter().collect::<Vec<_>>(),
+        ["dimension", "value", "start", "humans", "bots", "count"]
+    );
+    let mut sums: std::collections::HashMap<String, u64> = Default::default();
+    for row in rows.records() {
+        let row = row.expect("row");
+        *sums.entry(row[0].to_owned()).or_default() += row[5].parse::<u64>().expect("count");
+        if &row[0] == "country" && &row[1] == "FR" {
+            assert_eq!(&row[5], "1", "{text}");
+        }
+    }
+    for dim in ["series", "country", "device", "os", "browser", "referrer", "agent"] {
+        assert_eq!(sums.get(dim), Some(&5), "{dim} in {text}");
+    }
+
+    // Stored, and read back after a restart.
+    flushed(&app, 5).await;
+    let (db, pg) = (app.db.clone(), app.store.clone());
+    let dir = app.stop().await;
+    let app = spawn_app_like(&db, &pg, &[]).await;
+    expect(&report(&app, &admin, &code, "").await);
+
+    // Without --trust-proxy, neither the forwarded address nor the
+    // country header counts: the visitor is the loopback peer.
+    visit_from(&app, &code, IPHONE, "8.8.8.8", Some("FR")).await;
+    let r = report(&app, &admin, &code, "").await;
+    assert_eq!(
+        pairs(&r["countries"], "country"),
+        [("DE".into(), 1), ("FR".into(), 1), ("US".into(), 1), ("unknown".into(), 3)],
+        "{r}"
+    );
+    drop(app);
+    drop(dir);
     }
 }

@@ -11,9 +11,10 @@
 //! startup      Application::build -> addr(), run_until(shutdown)
 //! domain/      ShortCode, TargetUrl (parsed once, canonical), TargetPolicy, CodeGenerator,
 //!              Codebook, Host, DomainId, LinkKey (a code on a domain); visit counts, and
-//!              classify: a Referer's host, a User-Agent's class
+//!              classify: a Referer's host, a User-Agent's class, device, OS and browser
 //! domains      short domains in use: the domain a Host names, each domain's redirects
 //!              (reloaded every second)
+//! geo          a visitor's country from its address (header, MaxMind file, built-in table)
 //! http/        fn app() -> Service: the Router (routes(): the one route table) with the hot
 //!              path in front of it (hot); finish: what every answer carries, written once;
 //!              server: connections (accept loop, cap, timeouts, drain) for any hyper service;
@@ -57,6 +58,7 @@
 pub mod cache;
 pub mod domain;
 pub mod domains;
+pub mod geo;
 pub mod http;
 pub mod keys;
 pub mod links;

@@ -13,6 +13,7 @@ use crate::cache::CacheMode;
 use crate::cache::invalidations::Invalidations;
 use crate::domain::{CodeGenerator, TargetPolicy};
 use crate::domains::{DomainRegistry, UnknownHost};
+use crate::geo::Geo;
 use crate::http;
 use crate::keys::KeyRegistry;
 use crate::links::{self, Links};
@@ -66,7 +67,12 @@ impl Application {
         let domains =
             Arc::new(DomainRegistry::load(Arc::clone(&store), settings.domains.clone()).await?);
         let domain_refresher = domains.spawn_refresher();
-        let visits = Arc::new(Visits::new(settings.visits.clone(), Arc::clone(&store)));
+        let geo = Arc::new(Geo::new(&settings.visits.geo)?);
+        let visits = Arc::new(Visits::new(
+            settings.visits.clone(),
+            Arc::clone(&store),
+            Arc::clone(&geo),
+        ));
         let flusher = visits.spawn_flusher();
         if store.shared()
             && settings.invalidations.url.is_none()
@@ -115,9 +121,8 @@ impl Application {
             create_auth: settings.http.create_auth,
             targets: Arc::clone(&targets),
         });
-        let reloader = targets
-            .has_deny_list()
-            .then(|| spawn_deny_list_reloader(Arc::clone(&targets)))
+        let reloader = (targets.has_deny_list() || geo.watches_a_file())
+            .then(|| spawn_reloader(Arc::clone(&targets), Arc::clone(&geo)))
             .transpose()?;
         let metrics = match settings
             .http
@@ -198,18 +203,45 @@ impl Application {
     }
 }
 
-/// Reloads the deny list on every SIGHUP; a list that cannot be read
+/// How often the GeoIP database's file is looked at for a change.
+const GEO_CHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// On every SIGHUP, reads the deny list and the GeoIP database again, and
+/// the database also when its file changes; one that cannot be read
 /// leaves the previous one in force.
-fn spawn_deny_list_reloader(
+fn spawn_reloader(
     targets: Arc<TargetPolicy>,
+    geo: Arc<Geo>,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hup = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
+    let mut tick = tokio::time::interval(GEO_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A reload reads a file: on the blocking pool, off the workers.
+    let reload_geo = move |geo: &Arc<Geo>, force: bool| {
+        let geo = Arc::clone(geo);
+        tokio::task::spawn_blocking(move || geo.reload(force))
+    };
     Ok(tokio::spawn(async move {
-        while hup.recv().await.is_some() {
-            match targets.reload() {
-                Ok(n) => tracing::info!(hosts = n, "deny list reloaded"),
-                Err(e) => tracing::error!(error = %e, "deny list not reloaded; the old one stays"),
+        loop {
+            tokio::select! {
+                got = hup.recv() => {
+                    if got.is_none() {
+                        return;
+                    }
+                    if targets.has_deny_list() {
+                        match targets.reload() {
+                            Ok(n) => tracing::info!(hosts = n, "deny list reloaded"),
+                            Err(e) => tracing::error!(error = %e, "deny list not reloaded; the old one stays"),
+                        }
+                    }
+                    if geo.watches_a_file() {
+                        let _ = reload_geo(&geo, true).await;
+                    }
+                }
+                _ = tick.tick(), if geo.watches_a_file() => {
+                    let _ = reload_geo(&geo, false).await;
+                }
             }
         }
     }))

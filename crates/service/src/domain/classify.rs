@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::sync::LazyLock;
 
-use super::visit::{AgentClass, DIRECT_HOST, OTHER_HOST};
+use super::visit::{AgentClass, BROWSER_FAMILIES, DIRECT_HOST, Device, OS_FAMILIES, OTHER_HOST};
 
 /// The longest `User-Agent` looked at: a longer one is classed by its
 /// first bytes.
@@ -140,9 +140,200 @@ pub fn class_of(ua: &[u8]) -> AgentClass {
     }
 }
 
+/// What a `User-Agent` says of its sender: its class, and its device,
+/// OS family and browser family (indexes into `OS_FAMILIES` and
+/// `BROWSER_FAMILIES`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Agent {
+    pub class: AgentClass,
+    pub device: Device,
+    pub os: u8,
+    pub browser: u8,
+}
+
+impl Agent {
+    /// No `User-Agent` at all.
+    pub const NONE: Self = Self {
+        class: AgentClass::Other,
+        device: Device::Other,
+        os: 0,
+        browser: 0,
+    };
+}
+
+/// The woothee parser's tables, built once per process.
+static PARSER: LazyLock<woothee::parser::Parser> = LazyLock::new(woothee::parser::Parser::new);
+
+fn family(names: &[&str], name: &str) -> u8 {
+    names
+        .iter()
+        .position(|n| *n == name)
+        .and_then(|i| u8::try_from(i).ok())
+        .unwrap_or(1)
+}
+
+/// Classes a non-empty `User-Agent`: bots by the `isbot` patterns and
+/// woothee's crawler list, the rest by woothee's parse.
+pub fn agent_of(ua: &[u8]) -> Agent {
+    let text = String::from_utf8_lossy(ua);
+    let class = class_of(ua);
+    let parsed = PARSER.parse(&text);
+    let (category, os, name) = parsed
+        .as_ref()
+        .map_or(("", "", ""), |r| (r.category, r.os, r.name));
+    let bot = class == AgentClass::Bot || category == "crawler";
+    let os_family = match os {
+        o if o.starts_with("Windows Phone") => "Windows Phone",
+        o if o.starts_with("Windows") => "Windows",
+        "Mac OSX" | "Mac OS Classic" => "macOS",
+        "iPhone" | "iPad" | "iPod" | "iOS" => "iOS",
+        "Android" => "Android",
+        "Linux" => "Linux",
+        "ChromeOS" => "ChromeOS",
+        "BlackBerry" | "BlackBerry 10" => "BlackBerry",
+        "BSD" => "BSD",
+        o if o.starts_with("PlayStation") => "PlayStation",
+        o if o.starts_with("Xbox") => "Xbox",
+        o if o.starts_with("Nintendo") => "Nintendo",
+        _ if bot => "unknown",
+        _ => "other",
+    };
+    let browser_family = match name {
+        _ if bot => "bot",
+        "Chrome" => "Chrome",
+        "Safari" => "Safari",
+        "Firefox" => "Firefox",
+        "Edge" => "Edge",
+        "Internet Explorer" => "Internet Explorer",
+        "Opera" => "Opera",
+        "SamsungBrowser" => "Samsung Internet",
+        "Yandex Browser" => "Yandex Browser",
+        "Vivaldi" => "Vivaldi",
+        "Webview" => "WebView",
+        _ => "other",
+    };
+    // woothee counts tablets as smartphones: an iPad says so, an Android
+    // tablet leaves out "Mobile" (Google's advice to tablet browsers).
+    let device = match category {
+        _ if bot => Device::Bot,
+        _ if os == "iPad" => Device::Tablet,
+        "smartphone" if os == "Android" && !text.contains("Mobile") => Device::Tablet,
+        "smartphone" | "mobilephone" => Device::Mobile,
+        "pc" => Device::Desktop,
+        _ => Device::Other,
+    };
+    Agent {
+        class: if bot { AgentClass::Bot } else { class },
+        device,
+        os: family(&OS_FAMILIES, os_family),
+        browser: family(&BROWSER_FAMILIES, browser_family),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Real User-Agent strings, and what they are counted as.
+    const CORPUS: &[(&str, Device, &str, &str)] = &[
+        (
+            "Mozilla/5.0 (iPhone; CPU iPhone OS 17_4 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.4 Mobile/15E148 Safari/604.1",
+            Device::Mobile,
+            "iOS",
+            "Safari",
+        ),
+        (
+            "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Mobile Safari/537.36",
+            Device::Mobile,
+            "Android",
+            "Chrome",
+        ),
+        (
+            "Mozilla/5.0 (Linux; Android 13; SM-S918B) AppleWebKit/537.36 (KHTML, like Gecko) SamsungBrowser/24.0 Chrome/117.0.0.0 Mobile Safari/537.36",
+            Device::Mobile,
+            "Android",
+            "Samsung Internet",
+        ),
+        (
+            "Mozilla/5.0 (iPad; CPU OS 17_4 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.4 Mobile/15E148 Safari/604.1",
+            Device::Tablet,
+            "iOS",
+            "Safari",
+        ),
+        (
+            "Mozilla/5.0 (Linux; Android 13; SM-X700) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36",
+            Device::Tablet,
+            "Android",
+            "Chrome",
+        ),
+        (
+            "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36",
+            Device::Desktop,
+            "Windows",
+            "Chrome",
+        ),
+        (
+            "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36 Edg/124.0.2478.80",
+            Device::Desktop,
+            "Windows",
+            "Edge",
+        ),
+        (
+            "Mozilla/5.0 (Macintosh; Intel Mac OS X 14.4; rv:125.0) Gecko/20100101 Firefox/125.0",
+            Device::Desktop,
+            "macOS",
+            "Firefox",
+        ),
+        (
+            "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.4 Safari/605.1.15",
+            Device::Desktop,
+            "macOS",
+            "Safari",
+        ),
+        (
+            "Mozilla/5.0 (X11; Linux x86_64; rv:125.0) Gecko/20100101 Firefox/125.0",
+            Device::Desktop,
+            "Linux",
+            "Firefox",
+        ),
+        (
+            "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",
+            Device::Bot,
+            "unknown",
+            "bot",
+        ),
+        (
+            "Mozilla/5.0 (compatible; bingbot/2.0; +http://www.bing.com/bingbot.htm)",
+            Device::Bot,
+            "unknown",
+            "bot",
+        ),
+        (
+            "facebookexternalhit/1.1 (+http://www.facebook.com/externalhit_uatext.php)",
+            Device::Bot,
+            "unknown",
+            "bot",
+        ),
+        ("curl/8.5.0", Device::Bot, "unknown", "bot"),
+    ];
+
+    #[test]
+    fn real_user_agents_are_counted_as_what_they_are() {
+        let mut wrong = Vec::new();
+        for (ua, device, os, browser) in CORPUS {
+            let a = agent_of(ua.as_bytes());
+            let got = (
+                a.device,
+                OS_FAMILIES[usize::from(a.os)],
+                BROWSER_FAMILIES[usize::from(a.browser)],
+            );
+            if got != (*device, *os, *browser) {
+                wrong.push(format!("{ua}: {got:?}"));
+            }
+            assert_eq!(a.class == AgentClass::Bot, *device == Device::Bot, "{ua}");
+        }
+        assert!(wrong.is_empty(), "{wrong:#?}");
+    }
 
     #[test]
     fn referrers_are_hosts_in_lower_case() {

@@ -21,4 +21,4 @@ pub use link::{KeyId, Link, Owner, Resolved, Timestamp, TimestampError};
 pub use target::{
     DenyListError, MAX_URL_BYTES, TargetPolicy, TargetUrl, TargetUrlError, is_private_ip,
 };
-pub use visit::{AgentClass, HourCount, VisitCounts};
+pub use visit::{AgentClass, Country, Device, Dim, Facets, HourCount, VisitCounts};

@@ -54,6 +54,167 @@ impl AgentClass {
     }
 }
 
+/// The kind of device a visit came from, from its `User-Agent`.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Default,
+    Display,
+    EnumString,
+    IntoStaticStr,
+)]
+#[strum(serialize_all = "lowercase")]
+pub enum Device {
+    Desktop,
+    Mobile,
+    Tablet,
+    Bot,
+    #[default]
+    Other,
+}
+
+/// Operating system families a visit is counted under; anything else is
+/// `other`, and no `User-Agent` is `unknown`.
+pub const OS_FAMILIES: [&str; 14] = [
+    "unknown",
+    "other",
+    "Windows",
+    "macOS",
+    "iOS",
+    "Android",
+    "Linux",
+    "ChromeOS",
+    "Windows Phone",
+    "BlackBerry",
+    "BSD",
+    "PlayStation",
+    "Xbox",
+    "Nintendo",
+];
+
+/// Browser families a visit is counted under, as [`OS_FAMILIES`].
+pub const BROWSER_FAMILIES: [&str; 13] = [
+    "unknown",
+    "other",
+    "Chrome",
+    "Safari",
+    "Firefox",
+    "Edge",
+    "Internet Explorer",
+    "Opera",
+    "Samsung Internet",
+    "Yandex Browser",
+    "Vivaldi",
+    "WebView",
+    "bot",
+];
+
+/// A country as ISO 3166-1 alpha-2 in upper case, or unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Country([u8; 2]);
+
+impl Country {
+    pub const UNKNOWN: Self = Self(*b"--");
+    pub const UNKNOWN_NAME: &str = "unknown";
+
+    /// Two ASCII letters in either case; anything else is unknown (`XX`,
+    /// `T1` and the like that CDNs send for no country are letters or
+    /// digits that name none: `XX` stays, a digit makes it unknown).
+    pub fn parse(code: &[u8]) -> Self {
+        match code {
+            [a, b] if a.is_ascii_alphabetic() && b.is_ascii_alphabetic() => {
+                Self([a.to_ascii_uppercase(), b.to_ascii_uppercase()])
+            }
+            _ => Self::UNKNOWN,
+        }
+    }
+
+    pub fn is_known(self) -> bool {
+        self != Self::UNKNOWN
+    }
+
+    pub fn as_str(&self) -> &str {
+        if self.is_known() {
+            // Two ASCII letters, checked by `parse`.
+            std::str::from_utf8(&self.0).unwrap_or(Self::UNKNOWN_NAME)
+        } else {
+            Self::UNKNOWN_NAME
+        }
+    }
+}
+
+/// What a visit is counted under besides its hour and referrer: its
+/// country, device class, and OS and browser families (indexes into
+/// [`OS_FAMILIES`] and [`BROWSER_FAMILIES`]). Small and `Copy`, so that a
+/// tally finds its entry with one comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Facets {
+    pub country: Country,
+    pub device: Device,
+    pub os: u8,
+    pub browser: u8,
+}
+
+impl Facets {
+    /// A visit with no `User-Agent` and no known country.
+    pub const UNKNOWN: Self = Self {
+        country: Country::UNKNOWN,
+        device: Device::Other,
+        os: 0,
+        browser: 0,
+    };
+
+    pub fn os_name(&self) -> &'static str {
+        OS_FAMILIES
+            .get(usize::from(self.os))
+            .copied()
+            .unwrap_or("other")
+    }
+
+    pub fn browser_name(&self) -> &'static str {
+        BROWSER_FAMILIES
+            .get(usize::from(self.browser))
+            .copied()
+            .unwrap_or("other")
+    }
+}
+
+/// A tally's count of one facet combination: `(day, facets, city, count)`.
+pub type FacetCount = (i64, Option<Facets>, Option<CompactString>, u64);
+
+/// The dimensions a link's visits are counted by per day, besides
+/// referrers (which keep their own table).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Display, EnumString, IntoStaticStr,
+)]
+#[strum(serialize_all = "lowercase")]
+pub enum Dim {
+    Country,
+    /// `CC/City`: the city with its country.
+    City,
+    Device,
+    Os,
+    Browser,
+}
+
+impl Dim {
+    pub const ALL: [Dim; 5] = [Dim::Country, Dim::City, Dim::Device, Dim::Os, Dim::Browser];
+}
+
+/// Distinct values kept per link, day and dimension; the rest count as
+/// [`OTHER_HOST`] (`(other)`).
+pub const VALUES_PER_DAY: usize = 50;
+
+/// Distinct facet combinations one link keeps in memory between flushes;
+/// past it, visits count under `(other)` in every dimension.
+pub const FACETS_PER_TALLY: usize = 256;
+
 /// Hours since the Unix epoch (UTC) of `t`.
 pub fn hour_of(t: Timestamp) -> i64 {
     t.millis().div_euclid(HOUR_MS)
@@ -92,6 +253,12 @@ pub struct VisitCounts {
     pub hours: SmallVec<[HourCount; 1]>,
     /// `(day, host, count)`.
     pub referrers: SmallVec<[(i64, CompactString, u64); 1]>,
+    /// Counted in memory: `(day, facets, city, count)`, one entry per
+    /// combination (at most [`FACETS_PER_TALLY`]; `None` facets past it
+    /// are `(other)` in every dimension).
+    pub facets: SmallVec<[FacetCount; 1]>,
+    /// Read from the store: `(day, dimension, value, count)`.
+    pub dims: Vec<(i64, Dim, String, u64)>,
 }
 
 impl VisitCounts {
@@ -150,6 +317,44 @@ impl VisitCounts {
         self.referrers.push((day, host.into(), n));
     }
 
+    /// Counts one visit's facets (its city where one is known).
+    pub fn add_facets(&mut self, at: Timestamp, facets: Facets, city: Option<&str>) {
+        self.add_facets_n(day_of(at), Some(facets), city, 1);
+    }
+
+    fn add_facets_n(&mut self, day: i64, facets: Option<Facets>, city: Option<&str>, n: u64) {
+        let found = self
+            .facets
+            .iter_mut()
+            .find(|(d, f, c, _)| *d == day && *f == facets && c.as_deref() == city);
+        if let Some(entry) = found {
+            entry.3 += n;
+            return;
+        }
+        if facets.is_some() && self.facets.len() >= FACETS_PER_TALLY {
+            return self.add_facets_n(day, None, None, n);
+        }
+        self.facets
+            .push((day, facets, city.map(CompactString::from), n));
+    }
+
+    /// Every dimension's counts: those read from the store and those
+    /// counted in memory, summed per `(day, dimension, value)`.
+    pub fn dimensions(&self) -> Vec<(i64, Dim, String, u64)> {
+        let mut out: std::collections::BTreeMap<(i64, Dim, String), u64> = Default::default();
+        for (day, dim, value, n) in &self.dims {
+            *out.entry((*day, *dim, value.clone())).or_default() += n;
+        }
+        for (day, facets, city, n) in &self.facets {
+            for (dim, value) in facet_values(facets.as_ref(), city.as_deref()) {
+                *out.entry((*day, dim, value)).or_default() += n;
+            }
+        }
+        out.into_iter()
+            .map(|((d, dim, v), n)| (d, dim, v, n))
+            .collect()
+    }
+
     /// Adds every count of `other` to these.
     pub fn merge(&mut self, other: VisitCounts) {
         for h in other.hours {
@@ -158,7 +363,33 @@ impl VisitCounts {
         for (day, host, n) in other.referrers {
             self.add_referrer(day, &host, n);
         }
+        for (day, facets, city, n) in other.facets {
+            self.add_facets_n(day, facets, city.as_deref(), n);
+        }
+        self.dims.extend(other.dims);
     }
+}
+
+/// The value of each dimension a facet combination is counted under
+/// (`(other)` in each for `None`); a city only where one is known.
+pub fn facet_values(facets: Option<&Facets>, city: Option<&str>) -> Vec<(Dim, String)> {
+    let Some(f) = facets else {
+        return Dim::ALL
+            .into_iter()
+            .filter(|d| *d != Dim::City)
+            .map(|d| (d, OTHER_HOST.to_owned()))
+            .collect();
+    };
+    let mut out = vec![
+        (Dim::Country, f.country.as_str().to_owned()),
+        (Dim::Device, <&str>::from(f.device).to_owned()),
+        (Dim::Os, f.os_name().to_owned()),
+        (Dim::Browser, f.browser_name().to_owned()),
+    ];
+    if let (Some(city), true) = (city, f.country.is_known()) {
+        out.push((Dim::City, format!("{}/{city}", f.country.as_str())));
+    }
+    out
 }
 
 #[cfg(test)]

@@ -287,7 +287,12 @@ pub async fn redirect(
     Code(code): Code,
     request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
-    let how = redirect_use(request.method(), request.headers());
+    let how = redirect_use(
+        &state,
+        request.method(),
+        request.headers(),
+        peer_of(&request),
+    );
     let key = LinkKey::new(domain, code);
     let resolution = state.fallback(domain, resolve(&state, &key, how).await?);
     let target = target_of(&key.code, resolution)?;
@@ -303,15 +308,33 @@ pub async fn redirect(
 
 /// What a redirect request is: a GET is a visit, with its User-Agent and
 /// Referer read in place; a HEAD is a look.
-pub(super) fn redirect_use<'a>(method: &Method, headers: &'a HeaderMap) -> Use<'a> {
+pub(super) fn redirect_use<'a>(
+    state: &AppState,
+    method: &Method,
+    headers: &'a HeaderMap,
+    peer: Option<std::net::SocketAddr>,
+) -> Use<'a> {
     if method == Method::GET {
+        let (client, country) =
+            state
+                .trust_proxy
+                .visitor(peer, headers, state.country_header.as_ref());
         Use::Visit(Visit {
             user_agent: headers.get(header::USER_AGENT).map(|v| v.as_bytes()),
             referer: headers.get(header::REFERER).map(|v| v.as_bytes()),
+            client,
+            country,
         })
     } else {
         Use::Look
     }
+}
+
+/// The connection's peer, which the server puts on every GET and POST.
+pub(super) fn peer_of<B>(req: &axum::http::Request<B>) -> Option<std::net::SocketAddr> {
+    req.extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0)
 }
 
 /// The status of a redirect to `target` (it has no body), its headers
@@ -446,6 +469,7 @@ pub struct VisitParams {
     from: Option<String>,
     to: Option<String>,
     interval: Option<String>,
+    format: Option<String>,
 }
 
 /// `GET /api/v1/links/{code}/visits`: the link's visits in a window.
@@ -456,10 +480,14 @@ pub struct VisitParams {
         ("from" = Option<String>, Query, format = DateTime, description = "Start of the window (RFC 3339), inclusive"),
         ("to" = Option<String>, Query, format = DateTime, description = "End of the window (RFC 3339), exclusive; after from"),
         ("interval" = Option<IntervalParam>, Query, description = "Buckets of the series (default hour)"),
+        ("format" = Option<String>, Query, description = "json (the default) or csv: one table with the header dimension,value,start,humans,bots,count"),
     ),
     responses(
-        (status = 200, description = "The link's visits in the window", body = crate::visits::VisitReport),
-        (status = 400, description = "Malformed code, from, to or interval, or from not before to", body = crate::http::schema::ErrorMessage),
+        (status = 200, description = "The link's visits in the window", content(
+            (crate::visits::VisitReport = "application/json"),
+            (String = "text/csv"),
+        )),
+        (status = 400, description = "Malformed code, from, to, interval or format, or from not before to", body = crate::http::schema::ErrorMessage),
         (status = 401, description = "No valid key", body = crate::http::schema::ErrorMessage),
         (status = 404, description = "No such link, or not one this key may manage", body = crate::http::schema::ErrorMessage),
     ),
@@ -469,7 +497,7 @@ pub async fn api_visits(
     Key(caller): Key,
     code: CodeOn,
     params: Result<Query<VisitParams>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<VisitReport>, ApiError> {
+) -> Result<Response, ApiError> {
     let key = code.key(&caller);
     let Query(params) =
         params.map_err(|e| ApiError::BadRequest(format!("malformed query: {e}")))?;
@@ -490,13 +518,36 @@ pub async fn api_visits(
             ApiError::BadRequest(format!("interval must be 'hour' or 'day', not '{raw}'"))
         })?,
     };
+    let csv = match params.format.as_deref() {
+        None | Some("json") => false,
+        Some("csv") => true,
+        Some(raw) => {
+            return Err(ApiError::BadRequest(format!(
+                "format must be 'json' or 'csv', not '{raw}'"
+            )));
+        }
+    };
     let counts = state
         .links
         .visit_counts(&caller, &key)
         .await?
         .ok_or_else(|| not_found(&key.code))?;
     let window = Window { from, to, interval };
-    Ok(Json(VisitReport::build(&counts, &window)))
+    let report = VisitReport::build(&counts, &window);
+    if !csv {
+        return Ok(Json(report).into_response());
+    }
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/csv; charset=utf-8"),
+            (
+                header::CONTENT_DISPOSITION,
+                "attachment; filename=\"visits.csv\"",
+            ),
+        ],
+        report.to_csv(),
+    )
+        .into_response())
 }
 
 /// Query of `GET /api/v1/links`, as sent: checked in [`api_list`] so that

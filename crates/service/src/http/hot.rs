@@ -34,7 +34,7 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::{request_host, unknown_host};
 use super::finish::finish;
-use super::handlers::{link_answer, redirect_answer, redirect_use, target_of};
+use super::handlers::{link_answer, peer_of, redirect_answer, redirect_use, target_of};
 use super::request_id;
 use crate::domain::{DomainId, LinkKey, ShortCode, TargetUrl};
 use crate::links::{Later, Resolution, Use};
@@ -186,9 +186,16 @@ impl Hot {
                 let how = if head {
                     Use::Look
                 } else {
+                    let (client, country) = self.state.trust_proxy.visitor(
+                        peer_of(&req),
+                        req.headers(),
+                        self.state.country_header.as_ref(),
+                    );
                     Use::Visit(Visit {
                         user_agent: sent.user_agent.map(HeaderValue::as_bytes),
                         referer: sent.referer.map(HeaderValue::as_bytes),
+                        client,
+                        country,
                     })
                 };
                 (code, recording, how, true, head, redirect_reply)
@@ -245,7 +252,7 @@ impl Hot {
         let this = Arc::clone(self);
         Answered::Later(Box::pin(async move {
             let how = if rest.visit {
-                redirect_use(req.method(), req.headers())
+                redirect_use(&this.state, req.method(), req.headers(), peer_of(&req))
             } else {
                 Use::Look
             };

@@ -7,7 +7,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
 
@@ -113,6 +113,37 @@ impl TrustProxy {
             }
         }
         (client, true)
+    }
+}
+
+impl TrustProxy {
+    /// A visitor's address, as for the rate limits, and the `country`
+    /// header's value when the connection's peer is a proxy this server
+    /// trusts (from anyone else it is ignored: a client could name any
+    /// country).
+    pub fn visitor<'a>(
+        &self,
+        peer: Option<SocketAddr>,
+        headers: &'a HeaderMap,
+        country: Option<&HeaderName>,
+    ) -> (Option<IpAddr>, Option<&'a [u8]>) {
+        let Some(peer) = peer.map(|p| unmapped(p.ip())) else {
+            return (None, None);
+        };
+        if *self == Self::Off {
+            return (Some(peer), None);
+        }
+        let (client, _) = self.client(peer, headers);
+        let trusted = match self {
+            Self::Off => false,
+            Self::Peer => true,
+            Self::List(nets) => nets.iter().any(|n| n.contains(&peer)),
+        };
+        let country = country
+            .filter(|_| trusted)
+            .and_then(|name| headers.get(name))
+            .map(HeaderValue::as_bytes);
+        (Some(client), country)
     }
 }
 

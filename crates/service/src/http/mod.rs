@@ -160,6 +160,10 @@ struct AppState {
     stats_public: bool,
     max_body_bytes: usize,
     limiter: Arc<limit::CreateLimiter>,
+    /// Whose forwarded headers say who a visitor is (`--trust-proxy`).
+    trust_proxy: limit::TrustProxy,
+    /// The header a trusted proxy names a visitor's country in.
+    country_header: Option<axum::http::HeaderName>,
     /// The recorder, when metrics are on and served on this router.
     metrics: Option<&'static metrics_exporter_prometheus::PrometheusHandle>,
 }
@@ -312,6 +316,8 @@ pub fn app(
         stats_public: settings.stats_public,
         max_body_bytes: settings.max_body_bytes,
         limiter: limit::CreateLimiter::new(&settings.rate_limits),
+        trust_proxy: settings.rate_limits.trust_proxy.clone(),
+        country_header: links.visits().country_header().cloned(),
         metrics: metrics_handle(settings).filter(|_| settings.metrics_listen.is_none()),
         links,
         redirect_status: settings.redirect_status.status(),

@@ -431,9 +431,10 @@ where
     type Future = Answer<S::Future>;
 
     fn call(&self, mut req: Request<Incoming>) -> Self::Future {
-        // Only creates read the client's address (rate limits); an
-        // extension costs an allocation, which reads need not pay.
-        if req.method() == hyper::Method::POST {
+        // Creates read the client's address (rate limits), and redirects
+        // (a visitor's country); an extension costs an allocation, which
+        // HEAD and the rest need not pay.
+        if matches!(*req.method(), hyper::Method::POST | hyper::Method::GET) {
             req.extensions_mut().insert(ConnectInfo(self.peer));
         }
         Answer {

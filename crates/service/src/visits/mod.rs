@@ -21,7 +21,8 @@ mod tally;
 
 pub use flush::Flusher;
 pub use report::{
-    ClassCount, HostCount, Interval, REPORT_REFERRERS, SeriesPoint, VisitReport, Window,
+    CityCount, ClassCount, CountryCount, HostCount, Interval, NameCount, REPORT_REFERRERS,
+    REPORT_VALUES, SeriesPoint, VisitReport, Window,
 };
 
 use std::collections::HashMap;
@@ -32,7 +33,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tokio::sync::RwLock;
 
-use crate::domain::{AgentClass, LinkKey, VisitCounts};
+use crate::domain::classify::Agent;
+use crate::domain::{LinkKey, VisitCounts};
+use crate::geo::{Geo, GeoSettings};
 use crate::store::LinkStore;
 
 /// Whether and how often visits are counted.
@@ -44,6 +47,8 @@ pub struct VisitSettings {
     /// How often the tallies in memory are written to the store: what a
     /// `kill -9` can lose at most.
     pub flush_interval: Duration,
+    /// Where a visitor's country comes from.
+    pub geo: GeoSettings,
 }
 
 impl Default for VisitSettings {
@@ -51,6 +56,7 @@ impl Default for VisitSettings {
         Self {
             counting: true,
             flush_interval: Duration::from_millis(1000),
+            geo: GeoSettings::default(),
         }
     }
 }
@@ -70,6 +76,11 @@ pub struct Visit<'a> {
     /// UTF-8 on the redirect path.
     pub user_agent: Option<&'a [u8]>,
     pub referer: Option<&'a [u8]>,
+    /// The client's address (the connection's, or the one a trusted
+    /// proxy forwarded): turned into a country, then dropped.
+    pub client: Option<std::net::IpAddr>,
+    /// The `--country-header` value, when a trusted proxy sent it.
+    pub country: Option<&'a [u8]>,
 }
 
 /// `/stats` figures of visit counting.
@@ -103,7 +114,7 @@ type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 #[derive(Default)]
 struct Shard {
     tallies: FastMap<LinkKey, VisitCounts>,
-    agents: FastMap<Box<[u8]>, AgentClass>,
+    agents: FastMap<Box<[u8]>, Agent>,
     /// Visits counted here since start (under the lock already held, so
     /// no atomic operation per redirect).
     counted: u64,
@@ -117,6 +128,7 @@ pub struct Visits {
     limits: Mutex<HashMap<LinkKey, Arc<AtomicU64>>>,
     gate: RwLock<()>,
     store: Arc<dyn LinkStore>,
+    geo: Arc<Geo>,
     counters: Counters,
     failures: Mutex<(Option<Instant>, u64)>,
 }
@@ -135,7 +147,7 @@ fn shard_index() -> usize {
 }
 
 impl Visits {
-    pub fn new(settings: VisitSettings, store: Arc<dyn LinkStore>) -> Self {
+    pub fn new(settings: VisitSettings, store: Arc<dyn LinkStore>, geo: Arc<Geo>) -> Self {
         Self {
             settings,
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
@@ -143,9 +155,15 @@ impl Visits {
             limits: Mutex::default(),
             gate: RwLock::new(()),
             store,
+            geo,
             counters: Counters::default(),
             failures: Mutex::new((None, 0)),
         }
+    }
+
+    /// The header a trusted proxy names a visitor's country in, if set.
+    pub fn country_header(&self) -> Option<&axum::http::HeaderName> {
+        self.geo.header()
     }
 
     pub fn stats(&self) -> VisitStats {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::domain::visit::OTHER_HOST;
-use crate::domain::{AgentClass, Timestamp, VisitCounts};
+use crate::domain::{AgentClass, Dim, Timestamp, VisitCounts};
 
 /// Buckets of a visit report's series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::Display)]
@@ -56,8 +56,34 @@ pub struct ClassCount {
     pub count: u64,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct CountryCount {
+    /// ISO 3166-1 alpha-2, `unknown`, or `(other)`.
+    pub country: String,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct CityCount {
+    pub country: String,
+    pub city: String,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct NameCount {
+    pub name: String,
+    pub count: u64,
+}
+
+/// Values a report names per dimension (countries, cities, devices, OS
+/// and browser families); the rest are summed as `(other)`.
+pub const REPORT_VALUES: usize = 50;
+
 /// `GET /api/v1/links/{code}/visits`: every figure covers the window.
-/// The series lists buckets with visits only, oldest first.
+/// The series lists buckets with visits only, oldest first. Countries,
+/// cities, devices, systems and browsers are counted per day, as
+/// referrers are; visits counted before they were kept are in no row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct VisitReport {
     pub total: u64,
@@ -66,6 +92,41 @@ pub struct VisitReport {
     pub series: Vec<SeriesPoint>,
     pub referrers: Vec<HostCount>,
     pub agents: Vec<ClassCount>,
+    pub countries: Vec<CountryCount>,
+    /// Only where a GeoIP database names a city.
+    pub cities: Vec<CityCount>,
+    /// `desktop`, `mobile`, `tablet`, `bot` or `other`.
+    pub devices: Vec<NameCount>,
+    pub os: Vec<NameCount>,
+    pub browsers: Vec<NameCount>,
+}
+
+/// One dimension's counts in the window, largest first (then by name),
+/// at most [`REPORT_VALUES`] and `(other)` for the rest.
+fn top(
+    counts: &[(i64, Dim, String, u64)],
+    dim: Dim,
+    in_window: impl Fn(i64) -> bool,
+) -> Vec<(String, u64)> {
+    let mut values: HashMap<&str, u64> = HashMap::new();
+    for (day, d, value, n) in counts {
+        if *d == dim && in_window(*day) {
+            *values.entry(value).or_default() += n;
+        }
+    }
+    let other = values.remove(OTHER_HOST).unwrap_or(0);
+    let mut out: Vec<(String, u64)> = values
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(v, n)| (v.to_owned(), n))
+        .collect();
+    out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let rest: u64 = out.iter().skip(REPORT_VALUES).map(|v| v.1).sum();
+    out.truncate(REPORT_VALUES);
+    if other + rest > 0 {
+        out.push((OTHER_HOST.to_owned(), other + rest));
+    }
+    out
 }
 
 impl VisitReport {
@@ -135,6 +196,28 @@ impl VisitReport {
         .map(|(class, count)| ClassCount { class, count })
         .collect();
         agents.sort_by(|a, b| b.count.cmp(&a.count).then(a.class.cmp(&b.class)));
+        let dims = counts.dimensions();
+        let named = |dim| {
+            top(&dims, dim, in_window)
+                .into_iter()
+                .map(|(name, count)| NameCount { name, count })
+                .collect()
+        };
+        let countries = top(&dims, Dim::Country, in_window)
+            .into_iter()
+            .map(|(country, count)| CountryCount { country, count })
+            .collect();
+        let cities = top(&dims, Dim::City, in_window)
+            .into_iter()
+            .map(|(value, count)| {
+                let (country, city) = value.split_once('/').unwrap_or(("", &value));
+                CityCount {
+                    country: country.to_owned(),
+                    city: city.to_owned(),
+                    count,
+                }
+            })
+            .collect();
         Self {
             total: humans + bots,
             humans,
@@ -149,7 +232,60 @@ impl VisitReport {
                 .collect(),
             referrers,
             agents,
+            countries,
+            cities,
+            devices: named(Dim::Device),
+            os: named(Dim::Os),
+            browsers: named(Dim::Browser),
         }
+    }
+}
+
+impl VisitReport {
+    /// The report as one CSV table, `dimension,value,start,humans,bots,count`:
+    /// the series first (`series` rows: start, humans, bots and their
+    /// sum), then a row per value of each dimension (value and count).
+    pub fn to_csv(&self) -> String {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        let mut row = |fields: [&str; 6]| {
+            // Writing to a Vec cannot fail.
+            let _ = w.write_record(fields);
+        };
+        row(["dimension", "value", "start", "humans", "bots", "count"]);
+        for p in &self.series {
+            let (start, humans, bots) = (p.start.to_string(), p.humans, p.bots);
+            row([
+                "series",
+                "",
+                &start,
+                &humans.to_string(),
+                &bots.to_string(),
+                &(humans + bots).to_string(),
+            ]);
+        }
+        let mut value = |dim: &str, v: &str, n: u64| row([dim, v, "", "", "", &n.to_string()]);
+        for c in &self.countries {
+            value("country", &c.country, c.count);
+        }
+        for c in &self.cities {
+            value("city", &format!("{}/{}", c.country, c.city), c.count);
+        }
+        for (dim, list) in [
+            ("device", &self.devices),
+            ("os", &self.os),
+            ("browser", &self.browsers),
+        ] {
+            for v in list {
+                value(dim, &v.name, v.count);
+            }
+        }
+        for r in &self.referrers {
+            value("referrer", &r.host, r.count);
+        }
+        for a in &self.agents {
+            value("agent", a.class.into(), a.count);
+        }
+        String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
     }
 }
 

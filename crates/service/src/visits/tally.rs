@@ -4,8 +4,8 @@
 use tokio::sync::RwLockReadGuard;
 
 use super::{AGENTS_PER_SHARD, Visit, Visits, lock, shard_index};
-use crate::domain::classify::{agent_key, class_of, referrer_host};
-use crate::domain::{AgentClass, LinkKey, Timestamp, VisitCounts};
+use crate::domain::classify::{Agent, agent_key, agent_of, referrer_host};
+use crate::domain::{Facets, LinkKey, Timestamp, VisitCounts};
 
 impl Visits {
     /// Counts a redirect of a link without a limit (when counting is on).
@@ -18,31 +18,44 @@ impl Visits {
     pub(super) fn add(&self, code: &LinkKey, visit: Visit<'_>) {
         let agent = agent_key(visit.user_agent);
         let host = referrer_host(visit.referer);
+        // The address becomes a place here, outside the lock, and goes no
+        // further.
+        let place = self.geo.place(visit.client, visit.country);
         let now = Timestamp::now();
         let shard = &self.shards[shard_index()];
         let mut s = lock(shard);
-        let class = match agent {
-            None => AgentClass::Other,
+        let agent = match agent {
+            None => Agent::NONE,
             Some(ua) => match s.agents.get(ua) {
-                Some(class) => *class,
+                Some(agent) => *agent,
                 None => {
                     // The patterns take microseconds: not under the lock.
                     drop(s);
-                    let class = class_of(ua);
+                    let agent = agent_of(ua);
                     s = lock(shard);
                     if s.agents.len() >= AGENTS_PER_SHARD {
                         s.agents.clear();
                     }
-                    s.agents.insert(ua.into(), class);
-                    class
+                    s.agents.insert(ua.into(), agent);
+                    agent
                 }
             },
         };
+        let facets = Facets {
+            country: place.country,
+            device: agent.device,
+            os: agent.os,
+            browser: agent.browser,
+        };
+        let count = |counts: &mut VisitCounts| {
+            counts.add(now, agent.class, &host);
+            counts.add_facets(now, facets, place.city.as_deref());
+        };
         match s.tallies.get_mut(code) {
-            Some(counts) => counts.add(now, class, &host),
+            Some(counts) => count(counts),
             None => {
                 let mut counts = VisitCounts::default();
-                counts.add(now, class, &host);
+                count(&mut counts);
                 s.tallies.insert(code.clone(), counts);
             }
         }

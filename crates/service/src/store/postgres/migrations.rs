@@ -72,6 +72,16 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE links DROP CONSTRAINT links_code_key;
     ALTER TABLE links ADD CONSTRAINT links_code_domain_key UNIQUE (code, domain);
     ALTER TABLE keys ADD COLUMN domain BIGINT;",
+    // 3: visits by country, city, device, OS and browser, as SQLite's
+    // schema 7.
+    "CREATE TABLE visits_facets (
+        link  BIGINT NOT NULL,
+        day   BIGINT NOT NULL,
+        dim   TEXT   NOT NULL,
+        value TEXT   NOT NULL,
+        count BIGINT NOT NULL,
+        PRIMARY KEY (link, day, dim, value)
+    );",
 ];
 
 pub const LATEST: i32 = MIGRATIONS.len() as i32;

@@ -6,7 +6,7 @@ use deadpool_postgres::{Client, GenericClient};
 use tokio_postgres::Row;
 
 use super::{is_unique_violation, store_error};
-use crate::domain::visit::{OTHER_HOST, REFERRER_HOSTS_PER_DAY};
+use crate::domain::visit::{OTHER_HOST, REFERRER_HOSTS_PER_DAY, VALUES_PER_DAY};
 use crate::domain::{
     CodeGenerator, Domain, DomainId, DomainRedirects, Host, HourCount, KeyId, Link, LinkKey, Owner,
     Resolved, ShortCode, TargetUrl, Timestamp, VisitCounts,
@@ -190,6 +190,7 @@ pub(super) async fn delete(c: &Client, key: &LinkKey) -> Result<bool, StoreError
          RETURNING id), \
          h AS (DELETE FROM visits_hourly WHERE link IN (SELECT id FROM gone)), \
          r AS (DELETE FROM visits_referrers WHERE link IN (SELECT id FROM gone)), \
+         f AS (DELETE FROM visits_facets WHERE link IN (SELECT id FROM gone)), \
          n AS (UPDATE litelink_counts SET live_links = live_links - (SELECT count(*) FROM gone) \
          WHERE shard = pg_backend_pid() % 64) \
          SELECT id FROM gone",
@@ -317,6 +318,40 @@ async fn record_one(
         )
         .await?;
     }
+    for (day, dim, value, n) in counts.dimensions() {
+        let name: &str = dim.into();
+        let n = clamp(n);
+        let known = execute(
+            c,
+            "UPDATE visits_facets SET count = count + $5 \
+             WHERE link = $1 AND day = $2 AND dim = $3 AND value = $4",
+            &[&id, &day, &name, &value, &n],
+        )
+        .await?;
+        if known > 0 {
+            continue;
+        }
+        // As for referrers: a day keeps its first values.
+        let values: i64 = query_opt(
+            c,
+            "SELECT count(*) FROM visits_facets WHERE link = $1 AND day = $2 AND dim = $3",
+            &[&id, &day, &name],
+        )
+        .await?
+        .map_or(0, |r| r.get(0));
+        let value: &str = if values >= VALUES_PER_DAY as i64 {
+            OTHER_HOST
+        } else {
+            &value
+        };
+        execute(
+            c,
+            "INSERT INTO visits_facets (link, day, dim, value, count) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (link, day, dim, value) DO UPDATE SET count = visits_facets.count + excluded.count",
+            &[&id, &day, &name, &value, &n],
+        )
+        .await?;
+    }
     Ok(())
 }
 
@@ -366,7 +401,27 @@ pub(super) async fn visit_counts(
             .iter()
             .map(|r| (r.get(0), r.get::<_, String>(1).into(), count(r, 2)))
             .collect();
-        Ok(Some(VisitCounts { hours, referrers }))
+        let dims_stmt = c
+            .prepare_cached("SELECT day, dim, value, count FROM visits_facets WHERE link = $1")
+            .await
+            .map_err(store_error)?;
+        let dims = c
+            .query(&dims_stmt, &[&id])
+            .await
+            .map_err(store_error)?
+            .iter()
+            .filter_map(|r| {
+                // A dimension this build does not know is left out.
+                let dim = r.get::<_, String>(1).parse().ok()?;
+                Some((r.get(0), dim, r.get::<_, String>(2), count(r, 3)))
+            })
+            .collect();
+        Ok(Some(VisitCounts {
+            hours,
+            referrers,
+            dims,
+            ..VisitCounts::default()
+        }))
     }
     .await;
     c.commit().await.map_err(store_error)?;
@@ -535,7 +590,8 @@ pub(super) async fn remove_domain(
              max_visits = NULL, visits = 0 WHERE domain = $1 AND deleted_at IS NULL \
              RETURNING id, code), \
              h AS (DELETE FROM visits_hourly WHERE link IN (SELECT id FROM gone)), \
-             r AS (DELETE FROM visits_referrers WHERE link IN (SELECT id FROM gone)) \
+             r AS (DELETE FROM visits_referrers WHERE link IN (SELECT id FROM gone)), \
+             f AS (DELETE FROM visits_facets WHERE link IN (SELECT id FROM gone)) \
              SELECT code FROM gone",
         )
         .await

@@ -102,6 +102,17 @@ const MIGRATIONS: &[Migration] = &[
     DROP INDEX links_named;
     CREATE UNIQUE INDEX links_named ON links (code, domain) WHERE named = 1;
     ALTER TABLE keys ADD COLUMN domain INTEGER;"),
+    // 7: visits by country, city, device, OS and browser, per link and
+    // UTC day (bounded per dimension as referrers are). `dim` is the
+    // dimension's name; a city's value is `CC/City`.
+    Sql("CREATE TABLE visits_facets (
+        link  INTEGER NOT NULL,
+        day   INTEGER NOT NULL,
+        dim   TEXT    NOT NULL,
+        value TEXT    NOT NULL,
+        count INTEGER NOT NULL,
+        PRIMARY KEY (link, day, dim, value)
+    ) STRICT, WITHOUT ROWID;"),
 ];
 
 fn codes_by_row_id(tx: &Transaction<'_>) -> rusqlite::Result<()> {

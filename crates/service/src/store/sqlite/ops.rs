@@ -7,7 +7,7 @@ use super::find::{self, Rows};
 use super::is_unique_violation;
 use super::replies::Done;
 use super::rows;
-use crate::domain::visit::{OTHER_HOST, REFERRER_HOSTS_PER_DAY};
+use crate::domain::visit::{OTHER_HOST, REFERRER_HOSTS_PER_DAY, VALUES_PER_DAY};
 use crate::domain::{
     Codebook, Domain, DomainId, DomainRedirects, Host, KeyId, LinkKey, ShortCode, Timestamp,
     VisitCounts,
@@ -201,7 +201,7 @@ fn tombstone(conn: &Connection, id: i64, now: Timestamp) -> rusqlite::Result<boo
              max_visits = NULL, visits = 0 WHERE id = ?1",
         )?
         .execute((id, now.millis()))?;
-    for table in ["visits_hourly", "visits_referrers"] {
+    for table in ["visits_hourly", "visits_referrers", "visits_facets"] {
         conn.prepare_cached(&format!("DELETE FROM {table} WHERE link = ?1"))?
             .execute([id])?;
     }
@@ -465,6 +465,9 @@ struct VisitStatements<'c> {
     known_host: CachedStatement<'c>,
     hosts: CachedStatement<'c>,
     new_host: CachedStatement<'c>,
+    known_value: CachedStatement<'c>,
+    values: CachedStatement<'c>,
+    new_value: CachedStatement<'c>,
 }
 
 impl<'c> VisitStatements<'c> {
@@ -490,6 +493,18 @@ impl<'c> VisitStatements<'c> {
             new_host: conn.prepare_cached(
                 "INSERT INTO visits_referrers (link, day, host, count) VALUES (?1, ?2, ?3, ?4) \
                  ON CONFLICT (link, day, host) DO UPDATE SET count = count + excluded.count",
+            )?,
+            known_value: conn.prepare_cached(
+                "UPDATE visits_facets SET count = count + ?5 \
+                 WHERE link = ?1 AND day = ?2 AND dim = ?3 AND value = ?4",
+            )?,
+            values: conn.prepare_cached(
+                "SELECT count(*) FROM visits_facets WHERE link = ?1 AND day = ?2 AND dim = ?3",
+            )?,
+            new_value: conn.prepare_cached(
+                "INSERT INTO visits_facets (link, day, dim, value, count) \
+                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (link, day, dim, value) \
+                 DO UPDATE SET count = count + excluded.count",
             )?,
         })
     }
@@ -528,6 +543,20 @@ impl<'c> VisitStatements<'c> {
                 >= REFERRER_HOSTS_PER_DAY as i64;
             let host: &str = if full { OTHER_HOST } else { host };
             self.new_host.execute((id, day, host, clamp(*n)))?;
+        }
+        for (day, dim, value, n) in counts.dimensions() {
+            let name: &str = dim.into();
+            let n = clamp(n);
+            if self.known_value.execute((id, day, name, &value, n))? > 0 {
+                continue;
+            }
+            // As for referrers: a day keeps its first values.
+            let full = self
+                .values
+                .query_row((id, day, name), |r| r.get::<_, i64>(0))?
+                >= VALUES_PER_DAY as i64;
+            let value: &str = if full { OTHER_HOST } else { &value };
+            self.new_value.execute((id, day, name, value, n))?;
         }
         Ok(Some((id, total)))
     }

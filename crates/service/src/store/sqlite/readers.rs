@@ -353,7 +353,29 @@ impl Readers {
                     Ok((r.get(0)?, r.get::<_, String>(1)?.into(), count(r, 2)?))
                 })?
                 .collect::<rusqlite::Result<_>>()?;
-            Ok(Some(VisitCounts { hours, referrers }))
+            let dims = conn
+                .prepare_cached("SELECT day, dim, value, count FROM visits_facets WHERE link = ?1")?
+                .query_map([id], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        count(r, 3)?,
+                    ))
+                })?
+                .filter_map(|row| match row {
+                    // A dimension this build does not know (written by a
+                    // later one) is left out of its reports.
+                    Ok((day, dim, value, n)) => dim.parse().ok().map(|d| Ok((day, d, value, n))),
+                    Err(e) => Some(Err(e)),
+                })
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(Some(VisitCounts {
+                hours,
+                referrers,
+                dims,
+                ..VisitCounts::default()
+            }))
         })
     }
 
