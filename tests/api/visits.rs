@@ -733,3 +733,76 @@ crate::on_both_stores! {
     drop(dir);
     }
 }
+
+/// The visitor's address and User-Agent are nowhere on disk or in the
+/// logs once visits are counted: not in the database, not in the WAL, not
+/// in a log line, while the server runs and after it stops.
+#[tokio::test]
+async fn no_address_or_user_agent_is_written_anywhere() {
+    const ADDRESS: &str = "8.8.4.4";
+    const AGENT: &str = "Mozilla/5.0 (X11; Linux x86_64) UniqueProbe/9.8.7";
+    let dir = tempfile::tempdir().expect("dir");
+    let db = dir.path().join("v.db");
+    let mut server = spawn_process(&db, &["--trust-proxy", "127.0.0.1", "--log-format", "json"]);
+    let http = client();
+    let r = http
+        .post(format!("{}/link", server.url()))
+        .json(&json!({ "url": "https://example.com/private" }))
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(r.status(), 201);
+    let code = json(r).await["short_link"]
+        .as_str()
+        .expect("code")
+        .to_owned();
+    for _ in 0..20 {
+        let r = http
+            .get(format!("{}/{code}", server.url()))
+            .header("user-agent", AGENT)
+            .header("x-forwarded-for", ADDRESS)
+            .send()
+            .await
+            .expect("redirect");
+        assert_eq!(r.status(), 302);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.stats().expect("stats")["visits"]["flushed"].as_u64() < Some(20) {
+        assert!(Instant::now() < deadline, "visits never flushed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let search = |server: &litelink_lab::process::ServerProcess, when: &str| {
+        let mut files = vec![db.clone()];
+        files.push(db.with_extension("db-wal"));
+        for file in files.iter().filter(|f| f.exists()) {
+            let bytes = std::fs::read(file).expect("read");
+            for needle in [ADDRESS, "UniqueProbe"] {
+                assert!(
+                    !bytes.windows(needle.len()).any(|w| w == needle.as_bytes()),
+                    "{needle} found in {} {when}",
+                    file.display()
+                );
+            }
+        }
+        let (_, log) = server.log();
+        assert!(
+            !log.iter()
+                .any(|l| l.contains(ADDRESS) || l.contains("UniqueProbe")),
+            "found in the log {when}: {log:#?}"
+        );
+    };
+    search(&server, "while serving");
+    // What was counted is there: the address became a country.
+    let conn = rusqlite::Connection::open(&db).expect("open");
+    let us: i64 = conn
+        .query_row(
+            "SELECT coalesce(sum(count), 0) FROM visits_facets WHERE dim = 'country' AND value = 'US'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("count");
+    assert_eq!(us, 20);
+    drop(conn);
+    server.terminate().expect("stop");
+    search(&server, "after a stop");
+}

@@ -100,6 +100,9 @@ pub struct HttpSettings {
     /// Answer the hot routes in front of the router ([`hot`]); off, the
     /// router answers everything (a benchmark switch: on in production).
     pub hot_path: bool,
+    /// Hand each GET the connection's peer, for a visitor's country (an
+    /// allocation a request); derived: on while every visit is counted.
+    pub peer_on_gets: bool,
 }
 
 /// What a redirect tells the target about where the click came from
@@ -138,6 +141,7 @@ impl Default for HttpSettings {
             metrics: true,
             metrics_listen: None,
             hot_path: true,
+            peer_on_gets: true,
         }
     }
 }

@@ -238,6 +238,7 @@ struct ConnLimits {
     builder: hyper::server::conn::http1::Builder,
     header_timeout: Duration,
     idle_timeout: Duration,
+    peer_on_gets: bool,
 }
 
 impl ConnLimits {
@@ -262,6 +263,7 @@ impl From<&HttpSettings> for ConnLimits {
             .writev(false);
         Self {
             builder,
+            peer_on_gets: s.peer_on_gets,
             header_timeout: s.header_read_timeout,
             idle_timeout: s.idle_timeout,
         }
@@ -420,6 +422,7 @@ struct Tracked<S> {
     inner: S,
     activity: Arc<Activity>,
     peer: SocketAddr,
+    peer_on_gets: bool,
 }
 
 impl<S> Service<Request<Incoming>> for Tracked<S>
@@ -432,9 +435,10 @@ where
 
     fn call(&self, mut req: Request<Incoming>) -> Self::Future {
         // Creates read the client's address (rate limits), and redirects
-        // (a visitor's country); an extension costs an allocation, which
-        // HEAD and the rest need not pay.
-        if matches!(*req.method(), hyper::Method::POST | hyper::Method::GET) {
+        // while visits are counted (a visitor's country); an extension
+        // costs an allocation, which the rest need not pay.
+        let method = req.method();
+        if *method == hyper::Method::POST || (self.peer_on_gets && *method == hyper::Method::GET) {
             req.extensions_mut().insert(ConnectInfo(self.peer));
         }
         Answer {
@@ -481,6 +485,7 @@ where
         inner: service,
         activity: Arc::clone(&activity),
         peer,
+        peer_on_gets: limits.peer_on_gets,
     };
     let io = TokioIo::new(Guarded::new(tcp, Arc::clone(&activity)));
     let mut conn = Box::pin(limits.builder.serve_connection(io, service));
