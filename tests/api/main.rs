@@ -3,6 +3,7 @@
 
 mod helpers;
 
+mod analytics;
 mod api;
 mod cache;
 mod cluster;

@@ -806,3 +806,59 @@ async fn no_address_or_user_agent_is_written_anywhere() {
     server.terminate().expect("stop");
     search(&server, "after a stop");
 }
+
+crate::on_both_stores! {
+    /// `GET /api/v1/visits`: the visits of every link a key may manage,
+    /// summed, whether still in memory or stored.
+    async fn the_dashboard_sums_the_links_a_key_may_manage(store: Store) {
+    let app = spawn_app_in(&store, &[]).await;
+    let admin = app.new_key("admin", true).await;
+    let alice = app.new_key("alice", false).await;
+    let bob = app.new_key("bob", false).await;
+    let a1 = create(&app, &alice, json!({ "url": "https://example.com/a1" })).await;
+    let a2 = create(&app, &alice, json!({ "url": "https://example.com/a2" })).await;
+    let b1 = create(&app, &bob, json!({ "url": "https://example.com/b1" })).await;
+    for (code, n, ua) in [(&a1, 2, CHROME), (&a2, 3, GOOGLEBOT), (&b1, 4, IPHONE)] {
+        for _ in 0..n {
+            assert_eq!(visit(&app, code, Some(ua), Some("https://news.example/x")).await, 302);
+        }
+    }
+    let totals = async |key: &str| {
+        let r = app.api(Method::GET, "/api/v1/visits", Some(key), None).await;
+        assert_eq!(r.status(), 200);
+        json(r).await
+    };
+    let check = async || {
+        let a = totals(&alice).await;
+        assert_eq!((a["total"].as_u64(), a["humans"].as_u64(), a["bots"].as_u64()), (Some(5), Some(2), Some(3)), "{a}");
+        assert_eq!(pairs(&a["devices"], "name"), [("bot".into(), 3), ("desktop".into(), 2)], "{a}");
+        assert_eq!(pairs(&a["referrers"], "host"), [("news.example".into(), 5)], "{a}");
+        let b = totals(&bob).await;
+        assert_eq!(b["total"], 4, "{b}");
+        assert_eq!(pairs(&b["devices"], "name"), [("mobile".into(), 4)], "{b}");
+        let all = totals(&admin).await;
+        assert_eq!(all["total"], 9, "{all}");
+        assert_eq!(all["series"][0]["humans"], 6, "{all}");
+    };
+    // In memory, then stored.
+    check().await;
+    flushed(&app, 9).await;
+    check().await;
+    // A deleted link's visits go with it.
+    let r = app.api(Method::DELETE, &format!("/api/v1/links/{a2}"), Some(&alice), None).await;
+    assert_eq!(r.status(), 204);
+    assert_eq!(totals(&alice).await["total"], 2);
+    assert_error(app.api(Method::GET, "/api/v1/visits", None, None).await, 401, "key").await;
+    assert_error(
+        app.api(Method::GET, "/api/v1/visits?interval=week", Some(&alice), None).await,
+        400,
+        "interval",
+    )
+    .await;
+    let r = app.api(Method::GET, "/api/v1/visits?format=csv", Some(&admin), None).await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.expect("csv");
+    assert!(text.starts_with("dimension,value,start,humans,bots,count\n"), "{text}");
+    assert!(text.contains("\ndevice,mobile,,,,4\n"), "{text}");
+    }
+}

@@ -11,7 +11,9 @@ use crate::cache::{CacheStats, LinkCache, Lookup};
 use crate::domain::{DomainId, Link, LinkKey, Resolved, TargetPolicy, TargetUrl, VisitCounts};
 use crate::domains::DomainRegistry;
 use crate::keys::{KeyRegistry, Principal};
-use crate::store::{LinkPatch, LinkStore, ListPage, ListQuery, NewLink, StoreError, StoreStats};
+use crate::store::{
+    LinkPatch, LinkStore, ListPage, ListQuery, NewLink, StoreError, StoreStats, VisitScope,
+};
 use crate::visits::{Visit, VisitStats, Visits};
 use strum::{Display, EnumString, VariantNames};
 
@@ -383,6 +385,40 @@ impl Links {
         };
         counts.merge(self.inner.visits.pending(code));
         Ok(Some(counts))
+    }
+
+    /// The visits of every link `caller` may manage (on `domain`, when
+    /// named), summed: what is stored and what waits in memory.
+    pub async fn visit_totals(
+        &self,
+        caller: &Principal,
+        domain: Option<DomainId>,
+    ) -> Result<VisitCounts, LinksError> {
+        if domain.is_some_and(|d| !on_domain(caller, d)) {
+            return Err(LinksError::Forbidden(OTHER_DOMAIN));
+        }
+        let scope = VisitScope {
+            owner: (!caller.admin).then_some(caller.id),
+            domain: domain.or(caller.domain),
+        };
+        let _gate = self.inner.visits.read_gate().await;
+        let mut counts = self.inner.store.visit_totals(scope).await?;
+        // A link counted since the last flush is summed only if it is in
+        // scope; only links visited within one flush interval wait here.
+        for (key, pending) in self.inner.visits.pending_all() {
+            if scope.domain.is_some_and(|d| d != key.domain) {
+                continue;
+            }
+            if let Some(owner) = scope.owner {
+                let link = self.inner.store.link(&key).await?;
+                let owned = link.and_then(|l| l.owner).is_some_and(|o| o.id == owner);
+                if !owned {
+                    continue;
+                }
+            }
+            counts.merge(pending);
+        }
+        Ok(counts)
     }
 
     /// Changes a link; every cache tier forgets the old version before this

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{
-    Caller, ClientAddr, Code, CodeOn, HostDomain, Key, NewLinkBody, Operator, PatchBody,
+    Caller, ClientAddr, Code, CodeOn, HostDomain, Key, NewLinkBody, OnDomain, Operator, PatchBody,
 };
 use crate::domain::{Link, LinkKey, ShortCode, TargetUrl, Timestamp};
 use crate::links::{LinkStats, Readiness, Resolution, Use};
@@ -499,55 +499,106 @@ pub async fn api_visits(
     params: Result<Query<VisitParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let key = code.key(&caller);
-    let Query(params) =
-        params.map_err(|e| ApiError::BadRequest(format!("malformed query: {e}")))?;
-    let time = |name: &str, raw: Option<String>| {
-        raw.map(|s| Timestamp::parse(&s).map_err(|e| ApiError::BadRequest(format!("{name}: {e}"))))
-            .transpose()
-    };
-    let from = time("from", params.from)?;
-    let to = time("to", params.to)?;
-    if let (Some(f), Some(t)) = (from, to)
-        && f >= t
-    {
-        return Err(ApiError::BadRequest("'from' must be before 'to'".into()));
-    }
-    let interval = match params.interval.as_deref() {
-        None => Interval::Hour,
-        Some(raw) => raw.parse().map_err(|_| {
-            ApiError::BadRequest(format!("interval must be 'hour' or 'day', not '{raw}'"))
-        })?,
-    };
-    let csv = match params.format.as_deref() {
-        None | Some("json") => false,
-        Some("csv") => true,
-        Some(raw) => {
-            return Err(ApiError::BadRequest(format!(
-                "format must be 'json' or 'csv', not '{raw}'"
-            )));
-        }
-    };
+    let asked = ReportAsked::parse(params)?;
     let counts = state
         .links
         .visit_counts(&caller, &key)
         .await?
         .ok_or_else(|| not_found(&key.code))?;
-    let window = Window { from, to, interval };
-    let report = VisitReport::build(&counts, &window);
-    if !csv {
-        return Ok(Json(report).into_response());
+    Ok(asked.answer(&counts, "visits.csv"))
+}
+
+/// `GET /api/v1/visits`: every link the key may manage, summed.
+#[utoipa::path(get, path = "/api/v1/visits", tag = "links",
+    params(
+        ("domain" = Option<String>, Query, description = "Only links on this domain (a host, or 'default')"),
+        ("from" = Option<String>, Query, format = DateTime, description = "Start of the window (RFC 3339), inclusive"),
+        ("to" = Option<String>, Query, format = DateTime, description = "End of the window (RFC 3339), exclusive; after from"),
+        ("interval" = Option<IntervalParam>, Query, description = "Buckets of the series (default hour)"),
+        ("format" = Option<String>, Query, description = "json (the default) or csv, as for one link"),
+    ),
+    responses(
+        (status = 200, description = "The visits of every link the key may manage, summed, in the window", content(
+            (crate::visits::VisitReport = "application/json"),
+            (String = "text/csv"),
+        )),
+        (status = 400, description = "Malformed from, to, interval, format or domain, or from not before to", body = crate::http::schema::ErrorMessage),
+        (status = 401, description = "No valid key", body = crate::http::schema::ErrorMessage),
+        (status = 403, description = "The key is limited to another domain", body = crate::http::schema::ErrorMessage),
+    ),
+    security(("bearer" = []), ("api_key" = [])))]
+pub async fn api_visit_totals(
+    State(state): State<AppState>,
+    Key(caller): Key,
+    OnDomain(domain): OnDomain,
+    params: Result<Query<VisitParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let asked = ReportAsked::parse(params)?;
+    let counts = state.links.visit_totals(&caller, domain).await?;
+    Ok(asked.answer(&counts, "all-visits.csv"))
+}
+
+/// What a visit report's query asks for: its window, and JSON or CSV.
+struct ReportAsked {
+    window: Window,
+    csv: bool,
+}
+
+impl ReportAsked {
+    fn parse(
+        params: Result<Query<VisitParams>, axum::extract::rejection::QueryRejection>,
+    ) -> Result<Self, ApiError> {
+        let Query(params) =
+            params.map_err(|e| ApiError::BadRequest(format!("malformed query: {e}")))?;
+        let time = |name: &str, raw: Option<String>| {
+            raw.map(|s| {
+                Timestamp::parse(&s).map_err(|e| ApiError::BadRequest(format!("{name}: {e}")))
+            })
+            .transpose()
+        };
+        let from = time("from", params.from)?;
+        let to = time("to", params.to)?;
+        if let (Some(f), Some(t)) = (from, to)
+            && f >= t
+        {
+            return Err(ApiError::BadRequest("'from' must be before 'to'".into()));
+        }
+        let interval = match params.interval.as_deref() {
+            None => Interval::Hour,
+            Some(raw) => raw.parse().map_err(|_| {
+                ApiError::BadRequest(format!("interval must be 'hour' or 'day', not '{raw}'"))
+            })?,
+        };
+        let csv = match params.format.as_deref() {
+            None | Some("json") => false,
+            Some("csv") => true,
+            Some(raw) => {
+                return Err(ApiError::BadRequest(format!(
+                    "format must be 'json' or 'csv', not '{raw}'"
+                )));
+            }
+        };
+        Ok(Self {
+            window: Window { from, to, interval },
+            csv,
+        })
     }
-    Ok((
-        [
-            (header::CONTENT_TYPE, "text/csv; charset=utf-8"),
-            (
-                header::CONTENT_DISPOSITION,
-                "attachment; filename=\"visits.csv\"",
-            ),
-        ],
-        report.to_csv(),
-    )
-        .into_response())
+
+    fn answer(&self, counts: &crate::domain::VisitCounts, file: &str) -> Response {
+        let report = VisitReport::build(counts, &self.window);
+        if !self.csv {
+            return Json(report).into_response();
+        }
+        let disposition = format!("attachment; filename=\"{file}\"");
+        (
+            [
+                (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_owned()),
+                (header::CONTENT_DISPOSITION, disposition),
+            ],
+            report.to_csv(),
+        )
+            .into_response()
+    }
 }
 
 /// Query of `GET /api/v1/links`, as sent: checked in [`api_list`] so that

@@ -296,6 +296,7 @@ fn routes() -> openapi::Routes {
         .patch("/api/v1/links/{code}", handlers::api_update)
         .delete("/api/v1/links/{code}", handlers::api_delete)
         .get("/api/v1/links/{code}/visits", handlers::api_visits)
+        .get("/api/v1/visits", handlers::api_visit_totals)
         .get("/api/v1/domains", domains::list)
         .post("/api/v1/domains", domains::create)
         .get("/api/v1/domains/{host}", domains::get)

@@ -49,6 +49,7 @@ use super::{domains, handlers, qr, web};
         handlers::api_update,
         handlers::api_delete,
         handlers::api_visits,
+        handlers::api_visit_totals,
         domains::list,
         domains::create,
         domains::get,

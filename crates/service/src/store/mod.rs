@@ -201,6 +201,14 @@ pub struct ListQuery {
     pub q: Option<String>,
 }
 
+/// Whose links' visits are summed: a key's (`owner`), on one domain, or
+/// all of them (`None`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VisitScope {
+    pub owner: Option<KeyId>,
+    pub domain: Option<DomainId>,
+}
+
 #[derive(Debug, Clone)]
 pub struct ListPage {
     pub links: Vec<Link>,
@@ -304,6 +312,10 @@ pub trait LinkStore: Send + Sync + 'static {
 
     /// Every stored visit count of a live link; `None` without one.
     async fn visit_counts(&self, key: &LinkKey) -> Result<Option<VisitCounts>, StoreError>;
+
+    /// The stored visit counts of every live link in `scope`, summed per
+    /// hour, and per day and value.
+    async fn visit_totals(&self, scope: VisitScope) -> Result<VisitCounts, StoreError>;
 
     /// Every API key, revoked ones included.
     async fn keys(&self) -> Result<Vec<ApiKey>, StoreError>;

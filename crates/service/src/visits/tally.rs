@@ -76,6 +76,18 @@ impl Visits {
         out
     }
 
+    /// Everything waiting in memory, per link.
+    pub fn pending_all(&self) -> Vec<(LinkKey, VisitCounts)> {
+        let mut out: std::collections::HashMap<LinkKey, VisitCounts> = Default::default();
+        let shards = self.shards.iter().map(|s| lock(s).tallies.clone());
+        for tallies in shards.chain(std::iter::once(lock(&self.staged).clone())) {
+            for (key, counts) in tallies {
+                out.entry(key).or_default().merge(counts);
+            }
+        }
+        out.into_iter().collect()
+    }
+
     /// Held while reading stored counts to add [`pending`](Self::pending)
     /// to: no flush moves counts from memory to the store meanwhile.
     pub async fn read_gate(&self) -> RwLockReadGuard<'_, ()> {

@@ -32,7 +32,7 @@ use tokio_postgres::error::SqlState;
 
 use super::{
     ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, NewLink, Record, StorageFailure,
-    StoreError, StoreMetrics, StoreStats,
+    StoreError, StoreMetrics, StoreStats, VisitScope,
 };
 use crate::domain::{
     CodeGenerator, Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkKey, Resolved,
@@ -518,6 +518,10 @@ impl LinkStore for PostgresStore {
 
     async fn visit_counts(&self, code: &LinkKey) -> Result<Option<VisitCounts>, StoreError> {
         with_client!(self, |c| ops::visit_counts(&mut c, code))
+    }
+
+    async fn visit_totals(&self, scope: VisitScope) -> Result<VisitCounts, StoreError> {
+        with_client!(self, |c| ops::visit_totals(&mut c, scope))
     }
 
     async fn keys(&self) -> Result<Vec<ApiKey>, StoreError> {

@@ -11,7 +11,9 @@ use crate::domain::{
     CodeGenerator, Domain, DomainId, DomainRedirects, Host, HourCount, KeyId, Link, LinkKey, Owner,
     Resolved, ShortCode, TargetUrl, Timestamp, VisitCounts,
 };
-use crate::store::{ApiKey, ImportRow, LinkPatch, ListPage, ListQuery, Record, StoreError};
+use crate::store::{
+    ApiKey, ImportRow, LinkPatch, ListPage, ListQuery, Record, StoreError, VisitScope,
+};
 
 const LINK_COLUMNS: &str = "l.code, l.target, l.created_at, l.expires_at, l.owner, k.name, \
                             l.max_visits, l.visits, l.domain";
@@ -353,6 +355,71 @@ async fn record_one(
         .await?;
     }
     Ok(())
+}
+
+/// The visit counts of every live link in `scope`, summed, in one
+/// snapshot.
+pub(super) async fn visit_totals(
+    c: &mut Client,
+    scope: VisitScope,
+) -> Result<VisitCounts, StoreError> {
+    const LINKS: &str = "JOIN links l ON l.id = t.link WHERE l.deleted_at IS NULL \
+                         AND ($1::int8 IS NULL OR l.owner = $1) AND ($2::int8 IS NULL OR l.domain = $2)";
+    let owner = scope.owner.map(|o| o.0);
+    let domain = scope.domain.map(|d| d.0);
+    let c = snapshot(c).await?;
+    let result = async {
+        let rows = |sql: String| {
+            let c = &c;
+            async move {
+                let stmt = c.prepare_cached(&sql).await.map_err(store_error)?;
+                c.query(&stmt, &[&owner, &domain])
+                    .await
+                    .map_err(store_error)
+            }
+        };
+        let hours = rows(format!(
+            "SELECT t.hour, sum(t.humans)::int8, sum(t.bots)::int8, sum(t.browsers)::int8 \
+             FROM visits_hourly t {LINKS} GROUP BY t.hour ORDER BY t.hour"
+        ))
+        .await?
+        .iter()
+        .map(|r| HourCount {
+            hour: r.get(0),
+            humans: count(r, 1),
+            bots: count(r, 2),
+            browsers: count(r, 3),
+        })
+        .collect();
+        let referrers = rows(format!(
+            "SELECT t.day, t.host, sum(t.count)::int8 FROM visits_referrers t {LINKS} \
+             GROUP BY t.day, t.host"
+        ))
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get::<_, String>(1).into(), count(r, 2)))
+        .collect();
+        let dims = rows(format!(
+            "SELECT t.day, t.dim, t.value, sum(t.count)::int8 FROM visits_facets t {LINKS} \
+             GROUP BY t.day, t.dim, t.value"
+        ))
+        .await?
+        .iter()
+        .filter_map(|r| {
+            let dim = r.get::<_, String>(1).parse().ok()?;
+            Some((r.get(0), dim, r.get::<_, String>(2), count(r, 3)))
+        })
+        .collect();
+        Ok(VisitCounts {
+            hours,
+            referrers,
+            dims,
+            ..VisitCounts::default()
+        })
+    }
+    .await;
+    c.commit().await.map_err(store_error)?;
+    result
 }
 
 pub(super) async fn visit_counts(

@@ -48,7 +48,7 @@ use self::slots::Slots;
 use self::writer::{Hooks, Writer};
 use super::{
     ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, NewLink, Record, StorageFailure,
-    StoreError, StoreMetrics, StoreStats,
+    StoreError, StoreMetrics, StoreStats, VisitScope,
 };
 use crate::domain::{
     CodeGenerator, Codebook, Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkKey,
@@ -623,6 +623,10 @@ impl LinkStore for SqliteStore {
     async fn visit_counts(&self, key: &LinkKey) -> Result<Option<VisitCounts>, StoreError> {
         let key = key.clone();
         self.read(move |r| r.visit_counts(&key)).await
+    }
+
+    async fn visit_totals(&self, scope: VisitScope) -> Result<VisitCounts, StoreError> {
+        self.read(move |r| r.visit_totals(scope)).await
     }
 
     async fn keys(&self) -> Result<Vec<ApiKey>, StoreError> {

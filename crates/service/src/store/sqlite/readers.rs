@@ -23,7 +23,7 @@ use super::{ConnectionMode, SqliteSettings};
 use crate::domain::{
     Codebook, Domain, HourCount, Link, LinkKey, Resolved, TargetUrl, Timestamp, VisitCounts,
 };
-use crate::store::{ApiKey, ListPage, ListQuery, Record};
+use crate::store::{ApiKey, ListPage, ListQuery, Record, VisitScope};
 
 /// What a redirect needs of a live link (find.rs).
 const SELECT_TARGET: Statements<&str> = Statements {
@@ -323,6 +323,64 @@ impl Readers {
             ))?
             .query_map([], rows::domain)?
             .collect()
+        })
+    }
+
+    /// The visit counts of every live link in `scope`, summed, in one
+    /// snapshot.
+    pub(super) fn visit_totals(&self, scope: VisitScope) -> rusqlite::Result<VisitCounts> {
+        const LINKS: &str = "JOIN links l ON l.id = t.link WHERE l.deleted_at IS NULL \
+                             AND (?1 IS NULL OR l.owner = ?1) AND (?2 IS NULL OR l.domain = ?2)";
+        let params = rusqlite::params![scope.owner.map(|o| o.0), scope.domain.map(|d| d.0)];
+        self.with_connection(|conn| {
+            let count = |r: &rusqlite::Row<'_>, i| r.get::<_, i64>(i).map(|n| n.max(0) as u64);
+            let hours = conn
+                .prepare_cached(&format!(
+                    "SELECT t.hour, sum(t.humans), sum(t.bots), sum(t.browsers) \
+                     FROM visits_hourly t {LINKS} GROUP BY t.hour ORDER BY t.hour"
+                ))?
+                .query_map(params, |r| {
+                    Ok(HourCount {
+                        hour: r.get(0)?,
+                        humans: count(r, 1)?,
+                        bots: count(r, 2)?,
+                        browsers: count(r, 3)?,
+                    })
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            let referrers = conn
+                .prepare_cached(&format!(
+                    "SELECT t.day, t.host, sum(t.count) FROM visits_referrers t {LINKS} \
+                     GROUP BY t.day, t.host"
+                ))?
+                .query_map(params, |r| {
+                    Ok((r.get(0)?, r.get::<_, String>(1)?.into(), count(r, 2)?))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            let dims = conn
+                .prepare_cached(&format!(
+                    "SELECT t.day, t.dim, t.value, sum(t.count) FROM visits_facets t {LINKS} \
+                     GROUP BY t.day, t.dim, t.value"
+                ))?
+                .query_map(params, |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        count(r, 3)?,
+                    ))
+                })?
+                .filter_map(|row| match row {
+                    Ok((day, dim, value, n)) => dim.parse().ok().map(|d| Ok((day, d, value, n))),
+                    Err(e) => Some(Err(e)),
+                })
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(VisitCounts {
+                hours,
+                referrers,
+                dims,
+                ..VisitCounts::default()
+            })
         })
     }
 

@@ -1,0 +1,184 @@
+//! Countries from a MaxMind-format database: one that a writer this
+//! project did not write (`mmdb-writer` from PyPI) builds with known
+//! ranges, replaced while the server runs.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, missing, spawn_app};
+
+/// Builds a GeoLite2-City-shaped database at `out`: each range with its
+/// country and, where given, its city. Written beside it and renamed over
+/// it, as an operator's update would be.
+const WRITER: &str = r#"
+import json, os, sys
+from netaddr import IPSet
+from mmdb_writer import MMDBWriter
+out, ranges = sys.argv[1], json.loads(sys.argv[2])
+w = MMDBWriter(ip_version=6, ipv4_compatible=True, database_type="GeoLite2-City",
+               languages=["en"], description={"en": "litelink test"})
+for net, country, city in ranges:
+    record = {"country": {"iso_code": country, "names": {"en": country}}}
+    if city:
+        record["city"] = {"names": {"en": city}}
+    w.insert_network(IPSet([net]), record)
+w.to_db_file(out + ".new")
+os.replace(out + ".new", out)
+"#;
+
+fn writer() -> Option<String> {
+    match std::env::var("LITELINK_TEST_MMDB_PYTHON") {
+        Ok(p) if Path::new(&p).exists() => Some(p),
+        _ => {
+            missing("no Python with mmdb-writer (LITELINK_TEST_MMDB_PYTHON)");
+            None
+        }
+    }
+}
+
+fn build(python: &str, out: &Path, ranges: Value) {
+    let run = std::process::Command::new(python)
+        .arg("-c")
+        .arg(WRITER)
+        .arg(out)
+        .arg(ranges.to_string())
+        .output()
+        .expect("run mmdb-writer");
+    assert!(
+        run.status.success(),
+        "mmdb-writer: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
+async fn visit_from(app: &TestApp, code: &str, address: &str) -> u16 {
+    app.client
+        .get(app.url(&format!("/{code}")))
+        .header("x-forwarded-for", address)
+        .send()
+        .await
+        .expect("redirect")
+        .status()
+        .as_u16()
+}
+
+async fn report(app: &TestApp, key: &str, code: &str) -> Value {
+    let path = format!("/api/v1/links/{code}/visits");
+    let r = app.api(Method::GET, &path, Some(key), None).await;
+    assert_eq!(r.status(), 200);
+    r.json().await.expect("report")
+}
+
+fn count(list: &Value, pick: impl Fn(&Value) -> bool) -> u64 {
+    list.as_array()
+        .expect("array")
+        .iter()
+        .filter(|v| pick(v))
+        .map(|v| v["count"].as_u64().expect("count"))
+        .sum()
+}
+
+#[tokio::test]
+async fn countries_and_cities_come_from_the_geoip_database_and_follow_its_file() {
+    let Some(python) = writer() else { return };
+    let dir = tempfile::tempdir().expect("dir");
+    let mmdb = dir.path().join("geo.mmdb");
+    build(
+        &python,
+        &mmdb,
+        json!([
+            ["203.0.113.0/24", "DE", "Berlin"],
+            ["198.51.100.0/24", "JP", "Tokyo"],
+            ["2001:db8::/32", "FR", null],
+        ]),
+    );
+    let path = mmdb.display().to_string();
+    let app = spawn_app(&["--trust-proxy", "127.0.0.1", "--geoip-db", &path]).await;
+    let admin = app.new_key("admin", true).await;
+    let r = app
+        .api(
+            Method::POST,
+            "/api/v1/links",
+            Some(&admin),
+            Some(json!({"url": "https://example.com/geo"})),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let code = r.json::<Value>().await.expect("link")["code"]
+        .as_str()
+        .expect("code")
+        .to_owned();
+    for address in [
+        "203.0.113.9",
+        "203.0.113.200",
+        "198.51.100.1",
+        "2001:db8::1",
+        "8.8.8.8",
+    ] {
+        assert_eq!(visit_from(&app, &code, address).await, 302);
+    }
+    let r = report(&app, &admin, &code).await;
+    let country = |c: &'static str| move |v: &Value| v["country"] == c;
+    assert_eq!(count(&r["countries"], country("DE")), 2, "{r}");
+    assert_eq!(count(&r["countries"], country("JP")), 1, "{r}");
+    assert_eq!(count(&r["countries"], country("FR")), 1, "{r}");
+    // Not in the file: the table built into the binary answers.
+    assert_eq!(count(&r["countries"], country("US")), 1, "{r}");
+    assert_eq!(
+        count(&r["cities"], |v| v["country"] == "DE"
+            && v["city"] == "Berlin"),
+        2,
+        "{r}"
+    );
+    assert_eq!(
+        count(&r["cities"], |v| v["country"] == "JP"
+            && v["city"] == "Tokyo"),
+        1,
+        "{r}"
+    );
+    assert_eq!(r["cities"].as_array().expect("cities").len(), 2, "{r}");
+
+    // A new file: the range moves to the Netherlands. Requests keep being
+    // answered meanwhile, every one of them.
+    build(
+        &python,
+        &mmdb,
+        json!([["203.0.113.0/24", "NL", "Amsterdam"]]),
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        assert_eq!(visit_from(&app, &code, "203.0.113.9").await, 302);
+        let r = report(&app, &admin, &code).await;
+        if count(&r["countries"], country("NL")) > 0 {
+            assert_eq!(
+                count(&r["cities"], |v| v["city"] == "Amsterdam"),
+                count(&r["countries"], country("NL")),
+                "{r}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new file was never read: {r}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A file that is no database keeps the one in use.
+    std::fs::write(dir.path().join("broken"), b"not a database").expect("write");
+    std::fs::rename(dir.path().join("broken"), &mmdb).expect("rename");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = count(
+        &report(&app, &admin, &code).await["countries"],
+        country("NL"),
+    );
+    assert_eq!(visit_from(&app, &code, "203.0.113.9").await, 302);
+    let after = count(
+        &report(&app, &admin, &code).await["countries"],
+        country("NL"),
+    );
+    assert_eq!(after, before + 1);
+}
