@@ -182,3 +182,93 @@ async fn countries_and_cities_come_from_the_geoip_database_and_follow_its_file()
     );
     assert_eq!(after, before + 1);
 }
+
+/// Runs `litelink ARGS` on a SQLite file or, with `store`, on PostgreSQL.
+fn litelink(store: Option<&str>, db: &Path, args: &[&str]) {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_litelink"));
+    cmd.args(args);
+    match store {
+        Some(url) => cmd.args(["--store", url]),
+        None => cmd.arg("--db").arg(db),
+    };
+    let out = cmd.output().expect("litelink");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The whole visit history of a link (hours, referrers, countries,
+/// devices, systems, browsers) moves with `export` and `import`: from
+/// SQLite to PostgreSQL, and back.
+#[tokio::test]
+async fn export_and_import_carry_the_visit_history_between_stores() {
+    const IPAD: &str = "Mozilla/5.0 (iPad; CPU OS 17_4 like Mac OS X) AppleWebKit/605.1.15 \
+                        (KHTML, like Gecko) Version/17.4 Mobile/15E148 Safari/604.1";
+    const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:125.0) Gecko/20100101 Firefox/125.0";
+    let app = spawn_app(&["--trust-proxy", "127.0.0.1"]).await;
+    let admin = app.new_key("admin", true).await;
+    let r = app
+        .api(
+            Method::POST,
+            "/api/v1/links",
+            Some(&admin),
+            Some(json!({"url": "https://example.com/moving", "code": "moving"})),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    for (ua, address, referer) in [
+        (IPAD, "194.25.0.60", "https://news.example/a"),
+        (IPAD, "8.8.8.8", "https://news.example/b"),
+        (FIREFOX, "8.8.8.8", "https://blog.example/"),
+        (FIREFOX, "10.1.1.1", ""),
+    ] {
+        let mut req = app
+            .client
+            .get(app.url("/moving"))
+            .header("user-agent", ua)
+            .header("x-forwarded-for", address);
+        if !referer.is_empty() {
+            req = req.header("referer", referer);
+        }
+        assert_eq!(req.send().await.expect("visit").status(), 302);
+    }
+    let before = report(&app, &admin, "moving").await;
+    assert_eq!(before["total"], 4, "{before}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.stats().await["visits"]["flushed"].as_u64() < Some(4) {
+        assert!(Instant::now() < deadline, "never flushed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let db = app.db.clone();
+    let dir = app.stop().await.expect("its directory");
+
+    let file = dir.path().join("links.jsonl");
+    let path = file.to_str().expect("path");
+    litelink(None, &db, &["export", "--out", path]);
+    let text = std::fs::read_to_string(&file).expect("export");
+    assert!(
+        text.contains("\"history\"") && text.contains("\"tablet\""),
+        "{text}"
+    );
+
+    // Into PostgreSQL: the same report.
+    let pg = crate::helpers::fresh_postgres_db().await;
+    litelink(Some(&pg), &db, &["import", path]);
+    let moved = crate::helpers::spawn_app_on(&db, &["--store", &pg]).await;
+    let admin2 = moved.new_key("admin2", true).await;
+    assert_eq!(report(&moved, &admin2, "moving").await, before);
+
+    // And back into a new SQLite file, through PostgreSQL's export.
+    let again = dir.path().join("again.jsonl");
+    let again_path = again.to_str().expect("path");
+    litelink(Some(&pg), &db, &["export", "--out", again_path]);
+    moved.stop().await;
+    let db2 = dir.path().join("back.db");
+    litelink(None, &db2, &["import", again_path]);
+    let back = crate::helpers::spawn_app_on(&db2, &[]).await;
+    let admin3 = back.new_key("admin3", true).await;
+    assert_eq!(report(&back, &admin3, "moving").await, before);
+    drop(dir);
+}

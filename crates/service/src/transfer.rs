@@ -4,11 +4,13 @@
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, Write};
 
+use crate::domain::visit::{DAY_MS, HOUR_MS, HourCount};
 use crate::domain::{
     DEFAULT_NAME, Domain, DomainId, Host, KeyId, ShortCode, TargetPolicy, TargetUrl, Timestamp,
     is_reserved,
 };
-use crate::store::{ApiKey, ImportRow, Record};
+use crate::domain::{Dim, VisitCounts};
+use crate::store::{ApiKey, History, ImportRow, Record};
 
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::Display, strum::VariantNames,
@@ -144,6 +146,7 @@ pub fn read<R: BufRead + 'static>(
                         expires_at: opt(3),
                         owner: opt(4),
                         deleted_at: opt(5),
+                        history: None,
                     })
                 });
                 (line, record)
@@ -266,10 +269,98 @@ impl Checker {
                 deleted_at,
                 max_visits: r.max_visits,
                 visits: r.visits.unwrap_or(0),
+                history: r.history.as_ref().map(counts_of).transpose()?,
             },
             warn,
         ))
     }
+}
+
+/// Most entries of each list of one record's history: twenty years of
+/// hours, and as many referrer and facet rows.
+const HISTORY_ENTRIES: usize = 200_000;
+
+/// The longest referrer host or facet value a history may hold.
+const VALUE_BYTES: usize = 253;
+
+/// A link's stored visit counts as export writes them; `None` when there
+/// are none.
+pub fn history_of(counts: &VisitCounts) -> Option<History> {
+    let start = |units: i64, len: i64| Timestamp::from_millis(units * len).to_string();
+    let h = History {
+        hours: counts
+            .hours
+            .iter()
+            .map(|h| (start(h.hour, HOUR_MS), h.humans, h.bots, h.browsers))
+            .collect(),
+        referrers: counts
+            .referrers
+            .iter()
+            .map(|(day, host, n)| (start(*day, DAY_MS), host.to_string(), *n))
+            .collect(),
+        facets: counts
+            .dimensions()
+            .into_iter()
+            .map(|(day, dim, value, n)| {
+                (start(day, DAY_MS), <&str>::from(dim).to_owned(), value, n)
+            })
+            .collect(),
+    };
+    (h != History::default()).then_some(h)
+}
+
+/// A record's history, checked: whole hours and days, known dimensions,
+/// bounded sizes.
+fn counts_of(h: &History) -> Result<VisitCounts, String> {
+    if [h.hours.len(), h.referrers.len(), h.facets.len()]
+        .iter()
+        .any(|n| *n > HISTORY_ENTRIES)
+    {
+        return Err(format!(
+            "history: more than {HISTORY_ENTRIES} entries in a list"
+        ));
+    }
+    let units = |what: &str, s: &str, len: i64| {
+        let t = Timestamp::parse(s).map_err(|e| format!("history {what}: {e}"))?;
+        if t.millis().rem_euclid(len) != 0 {
+            return Err(format!("history {what}: '{s}' does not start one"));
+        }
+        Ok(t.millis().div_euclid(len))
+    };
+    let text = |what: &str, v: &str| {
+        if v.is_empty() || v.len() > VALUE_BYTES || v.chars().any(char::is_control) {
+            Err(format!(
+                "history {what}: '{v}' is empty, too long or not printable"
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    let mut counts = VisitCounts::default();
+    for (start, humans, bots, browsers) in &h.hours {
+        counts.hours.push(HourCount {
+            hour: units("hour", start, HOUR_MS)?,
+            humans: *humans,
+            bots: *bots,
+            browsers: (*browsers).min(*humans),
+        });
+    }
+    for (day, host, n) in &h.referrers {
+        text("referrer", host)?;
+        counts
+            .referrers
+            .push((units("day", day, DAY_MS)?, host.as_str().into(), *n));
+    }
+    for (day, dim, value, n) in &h.facets {
+        let dim: Dim = dim
+            .parse()
+            .map_err(|_| format!("history: no dimension '{dim}'"))?;
+        text(dim.into(), value)?;
+        counts
+            .dims
+            .push((units("day", day, DAY_MS)?, dim, value.clone(), *n));
+    }
+    Ok(counts)
 }
 
 #[cfg(test)]
@@ -287,6 +378,7 @@ mod tests {
             deleted_at: None,
             max_visits: Some(5),
             visits: Some(3),
+            history: None,
         }
     }
 

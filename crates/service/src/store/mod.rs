@@ -233,7 +233,8 @@ pub struct ApiKey {
 /// One link as `export` writes it and `import` reads it; a deleted code
 /// (a tombstone) has no URL and a `deleted_at`. `max_visits` and `visits`
 /// came with schema 3: files written before read as no limit and no visits.
-/// The hourly and daily visit counts are not exported. Export always writes
+/// In JSON lines, `history` carries the link's visit counts (hours,
+/// referrers, countries and the rest; CSV leaves it out). Export always writes
 /// the code; import generates one for a live link without it. `domain` is
 /// the link's host, absent on the default domain (and in files from before
 /// domains).
@@ -253,6 +254,23 @@ pub struct Record {
     pub max_visits: Option<u64>,
     #[serde(default)]
     pub visits: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<History>,
+}
+
+/// A link's visit counts as export writes them: `hours` as `[start,
+/// humans, bots, browsers]`, `referrers` as `[day, host, count]` and
+/// `facets` as `[day, dimension, value, count]`, each start or day an RFC
+/// 3339 time (UTC, the hour's or the day's first instant).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct History {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hours: Vec<(String, u64, u64, u64)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub referrers: Vec<(String, String, u64)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub facets: Vec<(String, String, String, u64)>,
 }
 
 /// A record checked for import, with the line it came from.
@@ -270,6 +288,8 @@ pub struct ImportRow {
     pub deleted_at: Option<Timestamp>,
     pub max_visits: Option<u64>,
     pub visits: u64,
+    /// Its visit counts (`dims` for every dimension but referrers).
+    pub history: Option<VisitCounts>,
 }
 
 /// Durable storage of links and API keys.

@@ -270,7 +270,16 @@ async fn record_one(
     else {
         return Ok(());
     };
-    let id: i64 = row.get(0);
+    add_counts(c, row.get(0), counts).await
+}
+
+/// Adds counts to the row `id`'s hours, referrers and facets (not to its
+/// total), each day's values bounded.
+async fn add_counts(
+    c: &impl GenericClient,
+    id: i64,
+    counts: &VisitCounts,
+) -> Result<(), StoreError> {
     for h in &counts.hours {
         execute(
             c,
@@ -716,7 +725,15 @@ pub(super) async fn export(
         let stmt = c
             .prepare_cached(
                 "SELECT l.code, l.target, l.created_at, l.expires_at, k.name, l.deleted_at, \
-                 l.max_visits, l.visits, d.host FROM links l LEFT JOIN keys k ON k.id = l.owner \
+                 l.max_visits, l.visits, d.host, \
+                 CASE WHEN l.visits > 0 THEN json_build_array( \
+                   (SELECT json_agg(json_build_array(hour, humans, bots, browsers) ORDER BY hour) \
+                    FROM visits_hourly WHERE link = l.id), \
+                   (SELECT json_agg(json_build_array(day, host, count)) \
+                    FROM visits_referrers WHERE link = l.id), \
+                   (SELECT json_agg(json_build_array(day, dim, value, count)) \
+                    FROM visits_facets WHERE link = l.id))::text END \
+                 FROM links l LEFT JOIN keys k ON k.id = l.owner \
                  JOIN domains d ON d.id = l.domain ORDER BY l.id",
             )
             .await
@@ -740,6 +757,11 @@ pub(super) async fn export(
                 deleted_at: stamp(deleted_at),
                 max_visits: r.get::<_, Option<i64>>(6).map(|n| n.max(0) as u64),
                 visits: Some(count(&r, 7)),
+                history: r
+                    .get::<_, Option<String>>(9)
+                    .map(|json| history_of_json(&json))
+                    .transpose()?
+                    .and_then(|counts| crate::transfer::history_of(&counts)),
             };
             each(record).map_err(|e| StoreError::Task(format!("writing the export: {e}")))?;
             n += 1;
@@ -749,6 +771,42 @@ pub(super) async fn export(
     .await;
     c.commit().await.map_err(store_error)?;
     result
+}
+
+/// A link's counts from the export query's JSON: `[hours, referrers,
+/// facets]`, each an array of arrays or null.
+fn history_of_json(json: &str) -> Result<VisitCounts, StoreError> {
+    type Lists = (
+        Option<Vec<(i64, i64, i64, i64)>>,
+        Option<Vec<(i64, String, i64)>>,
+        Option<Vec<(i64, String, String, i64)>>,
+    );
+    let (hours, referrers, facets): Lists = serde_json::from_str(json)
+        .map_err(|e| StoreError::Task(format!("reading a link's visits: {e}")))?;
+    let n = |v: i64| v.max(0) as u64;
+    Ok(VisitCounts {
+        hours: hours
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(hour, humans, bots, browsers)| HourCount {
+                hour,
+                humans: n(humans),
+                bots: n(bots),
+                browsers: n(browsers),
+            })
+            .collect(),
+        referrers: referrers
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(day, host, c)| (day, host.into(), n(c)))
+            .collect(),
+        dims: facets
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(day, dim, value, c)| Some((day, dim.parse().ok()?, value, n(c))))
+            .collect(),
+        ..VisitCounts::default()
+    })
 }
 
 /// Stores `rows` in one transaction, keeping their codes (a generated one
@@ -763,7 +821,7 @@ pub(super) async fn import(
         .prepare_cached(
             "INSERT INTO links (code, target, created_at, expires_at, owner, deleted_at, \
              max_visits, visits, domain) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-             ON CONFLICT (code, domain) DO NOTHING",
+             ON CONFLICT (code, domain) DO NOTHING RETURNING id",
         )
         .await
         .map_err(store_error)?;
@@ -779,7 +837,7 @@ pub(super) async fn import(
                 codes.generate(sequence)
             });
             let inserted = tx
-                .execute(
+                .query_opt(
                     &stmt,
                     &[
                         &code.as_str(),
@@ -795,8 +853,13 @@ pub(super) async fn import(
                 )
                 .await
                 .map_err(store_error)?;
-            if inserted > 0 {
+            if let Some(inserted) = inserted {
                 live += i64::from(row.deleted_at.is_none());
+                if let Some(counts) = &row.history
+                    && row.deleted_at.is_none()
+                {
+                    add_counts(&tx, inserted.get(0), counts).await?;
+                }
                 break;
             }
             if row.code.is_some() || attempts >= 16 {

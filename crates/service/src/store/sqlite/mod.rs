@@ -941,6 +941,7 @@ mod tests {
             owner: None,
             deleted_at: None,
             max_visits: Some(50),
+            history: None,
             visits: 4,
         };
         let skipped = store
@@ -1318,6 +1319,7 @@ mod tests {
             owner: None,
             deleted_at: None,
             max_visits: None,
+            history: None,
             visits: 0,
         };
         // Ids: 1 is `first`; line 2 generates id 2; line 3 names id 2's

@@ -375,6 +375,7 @@ fn import(
          max_visits, visits, named, domain) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     )?;
     let mut next_id = find::next_id(conn)?;
+    let mut history = VisitStatements::prepare(conn)?;
     let mut collisions = 0;
     let mut skipped = Vec::new();
     let mut live = 0;
@@ -427,6 +428,11 @@ fn import(
                 next_id = next_id.max(id + 1);
                 live += i64::from(row.deleted_at.is_none());
                 ids.push(id);
+                if let Some(counts) = &row.history
+                    && row.deleted_at.is_none()
+                {
+                    history.add(id, counts)?;
+                }
             }
             Err(e) if named && is_unique_violation(&e) => skipped.push(row.line),
             Err(e) => return Err(e.into()),
@@ -524,6 +530,13 @@ impl<'c> VisitStatements<'c> {
             return Ok(None);
         };
         self.add_total.execute((id, total))?;
+        self.add(id, counts)?;
+        Ok(Some((id, total)))
+    }
+
+    /// Adds counts to the row `id`'s hours, referrers and facets (not to
+    /// its total), each day's values bounded.
+    fn add(&mut self, id: i64, counts: &VisitCounts) -> Result<(), StoreError> {
         for h in &counts.hours {
             self.hourly.execute((
                 id,
@@ -558,7 +571,7 @@ impl<'c> VisitStatements<'c> {
             let value: &str = if full { OTHER_HOST } else { &value };
             self.new_value.execute((id, day, name, value, n))?;
         }
-        Ok(Some((id, total)))
+        Ok(())
     }
 
     /// The id of `code`'s live row, found as [`find::id`] finds it (by the

@@ -390,50 +390,7 @@ impl Readers {
             let Some(id) = find::id(conn, &self.book, key, Rows::Live)? else {
                 return Ok(None);
             };
-            let count = |r: &rusqlite::Row<'_>, i| r.get::<_, i64>(i).map(|n| n.max(0) as u64);
-            let hours = conn
-                .prepare_cached(
-                    "SELECT hour, humans, bots, browsers FROM visits_hourly WHERE link = ?1 \
-                     ORDER BY hour",
-                )?
-                .query_map([id], |r| {
-                    Ok(HourCount {
-                        hour: r.get(0)?,
-                        humans: count(r, 1)?,
-                        bots: count(r, 2)?,
-                        browsers: count(r, 3)?,
-                    })
-                })?
-                .collect::<rusqlite::Result<_>>()?;
-            let referrers = conn
-                .prepare_cached("SELECT day, host, count FROM visits_referrers WHERE link = ?1")?
-                .query_map([id], |r| {
-                    Ok((r.get(0)?, r.get::<_, String>(1)?.into(), count(r, 2)?))
-                })?
-                .collect::<rusqlite::Result<_>>()?;
-            let dims = conn
-                .prepare_cached("SELECT day, dim, value, count FROM visits_facets WHERE link = ?1")?
-                .query_map([id], |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                        count(r, 3)?,
-                    ))
-                })?
-                .filter_map(|row| match row {
-                    // A dimension this build does not know (written by a
-                    // later one) is left out of its reports.
-                    Ok((day, dim, value, n)) => dim.parse().ok().map(|d| Ok((day, d, value, n))),
-                    Err(e) => Some(Err(e)),
-                })
-                .collect::<rusqlite::Result<_>>()?;
-            Ok(Some(VisitCounts {
-                hours,
-                referrers,
-                dims,
-                ..VisitCounts::default()
-            }))
+            counts_of(conn, id).map(Some)
         })
     }
 
@@ -445,7 +402,7 @@ impl Readers {
         self.with_connection(|conn| {
             let mut stmt = conn.prepare(
                 "SELECT l.code, l.target, l.created_at, l.expires_at, k.name, l.deleted_at, \
-                 l.max_visits, l.visits, d.host FROM links l LEFT JOIN keys k ON k.id = l.owner \
+                 l.max_visits, l.visits, d.host, l.id FROM links l LEFT JOIN keys k ON k.id = l.owner \
                  JOIN domains d ON d.id = l.domain ORDER BY l.id",
             )?;
             let mut rows = stmt.query([])?;
@@ -467,6 +424,12 @@ impl Readers {
                     deleted_at: stamp(deleted_at),
                     max_visits: r.get::<_, Option<i64>>(6)?.map(|n| n.max(0) as u64),
                     visits: Some(r.get::<_, i64>(7)?.max(0) as u64),
+                    // Only a counted link has any: one lookup a link that has.
+                    history: if r.get::<_, i64>(7)? > 0 {
+                        crate::transfer::history_of(&counts_of(conn, r.get(9)?)?)
+                    } else {
+                        None
+                    },
                 };
                 if let Err(e) = each(record) {
                     return Ok(Err(e));
@@ -581,4 +544,51 @@ impl Readers {
     pub(super) fn close(&self) {
         self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
+}
+
+/// The stored visit counts of the row `id`.
+fn counts_of(conn: &Connection, id: i64) -> rusqlite::Result<VisitCounts> {
+    let count = |r: &rusqlite::Row<'_>, i| r.get::<_, i64>(i).map(|n| n.max(0) as u64);
+    let hours = conn
+        .prepare_cached(
+            "SELECT hour, humans, bots, browsers FROM visits_hourly WHERE link = ?1 ORDER BY hour",
+        )?
+        .query_map([id], |r| {
+            Ok(HourCount {
+                hour: r.get(0)?,
+                humans: count(r, 1)?,
+                bots: count(r, 2)?,
+                browsers: count(r, 3)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let referrers = conn
+        .prepare_cached("SELECT day, host, count FROM visits_referrers WHERE link = ?1")?
+        .query_map([id], |r| {
+            Ok((r.get(0)?, r.get::<_, String>(1)?.into(), count(r, 2)?))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let dims = conn
+        .prepare_cached("SELECT day, dim, value, count FROM visits_facets WHERE link = ?1")?
+        .query_map([id], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                count(r, 3)?,
+            ))
+        })?
+        .filter_map(|row| match row {
+            // A dimension this build does not know (written by a later
+            // one) is left out.
+            Ok((day, dim, value, n)) => dim.parse().ok().map(|d| Ok((day, d, value, n))),
+            Err(e) => Some(Err(e)),
+        })
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(VisitCounts {
+        hours,
+        referrers,
+        dims,
+        ..VisitCounts::default()
+    })
 }
