@@ -42,7 +42,10 @@ let browser;
 
 function startLitelink(db) {
   return new Promise((resolve, reject) => {
-    const proc = spawn(BIN, ["serve", "--listen", "127.0.0.1:0", "--db", db], {
+    // Loopback is the trusted proxy, so that visits can come "from" the
+    // addresses the charts test forwards.
+    const args = ["serve", "--listen", "127.0.0.1:0", "--db", db, "--trust-proxy", "127.0.0.1"];
+    const proc = spawn(BIN, args, {
       env: { ...process.env, RUST_LOG: "warn" },
       stdio: ["ignore", "pipe", "inherit"],
     });
@@ -295,6 +298,55 @@ test("at 375 px wide nothing overflows", async () => {
   await first.getByRole("button", { name: "Visits" }).click();
   await first.locator(".visits").waitFor();
   assert.ok(await noHorizontalOverflow(page), "the manage page overflows");
+  await page.context().close();
+});
+
+test("the manage view charts countries, devices, systems, browsers and referrers", async () => {
+  const page = await newPage({ viewport: { width: 1000, height: 900 } });
+  const short = await shorten(page, `${targetBase}/charted`);
+  const iphone = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_4 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.4 Mobile/15E148 Safari/604.1";
+  const windows = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36";
+  const mac = "Mozilla/5.0 (Macintosh; Intel Mac OS X 14.4; rv:125.0) Gecko/20100101 Firefox/125.0";
+  // Google's resolver is in the US, Deutsche Telekom's in Germany.
+  const visits = [
+    [iphone, "8.8.8.8", "https://t.co/a", 3],
+    [windows, "194.25.0.60", "https://news.example.com/", 5],
+    [mac, "194.25.0.60", "", 2],
+  ];
+  for (const [ua, from, referer, n] of visits) {
+    for (let i = 0; i < n; i++) {
+      const headers = { "user-agent": ua, "x-forwarded-for": from };
+      if (referer) headers.referer = referer;
+      const r = await fetch(short, { headers, redirect: "manual" });
+      assert.equal(r.status, 302);
+    }
+  }
+  await page.goto(`${base}/manage`);
+  await page.getByLabel("API key").fill(key);
+  await page.keyboard.press("Enter");
+  await page.getByLabel("Search URLs and codes").fill("charted");
+  await page.keyboard.press("Enter");
+  const item = page.locator(`li[data-code="${codeOf(short)}"]`);
+  await item.getByRole("button", { name: "Visits" }).click();
+  const drawn = async (dimension) => {
+    const rows = item.locator(`figure[data-dimension="${dimension}"] g.bar-row`);
+    await rows.first().waitFor();
+    return rows.evaluateAll((gs) =>
+      Object.fromEntries(gs.map((g) => [g.dataset.value, Number(g.dataset.count)])),
+    );
+  };
+  assert.deepEqual(await drawn("countries"), { DE: 7, US: 3 });
+  assert.deepEqual(await drawn("devices"), { desktop: 7, mobile: 3 });
+  assert.deepEqual(await drawn("systems"), { Windows: 5, iOS: 3, macOS: 2 });
+  assert.deepEqual(await drawn("browsers"), { Chrome: 5, Safari: 3, Firefox: 2 });
+  assert.deepEqual(await drawn("referrers"), { "news.example.com": 5, "t.co": 3, "(direct)": 2 });
+  // The largest value's bar is the longest.
+  const widths = await item
+    .locator('figure[data-dimension="countries"] rect.fill')
+    .evaluateAll((rs) => rs.map((r) => Number(r.getAttribute("width"))));
+  assert.ok(widths[0] > widths[1], `${widths}`);
+  assert.ok(await noHorizontalOverflow(page), "the charts overflow");
+  if (SHOTS) await item.locator(".visits").screenshot({ path: path.join(SHOTS, "web-charts.png") });
   await page.context().close();
 });
 

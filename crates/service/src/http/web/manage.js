@@ -191,12 +191,18 @@ function visitsView(report) {
   box.append(el("div", { class: "legend" },
     el("span", {}, el("span", { class: "swatch human" }), "people"),
     el("span", {}, el("span", { class: "swatch bot" }), "bots")));
-  if (report.referrers.length) {
-    box.append(el("h3", { text: "Top referrers" }));
-    const ol = el("ol", { class: "referrers" });
-    for (const r of report.referrers) ol.append(el("li", { text: `${r.host}: ${r.count}` }));
-    box.append(ol);
+  const tops = [
+    ["Countries", report.countries, (c) => c.country],
+    ["Devices", report.devices, (d) => d.name],
+    ["Systems", report.os, (o) => o.name],
+    ["Browsers", report.browsers, (b) => b.name],
+    ["Referrers", report.referrers, (r) => r.host],
+  ];
+  const grid = el("div", { class: "tops" });
+  for (const [title, items, name] of tops) {
+    if (items && items.length) grid.append(bars(title, items.map((i) => [name(i), i.count])));
   }
+  if (grid.children.length) box.append(grid);
   if (report.agents.length) {
     box.append(el("p", {
       class: "meta",
@@ -204,6 +210,50 @@ function visitsView(report) {
     }));
   }
   return box;
+}
+
+// The largest values of one dimension as horizontal bars, scaled to the
+// largest; at most TOP of them, as the report orders them.
+const TOP = 10;
+
+function bars(title, items) {
+  const shown = items.slice(0, TOP);
+  const row = 26;
+  const width = 300;
+  const labelWidth = 110;
+  const countWidth = 44;
+  const height = shown.length * row + 4;
+  const max = Math.max(1, ...shown.map(([, n]) => n));
+  const figure = el("figure", { class: "dim-chart", "data-dimension": title.toLowerCase() });
+  figure.append(el("figcaption", { text: title }));
+  const s = svg("svg", {
+    class: "bars",
+    viewBox: `0 0 ${width} ${height}`,
+    role: "img",
+    "aria-label": `${title}: ` + shown.map(([v, n]) => `${v} ${n}`).join(", "),
+  });
+  shown.forEach(([value, count], i) => {
+    const y = i * row + 2;
+    const g = svg("g", { class: "bar-row", "data-value": value, "data-count": count });
+    const label = svg("text", { x: 0, y: y + row * 0.65 });
+    label.textContent = value.length > 14 ? `${value.slice(0, 13)}…` : value;
+    const span = width - labelWidth - countWidth;
+    const fill = svg("rect", {
+      class: "fill",
+      x: labelWidth,
+      y: y + 4,
+      width: Math.max(1, (count / max) * span),
+      height: row - 8,
+    });
+    const title = svg("title");
+    title.textContent = `${value}: ${count}`;
+    const n = svg("text", { class: "count", x: width - 2, y: y + row * 0.65, "text-anchor": "end" });
+    n.textContent = String(count);
+    g.append(title, label, fill, n);
+    s.append(g);
+  });
+  figure.append(s);
+  return figure;
 }
 
 // Bars per day, people below and bots above, scaled to the busiest day.
