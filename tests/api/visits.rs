@@ -862,3 +862,38 @@ crate::on_both_stores! {
     assert!(text.contains("\ndevice,mobile,,,,4\n"), "{text}");
     }
 }
+
+/// A link keeps at most 50 values a day in each dimension; the rest count
+/// as `(other)`, so that made-up values cannot grow the database.
+#[tokio::test]
+async fn each_dimension_keeps_fifty_values_a_day() {
+    let app = spawn_app(&["--trust-proxy", "127.0.0.1", "--country-header", "CF-IPCountry"]).await;
+    let admin = app.new_key("admin", true).await;
+    let code = create(&app, &admin, json!({ "url": "https://example.com/many" })).await;
+    let codes: Vec<String> = (0..60u8)
+        .map(|i| format!("{}{}", char::from(b'A' + i / 26), char::from(b'A' + i % 26)))
+        .collect();
+    for country in &codes {
+        visit_from(&app, &code, CHROME, "8.8.8.8", Some(country)).await;
+    }
+    flushed(&app, 60).await;
+    let conn = rusqlite::Connection::open(&app.db).expect("open");
+    let stored: Vec<(String, i64)> = conn
+        .prepare("SELECT value, count FROM visits_facets WHERE dim = 'country' ORDER BY value")
+        .expect("prepare")
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert_eq!(stored.len(), 51, "{stored:?}");
+    assert!(stored.contains(&("(other)".into(), 10)), "{stored:?}");
+    let r = report(&app, &admin, &code, "").await;
+    let countries = r["countries"].as_array().expect("countries");
+    assert_eq!(countries.len(), 51, "{r}");
+    assert_eq!(countries[50], json!({"country": "(other)", "count": 10}), "{r}");
+    assert_eq!(count_sum(countries), 60);
+}
+
+fn count_sum(list: &[Value]) -> u64 {
+    list.iter().map(|v| v["count"].as_u64().expect("count")).sum()
+}

@@ -122,7 +122,10 @@ impl Geo {
         let Some(ip) = client.map(unmapped) else {
             return Place::UNKNOWN;
         };
-        if let Some(db) = self.db.load().as_deref()
+        // Without a file, not even the swap's load (a thread-local's
+        // lookup on every visit).
+        if self.path.is_some()
+            && let Some(db) = self.db.load().as_deref()
             && let Some(place) = from_db(&db.reader, ip)
         {
             return place;

@@ -15,6 +15,7 @@
 //! request to the same handler with the same code. A unit test checks
 //! that against the router's matcher.
 
+use std::net::SocketAddr;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -34,7 +35,7 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::{request_host, unknown_host};
 use super::finish::finish;
-use super::handlers::{link_answer, peer_of, redirect_answer, redirect_use, target_of};
+use super::handlers::{link_answer, redirect_answer, redirect_use, target_of};
 use super::request_id;
 use crate::domain::{DomainId, LinkKey, ShortCode, TargetUrl};
 use crate::links::{Later, Resolution, Use};
@@ -157,6 +158,7 @@ impl Hot {
         self: &Arc<Self>,
         route: Route,
         mut req: Request<B>,
+        peer: Option<SocketAddr>,
     ) -> Answered {
         let record = |pick: fn(&Labels) -> usize| {
             self.metrics
@@ -187,7 +189,7 @@ impl Hot {
                     Use::Look
                 } else {
                     let (client, country) = self.state.trust_proxy.visitor(
-                        peer_of(&req),
+                        peer,
                         req.headers(),
                         self.state.country_header.as_ref(),
                     );
@@ -227,6 +229,7 @@ impl Hot {
             Err(later) => {
                 let rest = Rest {
                     recording,
+                    peer,
                     id,
                     key,
                     visit,
@@ -252,7 +255,7 @@ impl Hot {
         let this = Arc::clone(self);
         Answered::Later(Box::pin(async move {
             let how = if rest.visit {
-                redirect_use(&this.state, req.method(), req.headers(), peer_of(&req))
+                redirect_use(&this.state, req.method(), req.headers(), rest.peer)
             } else {
                 Use::Look
             };
@@ -336,6 +339,8 @@ impl<'a> Sent<'a> {
 /// What the boxed rest of an answer needs to finish it.
 struct Rest {
     recording: Option<Recording>,
+    /// The connection's peer, when the visit wants it.
+    peer: Option<SocketAddr>,
     id: HeaderValue,
     key: LinkKey,
     /// A redirect (counted as a visit when it is a GET), not a look.
@@ -378,22 +383,40 @@ pub enum Answered {
     Later(Pin<Box<dyn Future<Output = Response<Body>> + Send>>),
 }
 
-/// What the server serves: the hot path (when on) in front of the router.
+/// What the server serves: the hot path (when on) in front of the router,
+/// one per connection, knowing its peer.
 #[derive(Clone)]
 pub struct Service {
     router: Router,
     hot: Option<Arc<Hot>>,
+    peer: Option<SocketAddr>,
+    /// Whether GETs learn the peer (visits are counted): creates always do.
+    peer_on_gets: bool,
 }
 
 impl Service {
-    pub fn new(router: Router, hot: Option<Arc<Hot>>) -> Self {
-        Self { router, hot }
+    pub fn new(router: Router, hot: Option<Arc<Hot>>, peer_on_gets: bool) -> Self {
+        Self {
+            router,
+            hot,
+            peer: None,
+            peer_on_gets,
+        }
     }
 }
 
 impl From<Router> for Service {
     fn from(router: Router) -> Self {
-        Self::new(router, None)
+        Self::new(router, None, true)
+    }
+}
+
+impl super::server::Connected for Service {
+    fn connected(&self, peer: SocketAddr) -> Self {
+        Self {
+            peer: Some(peer),
+            ..self.clone()
+        }
     }
 }
 
@@ -402,12 +425,25 @@ impl hyper::service::Service<Request<Incoming>> for Service {
     type Error = Infallible;
     type Future = Answer;
 
-    fn call(&self, req: Request<Incoming>) -> Answer {
+    fn call(&self, mut req: Request<Incoming>) -> Answer {
+        let wants_peer = match *req.method() {
+            Method::POST => true,
+            Method::GET => self.peer_on_gets,
+            _ => false,
+        };
+        let peer = self.peer.filter(|_| wants_peer);
         if let Some((hot, route)) = self.hot.as_ref().and_then(|h| Some((h, h.route(&req)?))) {
-            return match hot.answer(route, req) {
+            return match hot.answer(route, req, peer) {
                 Answered::Now(answer) => Answer::Now(Some(answer)),
                 Answered::Later(answer) => Answer::Later(answer),
             };
+        }
+        // Creates read the client's address (rate limits), and redirects
+        // while visits are counted (a visitor's country); an extension
+        // costs an allocation, which the rest need not pay.
+        if let Some(peer) = peer {
+            req.extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
         }
         Answer::Routed(Box::pin(self.router.clone().call(req)))
     }

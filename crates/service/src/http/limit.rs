@@ -7,7 +7,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
 
@@ -97,22 +97,43 @@ impl TrustProxy {
         if !trusted(peer) {
             return (peer, false);
         }
-        let chain = forwarded_chain(headers);
-        if chain.is_empty() {
-            return (peer, false);
-        }
         // From the nearest hop outwards, past every trusted proxy; with
         // `on` only the peer is trusted, so the nearest address is it. An
         // address that does not parse ends the walk at the last one known.
+        // The hops are read in place, nearest first: a redirect behind a
+        // proxy walks them too (a visitor's country), so nothing is
+        // collected.
         let mut client = peer;
-        for hop in chain.iter().rev() {
-            let Some(ip) = hop else { break };
-            client = *ip;
-            if matches!(self, Self::Peer) || !trusted(client) {
-                break;
+        let mut forwarded = false;
+        let mut step = |hop: Option<IpAddr>| {
+            forwarded = true;
+            let Some(ip) = hop else { return false };
+            client = ip;
+            !matches!(self, Self::Peer) && trusted(client)
+        };
+        let xff = headers.get_all(&X_FORWARDED_FOR);
+        if xff.iter().next().is_some() {
+            'walk: for v in xff.iter().rev() {
+                for a in v.to_str().unwrap_or(",").rsplit(',') {
+                    if !step(a.trim().parse().ok()) {
+                        break 'walk;
+                    }
+                }
+            }
+        } else {
+            'walk: for v in headers.get_all(header::FORWARDED).iter().rev() {
+                let nodes = v.to_str().unwrap_or("").rsplit([',', ';']).filter_map(|pair| {
+                    let (k, v) = pair.trim().split_once('=')?;
+                    k.trim().eq_ignore_ascii_case("for").then_some(v)
+                });
+                for node in nodes {
+                    if !step(forwarded_node(node)) {
+                        break 'walk;
+                    }
+                }
             }
         }
-        (client, true)
+        (client, forwarded)
     }
 }
 
@@ -237,30 +258,9 @@ impl CreateLimiter {
     }
 }
 
-/// The addresses of `X-Forwarded-For`, else the `for=` values of
-/// `Forwarded`, in order, the nearest proxy's last; `None` where one does
-/// not parse.
-fn forwarded_chain(headers: &HeaderMap) -> Vec<Option<IpAddr>> {
-    let xff: Vec<Option<IpAddr>> = headers
-        .get_all("x-forwarded-for")
-        .iter()
-        .flat_map(|v| v.to_str().unwrap_or(",").split(','))
-        .map(|a| a.trim().parse().ok())
-        .collect();
-    if !xff.is_empty() {
-        return xff;
-    }
-    headers
-        .get_all("forwarded")
-        .iter()
-        .flat_map(|v| v.to_str().unwrap_or("").split([',', ';']))
-        .filter_map(|pair| {
-            let (k, v) = pair.trim().split_once('=')?;
-            k.trim().eq_ignore_ascii_case("for").then_some(v)
-        })
-        .map(forwarded_node)
-        .collect()
-}
+/// `X-Forwarded-For`: its addresses, the nearest proxy's last, are the
+/// hops; without it, the `for=` values of `Forwarded` are.
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// A `for=` node: an address, quoted, bracketed, with a port or not.
 fn forwarded_node(v: &str) -> Option<IpAddr> {

@@ -374,7 +374,11 @@ pub fn app(
         ))
         .layer(DefaultBodyLimit::max(settings.max_body_bytes))
         .service(router);
-    Service::new(Router::new().fallback_service(service), hot)
+    Service::new(
+        Router::new().fallback_service(service),
+        hot,
+        settings.peer_on_gets,
+    )
 }
 
 #[cfg(test)]

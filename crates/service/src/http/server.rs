@@ -35,7 +35,6 @@ use std::time::Duration;
 
 use std::convert::Infallible;
 
-use axum::extract::ConnectInfo;
 use futures_util::task::AtomicWaker;
 use hyper::body::{Body, Incoming};
 use hyper::service::Service;
@@ -109,6 +108,7 @@ pub async fn serve<S, B>(
 ) -> io::Result<()>
 where
     S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Connected
         + Clone
         + Send
         + Sync
@@ -238,7 +238,6 @@ struct ConnLimits {
     builder: hyper::server::conn::http1::Builder,
     header_timeout: Duration,
     idle_timeout: Duration,
-    peer_on_gets: bool,
 }
 
 impl ConnLimits {
@@ -263,7 +262,6 @@ impl From<&HttpSettings> for ConnLimits {
             .writev(false);
         Self {
             builder,
-            peer_on_gets: s.peer_on_gets,
             header_timeout: s.header_read_timeout,
             idle_timeout: s.idle_timeout,
         }
@@ -421,8 +419,13 @@ impl Drop for Busy {
 struct Tracked<S> {
     inner: S,
     activity: Arc<Activity>,
-    peer: SocketAddr,
-    peer_on_gets: bool,
+}
+
+/// A service as one connection gets it, told the connection's peer (the
+/// hot path reads a visitor's address from it; the router gets it as
+/// axum's `ConnectInfo`).
+pub trait Connected {
+    fn connected(&self, peer: SocketAddr) -> Self;
 }
 
 impl<S> Service<Request<Incoming>> for Tracked<S>
@@ -433,14 +436,7 @@ where
     type Error = S::Error;
     type Future = Answer<S::Future>;
 
-    fn call(&self, mut req: Request<Incoming>) -> Self::Future {
-        // Creates read the client's address (rate limits), and redirects
-        // while visits are counted (a visitor's country); an extension
-        // costs an allocation, which the rest need not pay.
-        let method = req.method();
-        if *method == hyper::Method::POST || (self.peer_on_gets && *method == hyper::Method::GET) {
-            req.extensions_mut().insert(ConnectInfo(self.peer));
-        }
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
         Answer {
             inner: self.inner.call(req),
             _busy: Busy::new(&self.activity),
@@ -475,17 +471,18 @@ fn connection<S, B>(
     activity: Arc<Activity>,
 ) -> impl Future<Output = ()> + Send + use<S, B>
 where
-    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible> + Send + 'static,
+    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Connected
+        + Send
+        + 'static,
     S::Future: Send + 'static,
     B: Body + Send + 'static,
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let service = Tracked {
-        inner: service,
+        inner: service.connected(peer),
         activity: Arc::clone(&activity),
-        peer,
-        peer_on_gets: limits.peer_on_gets,
     };
     let io = TokioIo::new(Guarded::new(tcp, Arc::clone(&activity)));
     let mut conn = Box::pin(limits.builder.serve_connection(io, service));
