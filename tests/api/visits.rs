@@ -867,7 +867,13 @@ crate::on_both_stores! {
 /// as `(other)`, so that made-up values cannot grow the database.
 #[tokio::test]
 async fn each_dimension_keeps_fifty_values_a_day() {
-    let app = spawn_app(&["--trust-proxy", "127.0.0.1", "--country-header", "CF-IPCountry"]).await;
+    let app = spawn_app(&[
+        "--trust-proxy",
+        "127.0.0.1",
+        "--country-header",
+        "CF-IPCountry",
+    ])
+    .await;
     let admin = app.new_key("admin", true).await;
     let code = create(&app, &admin, json!({ "url": "https://example.com/many" })).await;
     let codes: Vec<String> = (0..60u8)
@@ -890,10 +896,16 @@ async fn each_dimension_keeps_fifty_values_a_day() {
     let r = report(&app, &admin, &code, "").await;
     let countries = r["countries"].as_array().expect("countries");
     assert_eq!(countries.len(), 51, "{r}");
-    assert_eq!(countries[50], json!({"country": "(other)", "count": 10}), "{r}");
+    assert_eq!(
+        countries[50],
+        json!({"country": "(other)", "count": 10}),
+        "{r}"
+    );
     assert_eq!(count_sum(countries), 60);
 }
 
 fn count_sum(list: &[Value]) -> u64 {
-    list.iter().map(|v| v["count"].as_u64().expect("count")).sum()
+    list.iter()
+        .map(|v| v["count"].as_u64().expect("count"))
+        .sum()
 }

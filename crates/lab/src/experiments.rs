@@ -475,7 +475,10 @@ pub fn all(quick: bool) -> Vec<Experiment> {
                     config("visits on", &["--visits", "on"], Some("visits off")),
                     &counted_redirect.name,
                 ),
-                only(config("visits off", &["--visits", "off"], None), &counted_redirect.name),
+                only(
+                    config("visits off", &["--visits", "off"], None),
+                    &counted_redirect.name,
+                ),
                 only(
                     config(
                         "proxied, visits on",

@@ -15,9 +15,9 @@
 //! request to the same handler with the same code. A unit test checks
 //! that against the router's matcher.
 
-use std::net::SocketAddr;
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};

@@ -122,10 +122,14 @@ impl TrustProxy {
             }
         } else {
             'walk: for v in headers.get_all(header::FORWARDED).iter().rev() {
-                let nodes = v.to_str().unwrap_or("").rsplit([',', ';']).filter_map(|pair| {
-                    let (k, v) = pair.trim().split_once('=')?;
-                    k.trim().eq_ignore_ascii_case("for").then_some(v)
-                });
+                let nodes = v
+                    .to_str()
+                    .unwrap_or("")
+                    .rsplit([',', ';'])
+                    .filter_map(|pair| {
+                        let (k, v) = pair.trim().split_once('=')?;
+                        k.trim().eq_ignore_ascii_case("for").then_some(v)
+                    });
                 for node in nodes {
                     if !step(forwarded_node(node)) {
                         break 'walk;
