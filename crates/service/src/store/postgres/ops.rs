@@ -377,20 +377,42 @@ pub(super) async fn visit_totals(
     let owner = scope.owner.map(|o| o.0);
     let domain = scope.domain.map(|d| d.0);
     let c = snapshot(c).await?;
-    let result = async {
-        let rows = |sql: String| {
-            let c = &c;
-            async move {
-                let stmt = c.prepare_cached(&sql).await.map_err(store_error)?;
-                c.query(&stmt, &[&owner, &domain])
-                    .await
-                    .map_err(store_error)
-            }
-        };
-        let hours = rows(format!(
-            "SELECT t.hour, sum(t.humans)::int8, sum(t.bots)::int8, sum(t.browsers)::int8 \
-             FROM visits_hourly t {LINKS} GROUP BY t.hour ORDER BY t.hour"
-        ))
+    let result = read_counts(
+        &c,
+        [
+            &format!(
+                "SELECT t.hour, sum(t.humans)::int8, sum(t.bots)::int8, sum(t.browsers)::int8 \
+                 FROM visits_hourly t {LINKS} GROUP BY t.hour ORDER BY t.hour"
+            ),
+            &format!(
+                "SELECT t.day, t.host, sum(t.count)::int8 FROM visits_referrers t {LINKS} \
+                 GROUP BY t.day, t.host"
+            ),
+            &format!(
+                "SELECT t.day, t.dim, t.value, sum(t.count)::int8 FROM visits_facets t {LINKS} \
+                 GROUP BY t.day, t.dim, t.value"
+            ),
+        ],
+        &[&owner, &domain],
+    )
+    .await;
+    c.commit().await.map_err(store_error)?;
+    result
+}
+
+/// Visit counts from three queries with the same parameters: hours
+/// (`hour, humans, bots, browsers`), referrers (`day, host, count`) and
+/// facets (`day, dim, value, count`).
+async fn read_counts(
+    c: &impl GenericClient,
+    [hours, referrers, facets]: [&str; 3],
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<VisitCounts, StoreError> {
+    let rows = async |sql: &str| {
+        let stmt = c.prepare_cached(sql).await.map_err(store_error)?;
+        c.query(&stmt, params).await.map_err(store_error)
+    };
+    let hours = rows(hours)
         .await?
         .iter()
         .map(|r| HourCount {
@@ -400,35 +422,26 @@ pub(super) async fn visit_totals(
             browsers: count(r, 3),
         })
         .collect();
-        let referrers = rows(format!(
-            "SELECT t.day, t.host, sum(t.count)::int8 FROM visits_referrers t {LINKS} \
-             GROUP BY t.day, t.host"
-        ))
+    let referrers = rows(referrers)
         .await?
         .iter()
         .map(|r| (r.get(0), r.get::<_, String>(1).into(), count(r, 2)))
         .collect();
-        let dims = rows(format!(
-            "SELECT t.day, t.dim, t.value, sum(t.count)::int8 FROM visits_facets t {LINKS} \
-             GROUP BY t.day, t.dim, t.value"
-        ))
+    let dims = rows(facets)
         .await?
         .iter()
         .filter_map(|r| {
+            // A dimension this build does not know is left out.
             let dim = r.get::<_, String>(1).parse().ok()?;
             Some((r.get(0), dim, r.get::<_, String>(2), count(r, 3)))
         })
         .collect();
-        Ok(VisitCounts {
-            hours,
-            referrers,
-            dims,
-            ..VisitCounts::default()
-        })
-    }
-    .await;
-    c.commit().await.map_err(store_error)?;
-    result
+    Ok(VisitCounts {
+        hours,
+        referrers,
+        dims,
+        ..VisitCounts::default()
+    })
 }
 
 pub(super) async fn visit_counts(
@@ -448,56 +461,17 @@ pub(super) async fn visit_counts(
             return Ok(None);
         };
         let id: i64 = row.get(0);
-        let hours_stmt = c
-            .prepare_cached(
+        read_counts(
+            &c,
+            [
                 "SELECT hour, humans, bots, browsers FROM visits_hourly WHERE link = $1 ORDER BY hour",
-            )
-            .await
-            .map_err(store_error)?;
-        let hours = c
-            .query(&hours_stmt, &[&id])
-            .await
-            .map_err(store_error)?
-            .iter()
-            .map(|r| HourCount {
-                hour: r.get(0),
-                humans: count(r, 1),
-                bots: count(r, 2),
-                browsers: count(r, 3),
-            })
-            .collect();
-        let refs_stmt = c
-            .prepare_cached("SELECT day, host, count FROM visits_referrers WHERE link = $1")
-            .await
-            .map_err(store_error)?;
-        let referrers = c
-            .query(&refs_stmt, &[&id])
-            .await
-            .map_err(store_error)?
-            .iter()
-            .map(|r| (r.get(0), r.get::<_, String>(1).into(), count(r, 2)))
-            .collect();
-        let dims_stmt = c
-            .prepare_cached("SELECT day, dim, value, count FROM visits_facets WHERE link = $1")
-            .await
-            .map_err(store_error)?;
-        let dims = c
-            .query(&dims_stmt, &[&id])
-            .await
-            .map_err(store_error)?
-            .iter()
-            .filter_map(|r| {
-                // A dimension this build does not know is left out.
-                let dim = r.get::<_, String>(1).parse().ok()?;
-                Some((r.get(0), dim, r.get::<_, String>(2), count(r, 3)))
-            })
-            .collect();
-        Ok(Some(VisitCounts {
-            hours,
-            referrers,
-            dims,
-            ..VisitCounts::default()
-        }))
+                "SELECT day, host, count FROM visits_referrers WHERE link = $1",
+                "SELECT day, dim, value, count FROM visits_facets WHERE link = $1",
+            ],
+            &[&id],
+        )
+        .await
+        .map(Some)
     }
     .await;
     c.commit().await.map_err(store_error)?;

@@ -331,56 +331,27 @@ impl Readers {
     pub(super) fn visit_totals(&self, scope: VisitScope) -> rusqlite::Result<VisitCounts> {
         const LINKS: &str = "JOIN links l ON l.id = t.link WHERE l.deleted_at IS NULL \
                              AND (?1 IS NULL OR l.owner = ?1) AND (?2 IS NULL OR l.domain = ?2)";
-        let params = rusqlite::params![scope.owner.map(|o| o.0), scope.domain.map(|d| d.0)];
+        let owner = scope.owner.map(|o| o.0);
+        let domain = scope.domain.map(|d| d.0);
         self.with_connection(|conn| {
-            let count = |r: &rusqlite::Row<'_>, i| r.get::<_, i64>(i).map(|n| n.max(0) as u64);
-            let hours = conn
-                .prepare_cached(&format!(
-                    "SELECT t.hour, sum(t.humans), sum(t.bots), sum(t.browsers) \
-                     FROM visits_hourly t {LINKS} GROUP BY t.hour ORDER BY t.hour"
-                ))?
-                .query_map(params, |r| {
-                    Ok(HourCount {
-                        hour: r.get(0)?,
-                        humans: count(r, 1)?,
-                        bots: count(r, 2)?,
-                        browsers: count(r, 3)?,
-                    })
-                })?
-                .collect::<rusqlite::Result<_>>()?;
-            let referrers = conn
-                .prepare_cached(&format!(
-                    "SELECT t.day, t.host, sum(t.count) FROM visits_referrers t {LINKS} \
-                     GROUP BY t.day, t.host"
-                ))?
-                .query_map(params, |r| {
-                    Ok((r.get(0)?, r.get::<_, String>(1)?.into(), count(r, 2)?))
-                })?
-                .collect::<rusqlite::Result<_>>()?;
-            let dims = conn
-                .prepare_cached(&format!(
-                    "SELECT t.day, t.dim, t.value, sum(t.count) FROM visits_facets t {LINKS} \
-                     GROUP BY t.day, t.dim, t.value"
-                ))?
-                .query_map(params, |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                        count(r, 3)?,
-                    ))
-                })?
-                .filter_map(|row| match row {
-                    Ok((day, dim, value, n)) => dim.parse().ok().map(|d| Ok((day, d, value, n))),
-                    Err(e) => Some(Err(e)),
-                })
-                .collect::<rusqlite::Result<_>>()?;
-            Ok(VisitCounts {
-                hours,
-                referrers,
-                dims,
-                ..VisitCounts::default()
-            })
+            read_counts(
+                conn,
+                [
+                    &format!(
+                        "SELECT t.hour, sum(t.humans), sum(t.bots), sum(t.browsers) \
+                         FROM visits_hourly t {LINKS} GROUP BY t.hour ORDER BY t.hour"
+                    ),
+                    &format!(
+                        "SELECT t.day, t.host, sum(t.count) FROM visits_referrers t {LINKS} \
+                         GROUP BY t.day, t.host"
+                    ),
+                    &format!(
+                        "SELECT t.day, t.dim, t.value, sum(t.count) FROM visits_facets t {LINKS} \
+                         GROUP BY t.day, t.dim, t.value"
+                    ),
+                ],
+                rusqlite::params![owner, domain],
+            )
         })
     }
 
@@ -548,12 +519,29 @@ impl Readers {
 
 /// The stored visit counts of the row `id`.
 fn counts_of(conn: &Connection, id: i64) -> rusqlite::Result<VisitCounts> {
+    read_counts(
+        conn,
+        [
+            "SELECT hour, humans, bots, browsers FROM visits_hourly WHERE link = ?1 ORDER BY hour",
+            "SELECT day, host, count FROM visits_referrers WHERE link = ?1",
+            "SELECT day, dim, value, count FROM visits_facets WHERE link = ?1",
+        ],
+        [id],
+    )
+}
+
+/// Visit counts from three queries with the same parameters: hours
+/// (`hour, humans, bots, browsers`), referrers (`day, host, count`) and
+/// facets (`day, dim, value, count`).
+fn read_counts<P: rusqlite::Params + Copy>(
+    conn: &Connection,
+    [hours, referrers, facets]: [&str; 3],
+    params: P,
+) -> rusqlite::Result<VisitCounts> {
     let count = |r: &rusqlite::Row<'_>, i| r.get::<_, i64>(i).map(|n| n.max(0) as u64);
     let hours = conn
-        .prepare_cached(
-            "SELECT hour, humans, bots, browsers FROM visits_hourly WHERE link = ?1 ORDER BY hour",
-        )?
-        .query_map([id], |r| {
+        .prepare_cached(hours)?
+        .query_map(params, |r| {
             Ok(HourCount {
                 hour: r.get(0)?,
                 humans: count(r, 1)?,
@@ -563,14 +551,14 @@ fn counts_of(conn: &Connection, id: i64) -> rusqlite::Result<VisitCounts> {
         })?
         .collect::<rusqlite::Result<_>>()?;
     let referrers = conn
-        .prepare_cached("SELECT day, host, count FROM visits_referrers WHERE link = ?1")?
-        .query_map([id], |r| {
+        .prepare_cached(referrers)?
+        .query_map(params, |r| {
             Ok((r.get(0)?, r.get::<_, String>(1)?.into(), count(r, 2)?))
         })?
         .collect::<rusqlite::Result<_>>()?;
     let dims = conn
-        .prepare_cached("SELECT day, dim, value, count FROM visits_facets WHERE link = ?1")?
-        .query_map([id], |r| {
+        .prepare_cached(facets)?
+        .query_map(params, |r| {
             Ok((
                 r.get::<_, i64>(0)?,
                 r.get::<_, String>(1)?,
