@@ -65,6 +65,16 @@ async fn visit_from(app: &TestApp, code: &str, address: &str) -> u16 {
         .as_u16()
 }
 
+/// Creates a link with an admin key; returns its code.
+async fn create(app: &TestApp, key: &str, body: Value) -> String {
+    let r = app
+        .api(Method::POST, "/api/v1/links", Some(key), Some(body))
+        .await;
+    assert_eq!(r.status(), 201);
+    let link: Value = r.json().await.expect("link");
+    link["code"].as_str().expect("code").to_owned()
+}
+
 async fn report(app: &TestApp, key: &str, code: &str) -> Value {
     let path = format!("/api/v1/links/{code}/visits");
     let r = app.api(Method::GET, &path, Some(key), None).await;
@@ -98,19 +108,7 @@ async fn countries_and_cities_come_from_the_geoip_database_and_follow_its_file()
     let path = mmdb.display().to_string();
     let app = spawn_app(&["--trust-proxy", "127.0.0.1", "--geoip-db", &path]).await;
     let admin = app.new_key("admin", true).await;
-    let r = app
-        .api(
-            Method::POST,
-            "/api/v1/links",
-            Some(&admin),
-            Some(json!({"url": "https://example.com/geo"})),
-        )
-        .await;
-    assert_eq!(r.status(), 201);
-    let code = r.json::<Value>().await.expect("link")["code"]
-        .as_str()
-        .expect("code")
-        .to_owned();
+    let code = create(&app, &admin, json!({"url": "https://example.com/geo"})).await;
     for address in [
         "203.0.113.9",
         "203.0.113.200",
@@ -209,15 +207,12 @@ async fn export_and_import_carry_the_visit_history_between_stores() {
     const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:125.0) Gecko/20100101 Firefox/125.0";
     let app = spawn_app(&["--trust-proxy", "127.0.0.1"]).await;
     let admin = app.new_key("admin", true).await;
-    let r = app
-        .api(
-            Method::POST,
-            "/api/v1/links",
-            Some(&admin),
-            Some(json!({"url": "https://example.com/moving", "code": "moving"})),
-        )
-        .await;
-    assert_eq!(r.status(), 201);
+    create(
+        &app,
+        &admin,
+        json!({"url": "https://example.com/moving", "code": "moving"}),
+    )
+    .await;
     for (ua, address, referer) in [
         (IPAD, "194.25.0.60", "https://news.example/a"),
         (IPAD, "8.8.8.8", "https://news.example/b"),
