@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, missing, spawn_app};
+use crate::helpers::{TestApp, missing, run_on, spawn_app};
 
 /// Builds a GeoLite2-City-shaped database at `out`: each range with its
 /// country and, where given, its city. Written beside it and renamed over
@@ -181,22 +181,6 @@ async fn countries_and_cities_come_from_the_geoip_database_and_follow_its_file()
     assert_eq!(after, before + 1);
 }
 
-/// Runs `litelink ARGS` on a SQLite file or, with `store`, on PostgreSQL.
-fn litelink(store: Option<&str>, db: &Path, args: &[&str]) {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_litelink"));
-    cmd.args(args);
-    match store {
-        Some(url) => cmd.args(["--store", url]),
-        None => cmd.arg("--db").arg(db),
-    };
-    let out = cmd.output().expect("litelink");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// The whole visit history of a link (hours, referrers, countries,
 /// devices, systems, browsers) moves with `export` and `import`: from
 /// SQLite to PostgreSQL, and back.
@@ -241,7 +225,7 @@ async fn export_and_import_carry_the_visit_history_between_stores() {
 
     let file = dir.path().join("links.jsonl");
     let path = file.to_str().expect("path");
-    litelink(None, &db, &["export", "--out", path]);
+    run_on(&None, &db, &["export", "--out", path], true);
     let text = std::fs::read_to_string(&file).expect("export");
     assert!(
         text.contains("\"history\"") && text.contains("\"tablet\""),
@@ -250,7 +234,7 @@ async fn export_and_import_carry_the_visit_history_between_stores() {
 
     // Into PostgreSQL: the same report.
     let pg = crate::helpers::fresh_postgres_db().await;
-    litelink(Some(&pg), &db, &["import", path]);
+    run_on(&Some(pg.clone()), &db, &["import", path], true);
     let moved = crate::helpers::spawn_app_on(&db, &["--store", &pg]).await;
     let admin2 = moved.new_key("admin2", true).await;
     assert_eq!(report(&moved, &admin2, "moving").await, before);
@@ -258,10 +242,15 @@ async fn export_and_import_carry_the_visit_history_between_stores() {
     // And back into a new SQLite file, through PostgreSQL's export.
     let again = dir.path().join("again.jsonl");
     let again_path = again.to_str().expect("path");
-    litelink(Some(&pg), &db, &["export", "--out", again_path]);
+    run_on(
+        &Some(pg.clone()),
+        &db,
+        &["export", "--out", again_path],
+        true,
+    );
     moved.stop().await;
     let db2 = dir.path().join("back.db");
-    litelink(None, &db2, &["import", again_path]);
+    run_on(&None, &db2, &["import", again_path], true);
     let back = crate::helpers::spawn_app_on(&db2, &[]).await;
     let admin3 = back.new_key("admin3", true).await;
     assert_eq!(report(&back, &admin3, "moving").await, before);

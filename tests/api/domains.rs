@@ -9,8 +9,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    Store, TestApp, assert_error, fresh_postgres_db, spawn_app, spawn_app_in, spawn_app_like,
-    spawn_app_on,
+    Store, TestApp, assert_error, fresh_postgres_db, run_on, spawn_app, spawn_app_in,
+    spawn_app_like, spawn_app_on,
 };
 use crate::valkey_server::ValkeyServer;
 
@@ -651,27 +651,6 @@ async fn fresh(store: &Store) -> Option<String> {
         Store::Sqlite => None,
         Store::Postgres => Some(fresh_postgres_db().await),
     }
-}
-
-/// Runs `litelink ARGS` on a store; `expect_ok` asserts success.
-fn run_on(
-    store: &Option<String>,
-    db: &std::path::Path,
-    args: &[&str],
-    expect_ok: bool,
-) -> (bool, String) {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_litelink"));
-    cmd.args(args);
-    match store {
-        Some(url) => cmd.args(["--store", url]),
-        None => cmd.arg("--db").arg(db),
-    };
-    let out = cmd.output().expect("litelink");
-    let said = String::from_utf8_lossy(&out.stderr).into_owned();
-    if expect_ok {
-        assert!(out.status.success(), "{args:?}: {said}");
-    }
-    (out.status.success(), said)
 }
 
 /// A SQLite database from before domains: after the upgrade every link is

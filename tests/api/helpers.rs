@@ -647,3 +647,24 @@ impl Drop for Relay {
         self.cut();
     }
 }
+
+/// Runs `litelink ARGS` on a store; `expect_ok` asserts success.
+pub fn run_on(
+    store: &Option<String>,
+    db: &std::path::Path,
+    args: &[&str],
+    expect_ok: bool,
+) -> (bool, String) {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_litelink"));
+    cmd.args(args);
+    match store {
+        Some(url) => cmd.args(["--store", url]),
+        None => cmd.arg("--db").arg(db),
+    };
+    let out = cmd.output().expect("litelink");
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    if expect_ok {
+        assert!(out.status.success(), "{args:?}: {said}");
+    }
+    (out.status.success(), said)
+}
