@@ -63,6 +63,7 @@ pub mod http;
 pub mod keys;
 pub mod links;
 pub mod observability;
+pub mod passwords;
 pub mod settings;
 pub mod startup;
 pub mod store;

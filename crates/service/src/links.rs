@@ -8,9 +8,12 @@ use serde::Serialize;
 
 use crate::cache::invalidations::{InvalidationStats, Invalidations};
 use crate::cache::{CacheStats, LinkCache, Lookup};
+use crate::domain::rules::{self, Facts, Rule};
+use crate::domain::{Country, Facets, PasswordHash, Timestamp};
 use crate::domain::{DomainId, Link, LinkKey, Resolved, TargetPolicy, TargetUrl, VisitCounts};
 use crate::domains::DomainRegistry;
 use crate::keys::{KeyRegistry, Principal};
+use crate::passwords::{PasswordError, Passwords};
 use crate::store::{
     LinkPatch, LinkStore, ListPage, ListQuery, NewLink, StoreError, StoreStats, VisitScope,
 };
@@ -105,12 +108,22 @@ pub enum LinksError {
     Forbidden(&'static str),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Guessing is limited, or hashing is busy.
+    #[error(transparent)]
+    Password(#[from] PasswordError),
 }
 
 /// What a redirect finds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resolution {
     Found(TargetUrl),
+    /// The link has a password, and none was sent: 401.
+    Locked,
+    /// The link has a password, and a wrong one was sent: 401.
+    WrongPassword,
+    /// The link has a password, and it was sent: the target, which no
+    /// cache may keep (every visit asks again).
+    Unlocked(TargetUrl),
     /// The link exists but its expiry has passed: 410.
     Expired,
     /// The link has served its `max_visits`: 410.
@@ -133,6 +146,54 @@ pub enum Use<'a> {
     Look,
 }
 
+/// An expired or exhausted link's own `expired_url`, or else `otherwise`
+/// (which the domain's expired redirect may stand in for). Counts no
+/// visit.
+fn expired(link: &Resolved, otherwise: Resolution) -> Resolution {
+    match link.extra.as_deref().and_then(|e| e.expired_url.as_ref()) {
+        Some(url) => Resolution::Found(url.clone()),
+        None => otherwise,
+    }
+}
+
+/// What a link's rules ask of a visit, each worked out once and only when
+/// a rule asks.
+struct VisitFacts<'v, 'a> {
+    visit: &'v Visit<'a>,
+    visits: &'v Visits,
+    language: Option<Option<String>>,
+    now: Option<Timestamp>,
+}
+
+impl Facts for VisitFacts<'_, '_> {
+    fn agent(&mut self) -> crate::domain::classify::Agent {
+        self.visits.agent(self.visit.user_agent)
+    }
+
+    fn language(&mut self) -> Option<&str> {
+        let headers = self.visit.headers;
+        self.language
+            .get_or_insert_with(|| {
+                headers
+                    .and_then(|h| h.get(axum::http::header::ACCEPT_LANGUAGE))
+                    .and_then(|v| rules::preferred_language(v.as_bytes()))
+            })
+            .as_deref()
+    }
+
+    fn country(&mut self) -> Country {
+        self.visits.country(self.visit)
+    }
+
+    fn query(&self) -> Option<&str> {
+        self.visit.query
+    }
+
+    fn now(&mut self) -> Timestamp {
+        *self.now.get_or_insert_with(Timestamp::now)
+    }
+}
+
 /// Cheap to clone: one reference count, which every request's copy of
 /// the router state takes and drops.
 #[derive(Clone)]
@@ -152,6 +213,8 @@ pub struct Parts {
     pub create_auth: CreateAuth,
     /// The deny list, checked on every redirect.
     pub targets: Arc<TargetPolicy>,
+    /// Hashing link passwords and checking guesses.
+    pub passwords: Arc<Passwords>,
 }
 
 /// Whether `caller` may see and change `link`: its owner, or an admin.
@@ -223,7 +286,11 @@ impl Links {
             Lookup::Found(link) if self.inner.targets.blocks(&link.target) => {
                 Ok(Resolution::Blocked)
             }
-            Lookup::Found(link) if link.is_expired() => Ok(Resolution::Expired),
+            Lookup::Found(link) if link.is_expired() => Ok(expired(&link, Resolution::Expired)),
+            Lookup::Found(link) if link.extra.is_some() => match self.ruled_now(code, &link, how) {
+                Some(resolution) => Ok(resolution),
+                None => Err(Later(Some(Lookup::Found(link)))),
+            },
             Lookup::Found(link) if link.max_visits.is_none() => {
                 if let Use::Visit(visit) = how {
                     self.inner.visits.record(code, visit);
@@ -255,7 +322,37 @@ impl Links {
             return Ok(Resolution::Blocked);
         }
         if link.is_expired() {
-            return Ok(Resolution::Expired);
+            return Ok(expired(&link, Resolution::Expired));
+        }
+        let mut how = how;
+        let mut target = &link.target;
+        let mut unlocked = false;
+        if let Some(extra) = &link.extra {
+            if let Some(hash) = &extra.password {
+                let Use::Visit(visit) = how else {
+                    return Ok(Resolution::Locked);
+                };
+                let Some(guess) = visit.password() else {
+                    return Ok(Resolution::Locked);
+                };
+                let right = self
+                    .inner
+                    .passwords
+                    .check(code, visit.client, hash, guess)
+                    .await?;
+                if !right {
+                    return Ok(Resolution::WrongPassword);
+                }
+                unlocked = true;
+            }
+            if let Use::Visit(visit) = &mut how {
+                let (rule, chosen) = self.choose(&extra.rules, visit);
+                visit.rule = rule;
+                target = chosen.unwrap_or(&link.target);
+                if self.inner.targets.blocks(target) {
+                    return Ok(Resolution::Blocked);
+                }
+            }
         }
         let served = match (link.max_visits, how) {
             (None, Use::Visit(visit)) => {
@@ -266,11 +363,63 @@ impl Links {
             (Some(max), Use::Visit(visit)) => self.inner.visits.take(code, max, visit).await?,
             (Some(max), Use::Look) => self.inner.visits.left(code, max).await?,
         };
-        Ok(if served {
-            Resolution::Found(link.target)
+        Ok(if served && unlocked {
+            Resolution::Unlocked(target.clone())
+        } else if served {
+            Resolution::Found(target.clone())
         } else {
-            Resolution::Exhausted
+            expired(&link, Resolution::Exhausted)
         })
+    }
+
+    /// [`Self::resolve_now`] of a link with a password, rules or an expired
+    /// target (live, and not blocked): `None` when it must go on later (a
+    /// password to check, a limit to take, a country rule without the
+    /// visitor's address).
+    fn ruled_now(&self, code: &LinkKey, link: &Resolved, how: Use<'_>) -> Option<Resolution> {
+        let extra = link.extra.as_deref()?;
+        if extra.password.is_some() || link.max_visits.is_some() {
+            return None;
+        }
+        let Use::Visit(mut visit) = how else {
+            return Some(Resolution::Found(link.target.clone()));
+        };
+        let wants_place = extra.rules.iter().any(|r| !r.when.country.is_empty());
+        if wants_place && visit.client.is_none() && visit.country.is_none() {
+            return None;
+        }
+        let (rule, chosen) = self.choose(&extra.rules, &visit);
+        let target = chosen.unwrap_or(&link.target);
+        if self.inner.targets.blocks(target) {
+            return Some(Resolution::Blocked);
+        }
+        visit.rule = rule;
+        self.inner.visits.record(code, visit);
+        Some(Resolution::Found(target.clone()))
+    }
+
+    /// The target of the first of `rules` that holds for `visit`, with the
+    /// rule's value for counting (`None`: no rule held).
+    fn choose<'r>(&self, rules: &'r [Rule], visit: &Visit<'_>) -> (u8, Option<&'r TargetUrl>) {
+        if rules.is_empty() {
+            return (Facets::NO_RULES, None);
+        }
+        let mut facts = VisitFacts {
+            visit,
+            visits: &self.inner.visits,
+            language: None,
+            now: None,
+        };
+        match rules::choose(rules, &mut facts) {
+            Some((index, target)) => (Facets::rule_of(Some(index)), Some(target)),
+            None => (Facets::FELL_THROUGH, None),
+        }
+    }
+
+    /// Hashes a new link password (at most [`crate::passwords::HASHING`]
+    /// at once, or [`PasswordError::Busy`]).
+    pub async fn hash_password(&self, password: String) -> Result<PasswordHash, LinksError> {
+        Ok(self.inner.passwords.hash(password).await?)
     }
 
     /// The link, from what the cache said or else from the store (which

@@ -120,6 +120,7 @@ impl Application {
             invalidations,
             create_auth: settings.http.create_auth,
             targets: Arc::clone(&targets),
+            passwords: Arc::new(crate::passwords::Passwords::new()),
         });
         let reloader = (targets.has_deny_list() || geo.watches_a_file())
             .then(|| spawn_reloader(Arc::clone(&targets), Arc::clone(&geo)))

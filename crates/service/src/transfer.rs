@@ -3,13 +3,15 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, Write};
+use std::sync::Arc;
 
+use crate::domain::rules;
 use crate::domain::visit::{DAY_MS, HOUR_MS, HourCount};
 use crate::domain::{
     DEFAULT_NAME, Domain, DomainId, Host, KeyId, ShortCode, TargetPolicy, TargetUrl, Timestamp,
     is_reserved,
 };
-use crate::domain::{Dim, VisitCounts};
+use crate::domain::{Dim, LinkRules, PasswordHash, VisitCounts, extra_of};
 use crate::store::{ApiKey, History, ImportRow, Record};
 
 #[derive(
@@ -147,6 +149,9 @@ pub fn read<R: BufRead + 'static>(
                         owner: opt(4),
                         deleted_at: opt(5),
                         history: None,
+                        password_hash: None,
+                        rules: None,
+                        expired_url: None,
                     })
                 });
                 (line, record)
@@ -244,6 +249,10 @@ impl Checker {
         if r.max_visits == Some(0) {
             return Err("max_visits must be at least 1".into());
         }
+        let extra = self.extra_of(&r)?;
+        if extra.is_some() && deleted_at.is_some() {
+            return Err("a deleted code has no password, rules or expired_url".into());
+        }
         let mut warn = None;
         let owner = match r.owner {
             None => None,
@@ -270,9 +279,44 @@ impl Checker {
                 max_visits: r.max_visits,
                 visits: r.visits.unwrap_or(0),
                 history: r.history.as_ref().map(counts_of).transpose()?,
+                extra,
             },
             warn,
         ))
+    }
+
+    /// A record's password hash, rules and expired target, each checked as
+    /// the API checks them (a hash must be Argon2id's PHC string).
+    fn extra_of(&self, r: &Record) -> Result<Option<Arc<LinkRules>>, String> {
+        let password = match &r.password_hash {
+            None => None,
+            Some(phc) => {
+                let valid = argon2::password_hash::phc::PasswordHash::new(phc).is_ok();
+                Some(
+                    PasswordHash::from_stored(phc)
+                        .filter(|_| valid)
+                        .ok_or("password_hash: not an Argon2id hash in PHC form")?,
+                )
+            }
+        };
+        let check = |u: &str| -> Result<TargetUrl, String> {
+            let t = TargetUrl::parse(u).map_err(|e| e.to_string())?;
+            self.targets.check(&t, None).map_err(|e| e.to_string())?;
+            Ok(t)
+        };
+        let rules = match &r.rules {
+            None => Vec::new(),
+            Some(v) => rules::parse_rules(v, &check).map_err(|e| e.to_string())?,
+        };
+        let expired_url = match &r.expired_url {
+            None => None,
+            Some(u) => Some(check(u).map_err(|e| format!("expired_url: {e}"))?),
+        };
+        Ok(extra_of(LinkRules {
+            password,
+            rules,
+            expired_url,
+        }))
     }
 }
 
@@ -379,6 +423,9 @@ mod tests {
             max_visits: Some(5),
             visits: Some(3),
             history: None,
+            password_hash: None,
+            rules: None,
+            expired_url: None,
         }
     }
 

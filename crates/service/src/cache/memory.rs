@@ -227,6 +227,7 @@ mod tests {
             target: crate::domain::TargetUrl::parse("https://example.com").unwrap(),
             expires_at: None,
             max_visits: Some(3),
+            extra: None,
         };
         assert_eq!(c.lookup(&code("abc")), Lookup::Unknown);
         c.insert(&code("abc"), &t);
@@ -245,6 +246,7 @@ mod tests {
             target: crate::domain::TargetUrl::parse("https://example.com").unwrap(),
             expires_at: None,
             max_visits: None,
+            extra: None,
         };
         let c = MemoryCache::new(100, Duration::from_secs(60))
             .with_unheard_ttl(Duration::from_millis(300));

@@ -26,6 +26,7 @@ use std::collections::HashSet;
 use std::sync::atomic::AtomicBool;
 
 use crate::domain::{LinkKey, Resolved, TargetUrl, Timestamp};
+use crate::store::ExtraColumns;
 
 /// Stored for a code the store does not have. A real target is never empty.
 const MISSING: &str = "";
@@ -485,11 +486,24 @@ impl ValkeyCache {
 }
 
 /// A link as stored in Valkey: the target, after `~MILLIS ` when it
-/// expires and `#MAX ` when its visits are limited (in that order).
+/// expires and `#MAX ` when its visits are limited (in that order), all
+/// after `!{JSON}` and a newline when it has a password, rules or an
+/// expired target (the JSON's strings escape newlines, so it has none).
 /// Targets start with `http`, so the parts never mix; an entry without the
 /// prefixes is what earlier versions wrote.
 fn encode(link: &Resolved) -> String {
     let mut out = String::with_capacity(link.target.as_str().len() + 24);
+    if let Some(extra) = &link.extra {
+        let columns = ExtraColumns::of(Some(extra));
+        let json = serde_json::json!({
+            "password": columns.password,
+            "rules": columns.rules,
+            "expired_url": columns.expired_url,
+        });
+        out.push('!');
+        out.push_str(&json.to_string());
+        out.push('\n');
+    }
     if let Some(at) = link.expires_at {
         out.push_str(&format!("~{} ", at.millis()));
     }
@@ -501,6 +515,17 @@ fn encode(link: &Resolved) -> String {
 }
 
 fn decode(value: &str) -> Option<Resolved> {
+    let (extra, value) = match value.strip_prefix('!') {
+        Some(rest) => {
+            let (json, rest) = rest.split_once('\n')?;
+            let v: serde_json::Value = serde_json::from_str(json).ok()?;
+            let field = |name: &str| v.get(name).and_then(serde_json::Value::as_str);
+            let extra =
+                ExtraColumns::read(field("password"), field("rules"), field("expired_url")).ok()?;
+            (extra, rest)
+        }
+        None => (None, value),
+    };
     let (expires_at, rest) = match value.strip_prefix('~') {
         Some(rest) => {
             let (ms, rest) = rest.split_once(' ')?;
@@ -519,6 +544,7 @@ fn decode(value: &str) -> Option<Resolved> {
         target: TargetUrl::parse(target).ok()?,
         expires_at,
         max_visits,
+        extra,
     })
 }
 
@@ -653,14 +679,28 @@ mod tests {
     #[test]
     fn entries_round_trip_and_old_ones_still_read() {
         let target = TargetUrl::parse("https://example.com/#x").expect("url");
+        let rules = serde_json::json!([
+            {"if": {"language": ["de", "fr"], "query": {"a": "b\nc"}}, "url": "https://example.com/de"},
+            {"split": [{"url": "https://example.com/1", "weight": 3},
+                       {"url": "https://example.com/2", "weight": 1}]}
+        ]);
+        let extra = ExtraColumns::read(
+            Some("$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$aGFzaA"),
+            Some(&rules.to_string()),
+            Some("https://example.com/expired"),
+        )
+        .expect("valid");
         for expires_at in [None, Some(Timestamp::from_millis(1_700_000_000_000))] {
             for max_visits in [None, Some(50)] {
-                let link = Resolved {
-                    target: target.clone(),
-                    expires_at,
-                    max_visits,
-                };
-                assert_eq!(decode(&encode(&link)), Some(link));
+                for extra in [None, extra.clone()] {
+                    let link = Resolved {
+                        target: target.clone(),
+                        expires_at,
+                        max_visits,
+                        extra,
+                    };
+                    assert_eq!(decode(&encode(&link)), Some(link));
+                }
             }
         }
         let old = decode("~5 https://example.com/").expect("old entry");

@@ -1,12 +1,13 @@
 //! A link as the management API sees it, and the times it carries.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Serialize, Serializer};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use super::{DomainId, LinkKey, ShortCode, TargetUrl};
+use super::{DomainId, LinkKey, LinkRules, ShortCode, TargetUrl};
 
 /// A point in time, in milliseconds since the Unix epoch; written as
 /// RFC 3339 in UTC (`2027-03-01T00:00:00Z`).
@@ -84,6 +85,8 @@ pub struct Resolved {
     pub expires_at: Option<Timestamp>,
     /// Redirects after which the link answers 410, bots included.
     pub max_visits: Option<u64>,
+    /// Its password, rules and expired target, when it has any.
+    pub extra: Option<Arc<LinkRules>>,
 }
 
 impl Resolved {
@@ -92,6 +95,11 @@ impl Resolved {
     pub fn is_expired(&self) -> bool {
         self.expires_at.is_some_and(|e| e <= Timestamp::now())
     }
+}
+
+/// `Some` only when `rules` has anything: a plain link carries none.
+pub fn extra_of(rules: LinkRules) -> Option<Arc<LinkRules>> {
+    (!rules.is_empty()).then(|| Arc::new(rules))
 }
 
 /// A stored, live link.
@@ -106,6 +114,8 @@ pub struct Link {
     pub max_visits: Option<u64>,
     /// Counted redirects as stored; the service adds those not yet flushed.
     pub visits: u64,
+    /// Its password, rules and expired target, when it has any.
+    pub extra: Option<Arc<LinkRules>>,
 }
 
 impl Link {
@@ -119,6 +129,7 @@ impl Link {
             target: self.target.clone(),
             expires_at: self.expires_at,
             max_visits: self.max_visits,
+            extra: self.extra.clone(),
         }
     }
 }

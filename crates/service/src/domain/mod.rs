@@ -6,6 +6,7 @@ pub mod code;
 pub mod codebook;
 mod host;
 mod link;
+pub mod rules;
 mod target;
 pub mod visit;
 
@@ -17,7 +18,8 @@ pub use codebook::{CodeKey, Codebook};
 pub use host::{
     DEFAULT_NAME, Domain, DomainId, DomainRedirects, Host, HostError, LinkKey, MAX_HOST_LEN,
 };
-pub use link::{KeyId, Link, Owner, Resolved, Timestamp, TimestampError};
+pub use link::{KeyId, Link, Owner, Resolved, Timestamp, TimestampError, extra_of};
+pub use rules::{LinkRules, PasswordHash};
 pub use target::{
     DenyListError, MAX_URL_BYTES, TargetPolicy, TargetUrl, TargetUrlError, is_private_ip,
 };

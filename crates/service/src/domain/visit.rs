@@ -159,6 +159,9 @@ pub struct Facets {
     pub device: Device,
     pub os: u8,
     pub browser: u8,
+    /// Which of the link's rules served the visit: [`Facets::NO_RULES`],
+    /// [`Facets::FELL_THROUGH`], or the rule's index plus one.
+    pub rule: u8,
 }
 
 impl Facets {
@@ -168,7 +171,20 @@ impl Facets {
         device: Device::Other,
         os: 0,
         browser: 0,
+        rule: Self::NO_RULES,
     };
+    /// The link has no rules: nothing is counted by rule.
+    pub const NO_RULES: u8 = 0;
+    /// No rule held: the link's own URL served the visit.
+    pub const FELL_THROUGH: u8 = u8::MAX;
+
+    /// The rule value of a visit served by rule `index` (`None`: none held).
+    pub fn rule_of(index: Option<usize>) -> u8 {
+        index
+            .and_then(|i| u8::try_from(i + 1).ok())
+            .filter(|r| *r != Self::FELL_THROUGH)
+            .unwrap_or(Self::FELL_THROUGH)
+    }
 
     pub fn os_name(&self) -> &'static str {
         OS_FAMILIES
@@ -201,11 +217,23 @@ pub enum Dim {
     Device,
     Os,
     Browser,
+    /// Which rule served a visit: its index, or `default` when none held.
+    Rule,
 }
 
 impl Dim {
-    pub const ALL: [Dim; 5] = [Dim::Country, Dim::City, Dim::Device, Dim::Os, Dim::Browser];
+    pub const ALL: [Dim; 6] = [
+        Dim::Country,
+        Dim::City,
+        Dim::Device,
+        Dim::Os,
+        Dim::Browser,
+        Dim::Rule,
+    ];
 }
+
+/// The rule dimension's value for visits no rule served.
+pub const NO_RULE_VALUE: &str = "default";
 
 /// Distinct values kept per link, day and dimension; the rest count as
 /// [`OTHER_HOST`] (`(other)`).
@@ -376,7 +404,7 @@ pub fn facet_values(facets: Option<&Facets>, city: Option<&str>) -> Vec<(Dim, St
     let Some(f) = facets else {
         return Dim::ALL
             .into_iter()
-            .filter(|d| *d != Dim::City)
+            .filter(|d| *d != Dim::City && *d != Dim::Rule)
             .map(|d| (d, OTHER_HOST.to_owned()))
             .collect();
     };
@@ -388,6 +416,11 @@ pub fn facet_values(facets: Option<&Facets>, city: Option<&str>) -> Vec<(Dim, St
     ];
     if let (Some(city), true) = (city, f.country.is_known()) {
         out.push((Dim::City, format!("{}/{city}", f.country.as_str())));
+    }
+    match f.rule {
+        Facets::NO_RULES => {}
+        Facets::FELL_THROUGH => out.push((Dim::Rule, NO_RULE_VALUE.to_owned())),
+        r => out.push((Dim::Rule, (r - 1).to_string())),
     }
     out
 }

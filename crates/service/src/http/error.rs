@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use crate::links::LinksError;
 use crate::observability::logging::Throttle;
+use crate::passwords::PasswordError;
 use crate::store::{StorageFailure, StoreError};
 use crate::throttled;
 
@@ -49,6 +50,9 @@ pub enum ApiError {
     /// A rate limit: the client should retry after the given seconds.
     #[error("{message}")]
     TooManyRequests { message: String, retry_after: u32 },
+    /// A link's password is needed (`wrong`: the one sent is not it).
+    #[error("{}", if *wrong { "wrong password" } else { "password required" })]
+    Locked { wrong: bool },
     /// Anything the client cannot fix. The detail is logged, never sent.
     #[error("internal error: {0}")]
     Internal(String),
@@ -63,7 +67,7 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
-            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Unauthorized(_) | Self::Locked { .. } => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Conflict(_) => StatusCode::CONFLICT,
@@ -104,6 +108,7 @@ impl IntoResponse for ApiError {
                     .headers_mut()
                     .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
+            Self::Locked { .. } => super::locked::mark(response.headers_mut()),
             _ => {}
         }
         response
@@ -152,6 +157,17 @@ impl From<LinksError> for ApiError {
             LinksError::NeedsKey(why) => Self::Unauthorized(why.into()),
             LinksError::Forbidden(why) => Self::Forbidden(why.into()),
             LinksError::Store(e) => e.into(),
+            LinksError::Password(e) => match e {
+                PasswordError::TooManyGuesses { retry_after } => Self::TooManyRequests {
+                    message: e.to_string(),
+                    retry_after,
+                },
+                PasswordError::Busy { retry_after } => Self::Unavailable {
+                    message: e.to_string(),
+                    retry_after,
+                },
+                PasswordError::Failed(detail) => Self::Internal(detail),
+            },
         }
     }
 }

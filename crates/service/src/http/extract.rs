@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use super::AppState;
 use super::error::ApiError;
+use crate::domain::rules::MAX_PASSWORD_BYTES;
 use crate::domain::{DomainId, DomainRedirects, Host, LinkKey, ShortCode, TargetUrl, Timestamp};
 use crate::keys::{AuthError, Principal};
 
@@ -23,6 +24,11 @@ pub struct NewLinkBody {
     pub domain: Option<String>,
     pub expires_at: Option<Timestamp>,
     pub max_visits: Option<u64>,
+    /// A password in clear, hashed by the handler.
+    pub password: Option<String>,
+    /// Rules as sent, checked by the handler against the target policy.
+    pub rules: Option<Value>,
+    pub expired_url: Option<TargetUrl>,
 }
 
 impl FromRequest<AppState> for NewLinkBody {
@@ -61,13 +67,22 @@ impl NewLinkBody {
         };
         let expires_at = expiry_field(fields.remove("expires_at"))?;
         let max_visits = max_visits_field(fields.remove("max_visits"))?;
-        refuse_unknown(&fields, "url, code, domain, expires_at, max_visits")?;
+        let password = password_field(fields.remove("password"))?;
+        let rules = fields.remove("rules").filter(|v| !v.is_null());
+        let expired_url = expired_url_field(fields.remove("expired_url"))?;
+        refuse_unknown(
+            &fields,
+            "url, code, domain, expires_at, max_visits, password, rules, expired_url",
+        )?;
         Ok(Self {
             url,
             code,
             domain,
             expires_at,
             max_visits,
+            password,
+            rules,
+            expired_url,
         })
     }
 }
@@ -78,6 +93,11 @@ pub struct PatchBody {
     pub url: Option<TargetUrl>,
     pub expires_at: Option<Option<Timestamp>>,
     pub max_visits: Option<Option<u64>>,
+    /// `Some(None)`: remove the password.
+    pub password: Option<Option<String>>,
+    /// `Some(Value::Null)` or an empty array: remove the rules.
+    pub rules: Option<Value>,
+    pub expired_url: Option<Option<TargetUrl>>,
 }
 
 impl FromRequest<AppState> for PatchBody {
@@ -97,11 +117,26 @@ impl FromRequest<AppState> for PatchBody {
             None => None,
             Some(v) => Some(max_visits_field(Some(v))?),
         };
-        refuse_unknown(&fields, "url, expires_at, max_visits")?;
+        let password = match fields.remove("password") {
+            None => None,
+            Some(v) => Some(password_field(Some(v))?),
+        };
+        let rules = fields.remove("rules");
+        let expired_url = match fields.remove("expired_url") {
+            None => None,
+            Some(v) => Some(expired_url_field(Some(v))?),
+        };
+        refuse_unknown(
+            &fields,
+            "url, expires_at, max_visits, password, rules, expired_url",
+        )?;
         Ok(Self {
             url,
             expires_at,
             max_visits,
+            password,
+            rules,
+            expired_url,
         })
     }
 }
@@ -329,6 +364,88 @@ fn max_visits_field(value: Option<Value>) -> Result<Option<u64>, ApiError> {
         },
         Some(_) => Err(ApiError::BadRequest(
             "field 'max_visits' must be a whole number or null".into(),
+        )),
+    }
+}
+
+/// The body of a link's password form (`POST /{code}`): `password=...`,
+/// as `application/x-www-form-urlencoded`.
+pub struct PasswordForm(pub String);
+
+/// Longest password form: the longest password, percent-encoded.
+const MAX_FORM_BYTES: usize = 3 * MAX_PASSWORD_BYTES + 64;
+
+impl<S: Send + Sync> FromRequest<S> for PasswordForm {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _: &S) -> Result<Self, ApiError> {
+        let is_form = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|m| {
+                m.trim()
+                    .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+            });
+        if !is_form {
+            return Err(ApiError::UnsupportedMediaType(
+                "expected Content-Type: application/x-www-form-urlencoded".into(),
+            ));
+        }
+        let too_large = || {
+            ApiError::PayloadTooLarge(format!(
+                "the form is too large (over {MAX_FORM_BYTES} bytes)"
+            ))
+        };
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > MAX_FORM_BYTES as u64) {
+            return Err(too_large());
+        }
+        let body = axum::body::to_bytes(req.into_body(), MAX_FORM_BYTES)
+            .await
+            .map_err(|_| too_large())?;
+        let password = url::form_urlencoded::parse(&body)
+            .find(|(name, _)| name == "password")
+            .map(|(_, value)| value.into_owned())
+            .filter(|p| !p.is_empty())
+            .ok_or_else(|| ApiError::BadRequest("field 'password' is required".into()))?;
+        if password.len() > MAX_PASSWORD_BYTES {
+            return Err(ApiError::BadRequest(format!(
+                "field 'password' must be 1 to {MAX_PASSWORD_BYTES} bytes"
+            )));
+        }
+        Ok(Self(password))
+    }
+}
+
+/// `password`: absent or null is none; otherwise 1 to 1,024 bytes.
+fn password_field(value: Option<Value>) -> Result<Option<String>, ApiError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if !s.is_empty() && s.len() <= MAX_PASSWORD_BYTES => Ok(Some(s)),
+        Some(Value::String(_)) => Err(ApiError::BadRequest(format!(
+            "field 'password' must be 1 to {MAX_PASSWORD_BYTES} bytes"
+        ))),
+        Some(_) => Err(ApiError::BadRequest(
+            "field 'password' must be a string or null".into(),
+        )),
+    }
+}
+
+/// `expired_url`: absent or null is none; otherwise a URL as `url` is.
+fn expired_url_field(value: Option<Value>) -> Result<Option<TargetUrl>, ApiError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => TargetUrl::parse(&s)
+            .map(Some)
+            .map_err(|e| ApiError::BadRequest(format!("field 'expired_url': {e}"))),
+        Some(_) => Err(ApiError::BadRequest(
+            "field 'expired_url' must be a string or null".into(),
         )),
     }
 }

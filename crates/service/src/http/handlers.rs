@@ -10,9 +10,11 @@ use serde::{Deserialize, Serialize};
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{
-    Caller, ClientAddr, Code, CodeOn, HostDomain, Key, NewLinkBody, OnDomain, Operator, PatchBody,
+    Caller, ClientAddr, Code, CodeOn, HostDomain, Key, NewLinkBody, OnDomain, Operator,
+    PasswordForm, PatchBody,
 };
-use crate::domain::{Link, LinkKey, ShortCode, TargetUrl, Timestamp};
+use crate::domain::rules::{self, Rule};
+use crate::domain::{Link, LinkKey, LinkRules, ShortCode, TargetUrl, Timestamp, extra_of};
 use crate::links::{LinkStats, Readiness, Resolution, Use};
 use crate::store::{LinkPatch, NewLink};
 use crate::visits::{Interval, Visit, VisitReport, Window};
@@ -64,10 +66,19 @@ pub struct LinkObject {
     /// Counted redirects, those not yet flushed included.
     visits: u64,
     max_visits: Option<u64>,
+    /// Whether a visitor needs a password (the hash is never shown).
+    protected: bool,
+    /// Targeted redirects, tried in order: `{"if": {...}, "url": ...}` or
+    /// `{"if": {...}, "split": [{"url": ..., "weight": ...}]}`.
+    #[schema(value_type = Vec<Object>)]
+    rules: serde_json::Value,
+    /// Where the link sends visitors once expired or out of visits.
+    expired_url: Option<String>,
 }
 
 impl AppState {
     fn link_object(&self, headers: &HeaderMap, link: Link) -> LinkObject {
+        let extra = link.extra.as_deref();
         LinkObject {
             domain: self
                 .links
@@ -83,7 +94,37 @@ impl AppState {
             owner: link.owner.map(|o| o.name),
             visits: link.visits,
             max_visits: link.max_visits,
+            protected: extra.is_some_and(|e| e.password.is_some()),
+            rules: rules::rules_json(extra.map_or(&[], |e| &e.rules[..])),
+            expired_url: extra
+                .and_then(|e| e.expired_url.as_ref())
+                .map(ToString::to_string),
         }
+    }
+
+    /// Rules as sent, each target checked as a link's URL is; an invalid
+    /// one is a 400 naming the rule's index and field.
+    fn rules_of(
+        &self,
+        headers: &HeaderMap,
+        value: &serde_json::Value,
+    ) -> Result<Vec<Rule>, ApiError> {
+        let host = self.host(headers);
+        let check = |u: &str| -> Result<TargetUrl, String> {
+            let target = TargetUrl::parse(u).map_err(|e| e.to_string())?;
+            self.targets
+                .check(&target, host)
+                .map_err(|e| e.to_string())?;
+            Ok(target)
+        };
+        rules::parse_rules(value, &check).map_err(|e| ApiError::BadRequest(e.to_string()))
+    }
+
+    /// An `expired_url` checked as a link's URL is.
+    fn expired_url_of(&self, headers: &HeaderMap, url: &TargetUrl) -> Result<(), ApiError> {
+        self.targets
+            .check(url, self.host(headers))
+            .map_err(|e| ApiError::BadRequest(format!("field 'expired_url': {e}")))
     }
 
     /// The rules both create routes follow: who may create, and who may
@@ -110,6 +151,18 @@ impl AppState {
             None if api => super::extract::domain_or_own(None, caller.as_ref()),
             None => crate::domain::DomainId::DEFAULT,
         };
+        let rules = match &body.rules {
+            Some(value) => self.rules_of(headers, value)?,
+            None => Vec::new(),
+        };
+        if let Some(url) = &body.expired_url {
+            self.expired_url_of(headers, url)?;
+        }
+        // Hashed last: everything cheap to refuse has been refused.
+        let password = match body.password {
+            Some(p) => Some(self.links.hash_password(p).await?),
+            None => None,
+        };
         let new = NewLink {
             domain,
             target: body.url,
@@ -117,6 +170,11 @@ impl AppState {
             expires_at: body.expires_at,
             owner: None,
             max_visits: body.max_visits,
+            extra: extra_of(LinkRules {
+                password,
+                rules,
+                expired_url: body.expired_url,
+            }),
         };
         Ok(self.links.create(caller.as_ref(), new).await?)
     }
@@ -219,7 +277,9 @@ pub(super) async fn resolve(
 /// The target a resolution serves, or the error it is answered with.
 pub(super) fn target_of(code: &ShortCode, resolution: Resolution) -> Result<TargetUrl, ApiError> {
     match resolution {
-        Resolution::Found(target) => Ok(target),
+        Resolution::Found(target) | Resolution::Unlocked(target) => Ok(target),
+        Resolution::Locked => Err(ApiError::Locked { wrong: false }),
+        Resolution::WrongPassword => Err(ApiError::Locked { wrong: true }),
         Resolution::Expired => Err(ApiError::Gone(format!("link '{code}' has expired"))),
         Resolution::Exhausted => Err(ApiError::Gone(format!(
             "link '{code}' has reached its visit limit"
@@ -286,48 +346,102 @@ pub async fn redirect(
     HostDomain(domain): HostDomain,
     Code(code): Code,
     request: axum::extract::Request,
-) -> Result<Response, ApiError> {
-    let how = redirect_use(
-        &state,
-        request.method(),
-        request.headers(),
-        peer_of(&request),
-    );
+) -> Response {
+    let (method, uri, headers) = (request.method(), request.uri(), request.headers());
+    let how = redirect_use(&state, method, uri, headers, None, peer_of(&request));
     let key = LinkKey::new(domain, code);
-    let resolution = state.fallback(domain, resolve(&state, &key, how).await?);
-    let target = target_of(&key.code, resolution)?;
-    let mut headers = HeaderMap::new();
-    let status = redirect_answer(
-        &state,
-        target,
-        request.method() == Method::HEAD,
-        &mut headers,
-    )?;
-    Ok((status, headers).into_response())
+    redirected(&state, &key, how, method, headers).await
 }
 
-/// What a redirect request is: a GET is a visit, with its User-Agent and
-/// Referer read in place; a HEAD is a look.
+/// `POST /{code}`: the password form of a link behind one. The right
+/// password gets the redirect, a wrong one the form again.
+#[utoipa::path(post, path = "/{code}", tag = "seed", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$")),
+    request_body(content = crate::http::schema::UnlockForm, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 302, description = "The right password: the redirect (Cache-Control: no-store)", headers(("location" = String, description = "The target URL"))),
+        (status = 400, description = "Malformed code or form", body = crate::http::schema::ErrorMessage),
+        (status = 401, description = "A wrong password: the form again (text/html) or JSON", body = crate::http::schema::ErrorMessage, headers(("www-authenticate" = String, description = "LinkPassword"))),
+        (status = 404, description = "No such link", body = crate::http::schema::ErrorMessage),
+        (status = 410, description = "Expired, out of visits, or its target blocked", body = crate::http::schema::ErrorMessage),
+        (status = 413, description = "Body over the size limit", body = crate::http::schema::ErrorMessage),
+        (status = 415, description = "Not a form", body = crate::http::schema::ErrorMessage),
+        (status = 429, description = "Too many wrong passwords", body = crate::http::schema::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+        (status = 503, description = "Too many passwords being checked", body = crate::http::schema::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+    ))]
+pub async fn unlock(
+    State(state): State<AppState>,
+    HostDomain(domain): HostDomain,
+    Code(code): Code,
+    ClientAddr(peer): ClientAddr,
+    uri: Uri,
+    headers: HeaderMap,
+    PasswordForm(password): PasswordForm,
+) -> Response {
+    let how = redirect_use(
+        &state,
+        &Method::POST,
+        &uri,
+        &headers,
+        Some(password.as_bytes()),
+        peer,
+    );
+    let key = LinkKey::new(domain, code);
+    redirected(&state, &key, how, &Method::POST, &headers).await
+}
+
+/// A redirect's answer for `how` on `key`: the target (kept by no cache
+/// once a password opened it), the domain's redirect for what it has no
+/// link for, or the error; a locked link's 401 as its client wants it.
+async fn redirected(
+    state: &AppState,
+    key: &LinkKey,
+    how: Use<'_>,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Response {
+    let answer = async {
+        let resolution = resolve(state, key, how).await?;
+        let unlocked = matches!(resolution, Resolution::Unlocked(_));
+        let target = target_of(&key.code, state.fallback(key.domain, resolution))?;
+        let mut headers = HeaderMap::new();
+        let status = redirect_answer(state, target, method == Method::HEAD, &mut headers)?;
+        if unlocked {
+            super::locked::unlocked(&mut headers);
+        }
+        Ok::<_, ApiError>((status, headers).into_response())
+    };
+    match answer.await {
+        Ok(response) => response,
+        Err(e) => super::locked::or_error(e, headers),
+    }
+}
+
+/// What a redirect request is: a GET (or a password form's POST) is a
+/// visit, with its headers read in place; a HEAD is a look.
 pub(super) fn redirect_use<'a>(
     state: &AppState,
     method: &Method,
+    uri: &'a Uri,
     headers: &'a HeaderMap,
+    password: Option<&'a [u8]>,
     peer: Option<std::net::SocketAddr>,
 ) -> Use<'a> {
-    if method == Method::GET {
-        let (client, country) =
-            state
-                .trust_proxy
-                .visitor(peer, headers, state.country_header.as_ref());
-        Use::Visit(Visit {
-            user_agent: headers.get(header::USER_AGENT).map(|v| v.as_bytes()),
-            referer: headers.get(header::REFERER).map(|v| v.as_bytes()),
-            client,
-            country,
-        })
-    } else {
-        Use::Look
+    if method == Method::HEAD {
+        return Use::Look;
     }
+    let (client, country) = state
+        .trust_proxy
+        .visitor(peer, headers, state.country_header.as_ref());
+    Use::Visit(Visit {
+        user_agent: headers.get(header::USER_AGENT).map(|v| v.as_bytes()),
+        referer: headers.get(header::REFERER).map(|v| v.as_bytes()),
+        client,
+        country,
+        headers: Some(headers),
+        query: uri.query(),
+        password,
+        rule: 0,
+    })
 }
 
 /// The connection's peer, which the server puts on every GET and POST.
@@ -417,10 +531,26 @@ pub async fn api_update(
             .check(url, state.host(&headers))
             .map_err(bad_target)?;
     }
+    let rules = body
+        .rules
+        .as_ref()
+        .map(|value| state.rules_of(&headers, value))
+        .transpose()?;
+    if let Some(Some(url)) = &body.expired_url {
+        state.expired_url_of(&headers, url)?;
+    }
+    let password = match body.password {
+        Some(Some(p)) => Some(Some(state.links.hash_password(p).await?)),
+        Some(None) => Some(None),
+        None => None,
+    };
     let patch = LinkPatch {
         target: body.url,
         expires_at: body.expires_at,
         max_visits: body.max_visits,
+        password,
+        rules,
+        expired_url: body.expired_url,
     };
     let link = state
         .links

@@ -159,6 +159,7 @@ impl Hot {
         route: Route,
         mut req: Request<B>,
         peer: Option<SocketAddr>,
+        counting: bool,
     ) -> Answered {
         let record = |pick: fn(&Labels) -> usize| {
             self.metrics
@@ -188,8 +189,11 @@ impl Hot {
                 let how = if head {
                     Use::Look
                 } else {
+                    // The visitor's address is worked out here only while
+                    // visits are counted; a link whose rules or password
+                    // need it goes on later, which always works it out.
                     let (client, country) = self.state.trust_proxy.visitor(
-                        peer,
+                        peer.filter(|_| counting),
                         req.headers(),
                         self.state.country_header.as_ref(),
                     );
@@ -198,6 +202,10 @@ impl Hot {
                         referer: sent.referer.map(HeaderValue::as_bytes),
                         client,
                         country,
+                        headers: Some(req.headers()),
+                        query: req.uri().query(),
+                        password: None,
+                        rule: 0,
                     })
                 };
                 (code, recording, how, true, head, redirect_reply)
@@ -255,7 +263,14 @@ impl Hot {
         let this = Arc::clone(self);
         Answered::Later(Box::pin(async move {
             let how = if rest.visit {
-                redirect_use(&this.state, req.method(), req.headers(), rest.peer)
+                redirect_use(
+                    &this.state,
+                    req.method(),
+                    req.uri(),
+                    req.headers(),
+                    None,
+                    rest.peer,
+                )
             } else {
                 Use::Look
             };
@@ -263,11 +278,26 @@ impl Hot {
             let key = &rest.key;
             let found = async {
                 let found = links.resolve_later(key, how, later).await?;
-                target_of(&key.code, this.fallback(rest.visit, key.domain, found))
+                let unlocked = matches!(found, Resolution::Unlocked(_));
+                let target = target_of(&key.code, this.fallback(rest.visit, key.domain, found))?;
+                Ok::<_, ApiError>((target, unlocked))
             };
             let timed = tokio::time::timeout(this.request_timeout, found);
             let mut response = match REQUEST_ID.scope(rest.id.clone(), timed).await {
-                Ok(done) => Self::reply(&this.state, done, rest.head, rest.reply, HeaderMap::new()),
+                Ok(Ok((target, unlocked))) => {
+                    let mut response = Self::reply(
+                        &this.state,
+                        Ok(target),
+                        rest.head,
+                        rest.reply,
+                        HeaderMap::new(),
+                    );
+                    if unlocked {
+                        super::locked::unlocked(response.headers_mut());
+                    }
+                    response
+                }
+                Ok(Err(e)) => super::locked::or_error(e, req.headers()).map(Either::Right),
                 Err(_) => super::error::timed_out().map(Either::Right),
             };
             finish(&mut response, rest.id, rest.recording);
@@ -426,22 +456,17 @@ impl hyper::service::Service<Request<Incoming>> for Service {
     type Future = Answer;
 
     fn call(&self, mut req: Request<Incoming>) -> Answer {
-        let wants_peer = match *req.method() {
-            Method::POST => true,
-            Method::GET => self.peer_on_gets,
-            _ => false,
-        };
-        let peer = self.peer.filter(|_| wants_peer);
         if let Some((hot, route)) = self.hot.as_ref().and_then(|h| Some((h, h.route(&req)?))) {
-            return match hot.answer(route, req, peer) {
+            return match hot.answer(route, req, self.peer, self.peer_on_gets) {
                 Answered::Now(answer) => Answer::Now(Some(answer)),
                 Answered::Later(answer) => Answer::Later(answer),
             };
         }
-        // Creates read the client's address (rate limits), and redirects
-        // while visits are counted (a visitor's country); an extension
-        // costs an allocation, which the rest need not pay.
-        if let Some(peer) = peer {
+        // Creates read the client's address (rate limits), redirects their
+        // visitor's (a country, a password's guesses); an extension costs
+        // an allocation, which the rest need not pay.
+        let wants_peer = matches!(*req.method(), Method::POST | Method::GET);
+        if let Some(peer) = self.peer.filter(|_| wants_peer) {
             req.extensions_mut()
                 .insert(axum::extract::ConnectInfo(peer));
         }

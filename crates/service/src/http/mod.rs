@@ -9,6 +9,7 @@ pub mod finish;
 mod handlers;
 pub mod hot;
 pub mod limit;
+mod locked;
 mod openapi;
 mod qr;
 pub mod request_id;
@@ -303,6 +304,7 @@ fn routes() -> openapi::Routes {
         .patch("/api/v1/domains/{host}", domains::update)
         .delete("/api/v1/domains/{host}", domains::remove)
         .get("/{code}", handlers::redirect)
+        .post("/{code}", handlers::unlock)
         .get("/{code}/qr.svg", qr::svg)
         .get("/{code}/qr.png", qr::png)
 }

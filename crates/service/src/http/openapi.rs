@@ -56,6 +56,7 @@ use super::{domains, handlers, qr, web};
         domains::update,
         domains::remove,
         handlers::redirect,
+        handlers::unlock,
         qr::svg,
         qr::png,
     ),
@@ -63,6 +64,9 @@ use super::{domains, handlers, qr, web};
         ErrorMessage,
         NewLinkRequest,
         PatchRequest,
+        crate::http::schema::RuleRequest,
+        crate::http::schema::SplitTarget,
+        crate::http::schema::UnlockForm,
         NewDomainRequest,
         DomainPatchRequest,
         handlers::IntervalParam

@@ -26,7 +26,10 @@ const MAX_HOST_BYTES: usize = 300;
 async fn encode(state: &AppState, headers: &HeaderMap, key: &LinkKey) -> Result<QrCode, ApiError> {
     let code = &key.code;
     match state.links.resolve(key, Use::Look).await? {
-        Resolution::Found(_) => {}
+        Resolution::Found(_)
+        | Resolution::Unlocked(_)
+        | Resolution::Locked
+        | Resolution::WrongPassword => {}
         Resolution::Missing => {
             return Err(ApiError::NotFound(format!("no link with code '{code}'")));
         }

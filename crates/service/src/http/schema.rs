@@ -44,6 +44,18 @@ pub struct NewLinkRequest {
     /// Redirects the link serves before it answers 410.
     #[schema(nullable, minimum = 1, maximum = 9223372036854775807i64)]
     max_visits: Option<i64>,
+    /// A password visitors must give (1 to 1,024 bytes); stored only as
+    /// an Argon2id hash. `null` removes it.
+    #[schema(nullable, min_length = 1, max_length = 1024)]
+    password: Option<String>,
+    /// Targeted redirects, at most 16, tried in order; `null` or `[]`
+    /// removes them.
+    #[schema(nullable, max_items = 16)]
+    rules: Option<Vec<RuleRequest>>,
+    /// Where the link sends visitors once expired or out of visits,
+    /// instead of 410.
+    #[schema(nullable, min_length = 1, max_length = 4096, format = "uri")]
+    expired_url: Option<String>,
 }
 
 /// The body of an edit: any of its fields; `null` clears an expiry or a
@@ -59,6 +71,56 @@ pub struct PatchRequest {
     expires_at: Option<String>,
     #[schema(nullable, minimum = 1, maximum = 9223372036854775807i64)]
     max_visits: Option<i64>,
+    /// A password visitors must give (1 to 1,024 bytes); stored only as
+    /// an Argon2id hash. `null` removes it.
+    #[schema(nullable, min_length = 1, max_length = 1024)]
+    password: Option<String>,
+    /// Targeted redirects, at most 16, tried in order; `null` or `[]`
+    /// removes them.
+    #[schema(nullable, max_items = 16)]
+    rules: Option<Vec<RuleRequest>>,
+    /// Where the link sends visitors once expired or out of visits,
+    /// instead of 410.
+    #[schema(nullable, min_length = 1, max_length = 4096, format = "uri")]
+    expired_url: Option<String>,
+}
+
+/// A targeted redirect: when every condition in `if` holds, `url`, or one
+/// of `split`'s targets drawn by weight. Each condition's value is one
+/// value or an array of them (any may match): `device` (`ios`,
+/// `android`, `mobile`, `desktop`), `language` (a primary tag such as
+/// `de`, against the most preferred in `Accept-Language`), `country`
+/// (ISO 3166 alpha-2), `query` (`{"name": "value"}` against the short
+/// URL's query), `after` and `before` (RFC 3339). An invalid rule is a 400
+/// naming its index and field (`rules[2].if.device`).
+#[derive(ToSchema)]
+#[schema(as = Rule)]
+#[allow(dead_code)]
+pub struct RuleRequest {
+    #[schema(rename = "if", value_type = Object)]
+    conditions: Option<serde_json::Value>,
+    #[schema(min_length = 1, max_length = 4096, format = "uri")]
+    url: Option<String>,
+    #[schema(max_items = 16)]
+    split: Option<Vec<SplitTarget>>,
+}
+
+/// One target of a split, chosen with the chance weight / sum of weights.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct SplitTarget {
+    #[schema(min_length = 1, max_length = 4096, format = "uri")]
+    url: String,
+    #[schema(minimum = 1, maximum = 1000000)]
+    weight: u32,
+}
+
+/// The password form of a link behind one.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct UnlockForm {
+    #[schema(min_length = 1, max_length = 1024)]
+    password: String,
 }
 
 /// The body of `POST /api/v1/domains`.

@@ -13,9 +13,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::Serialize;
 
+use crate::domain::rules::Rule;
 use crate::domain::{
-    CodeGenerator, Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkKey, Owner, Resolved,
-    ShortCode, TargetUrl, Timestamp, VisitCounts,
+    CodeGenerator, Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkKey, LinkRules, Owner,
+    PasswordHash, Resolved, ShortCode, TargetUrl, Timestamp, VisitCounts, extra_of,
 };
 
 /// What a store is opened for.
@@ -162,6 +163,8 @@ pub struct NewLink {
     pub expires_at: Option<Timestamp>,
     pub owner: Option<Owner>,
     pub max_visits: Option<u64>,
+    /// Its password, rules and expired target, when it has any.
+    pub extra: Option<Arc<LinkRules>>,
 }
 
 impl NewLink {
@@ -174,6 +177,7 @@ impl NewLink {
             expires_at: None,
             owner: None,
             max_visits: None,
+            extra: None,
         }
     }
 }
@@ -185,6 +189,75 @@ pub struct LinkPatch {
     pub target: Option<TargetUrl>,
     pub expires_at: Option<Option<Timestamp>>,
     pub max_visits: Option<Option<u64>>,
+    pub password: Option<Option<PasswordHash>>,
+    /// An empty list clears the rules.
+    pub rules: Option<Vec<Rule>>,
+    pub expired_url: Option<Option<TargetUrl>>,
+}
+
+/// A link's password, rules and expired target as a store keeps them: three
+/// nullable text columns (the hash's PHC string, the rules' JSON, a URL).
+pub struct ExtraColumns {
+    pub password: Option<String>,
+    pub rules: Option<String>,
+    pub expired_url: Option<String>,
+}
+
+impl ExtraColumns {
+    pub fn of(extra: Option<&LinkRules>) -> Self {
+        Self {
+            password: extra
+                .and_then(|e| e.password.as_ref())
+                .map(|p| p.as_str().to_owned()),
+            rules: extra.and_then(|e| rules_column(&e.rules)),
+            expired_url: extra
+                .and_then(|e| e.expired_url.as_ref())
+                .map(|u| u.as_str().to_owned()),
+        }
+    }
+
+    /// What the columns hold, checked as the API checks it; a stored value
+    /// that does not parse is an error, never a link served without it.
+    pub fn read(
+        password: Option<&str>,
+        rules: Option<&str>,
+        expired_url: Option<&str>,
+    ) -> Result<Option<Arc<LinkRules>>, String> {
+        if password.is_none() && rules.is_none() && expired_url.is_none() {
+            return Ok(None);
+        }
+        let password = match password {
+            None => None,
+            Some(p) => Some(
+                PasswordHash::from_stored(p).ok_or("a stored password is not an Argon2id hash")?,
+            ),
+        };
+        let rules = match rules {
+            None => Vec::new(),
+            Some(r) => {
+                let value: serde_json::Value =
+                    serde_json::from_str(r).map_err(|e| format!("stored rules: {e}"))?;
+                crate::domain::rules::parse_rules(&value, &|u| {
+                    TargetUrl::parse(u).map_err(|e| e.to_string())
+                })
+                .map_err(|e| format!("stored rules: {e}"))?
+            }
+        };
+        let expired_url = match expired_url {
+            None => None,
+            Some(u) => Some(TargetUrl::parse(u).map_err(|e| format!("stored expired_url: {e}"))?),
+        };
+        Ok(extra_of(LinkRules {
+            password,
+            rules,
+            expired_url,
+        }))
+    }
+}
+
+/// The rules' column: their JSON, or NULL for none.
+pub fn rules_column(rules: &[Rule]) -> Option<String> {
+    (!rules.is_empty()).then(|| crate::domain::rules::rules_json(rules).to_string())
 }
 
 /// One page of links, newest first.
@@ -256,6 +329,13 @@ pub struct Record {
     pub visits: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<History>,
+    /// The password's Argon2id hash (never a password in clear).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_hash: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expired_url: Option<String>,
 }
 
 /// A link's visit counts as export writes them: `hours` as `[start,
@@ -290,6 +370,7 @@ pub struct ImportRow {
     pub visits: u64,
     /// Its visit counts (`dims` for every dimension but referrers).
     pub history: Option<VisitCounts>,
+    pub extra: Option<Arc<LinkRules>>,
 }
 
 /// Durable storage of links and API keys.

@@ -81,7 +81,31 @@ pub struct Visit<'a> {
     pub client: Option<std::net::IpAddr>,
     /// The `--country-header` value, when a trusted proxy sent it.
     pub country: Option<&'a [u8]>,
+    /// The request's headers, which a link's rules may read
+    /// (`Accept-Language`) and a password may come in (`X-Link-Password`).
+    pub headers: Option<&'a axum::http::HeaderMap>,
+    /// The short URL's query string, for rules on it.
+    pub query: Option<&'a str>,
+    /// A password sent with a form, which comes before the header's.
+    pub password: Option<&'a [u8]>,
+    /// Which rule served the visit (`Facets::rule`), set by the links
+    /// service.
+    pub rule: u8,
 }
+
+impl<'a> Visit<'a> {
+    /// The password the visitor sent: the form's, or else the header's.
+    pub fn password(&self) -> Option<&'a [u8]> {
+        self.password.or_else(|| {
+            self.headers
+                .and_then(|h| h.get(X_LINK_PASSWORD))
+                .map(axum::http::HeaderValue::as_bytes)
+        })
+    }
+}
+
+/// The header an API client sends a link's password in.
+pub const X_LINK_PASSWORD: &str = "x-link-password";
 
 /// `/stats` figures of visit counting.
 #[derive(Debug, Clone, Serialize)]

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::domain::visit::OTHER_HOST;
+use crate::domain::visit::{NO_RULE_VALUE, OTHER_HOST};
 use crate::domain::{AgentClass, Dim, Timestamp, VisitCounts};
 
 /// Buckets of a visit report's series.
@@ -76,6 +76,14 @@ pub struct NameCount {
     pub count: u64,
 }
 
+/// Visits served by one of a link's rules (`index`), or by none of them
+/// (`null`: the link's own URL).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct RuleCount {
+    pub index: Option<u8>,
+    pub count: u64,
+}
+
 /// Values a report names per dimension (countries, cities, devices, OS
 /// and browser families); the rest are summed as `(other)`.
 pub const REPORT_VALUES: usize = 50;
@@ -99,6 +107,9 @@ pub struct VisitReport {
     pub devices: Vec<NameCount>,
     pub os: Vec<NameCount>,
     pub browsers: Vec<NameCount>,
+    /// Which rule served each visit, for a link with rules (rule order,
+    /// then `null` for none).
+    pub rules: Vec<RuleCount>,
 }
 
 /// One dimension's counts in the window, largest first (then by name),
@@ -237,8 +248,27 @@ impl VisitReport {
             devices: named(Dim::Device),
             os: named(Dim::Os),
             browsers: named(Dim::Browser),
+            rules: rule_counts(&top(&dims, Dim::Rule, in_window)),
         }
     }
+}
+
+/// The rule dimension's values as counts per rule: the rules in order,
+/// then visits no rule served.
+fn rule_counts(values: &[(String, u64)]) -> Vec<RuleCount> {
+    let mut out: Vec<RuleCount> = values
+        .iter()
+        .filter_map(|(v, n)| {
+            let index = if v == NO_RULE_VALUE {
+                None
+            } else {
+                Some(v.parse::<u8>().ok()?)
+            };
+            Some(RuleCount { index, count: *n })
+        })
+        .collect();
+    out.sort_by_key(|r| r.index.map_or(u16::MAX, u16::from));
+    out
 }
 
 impl VisitReport {
@@ -281,6 +311,10 @@ impl VisitReport {
         }
         for r in &self.referrers {
             value("referrer", &r.host, r.count);
+        }
+        for r in &self.rules {
+            let index = r.index.map_or(NO_RULE_VALUE.to_owned(), |i| i.to_string());
+            value("rule", &index, r.count);
         }
         for a in &self.agents {
             value("agent", a.class.into(), a.count);

@@ -5,7 +5,31 @@ use tokio::sync::RwLockReadGuard;
 
 use super::{AGENTS_PER_SHARD, Visit, Visits, lock, shard_index};
 use crate::domain::classify::{Agent, agent_key, agent_of, referrer_host};
-use crate::domain::{Facets, LinkKey, Timestamp, VisitCounts};
+use crate::domain::{Country, Facets, LinkKey, Timestamp, VisitCounts};
+
+/// The agent of `ua` from the shard's memory, or parsed and remembered;
+/// with the shard's lock, held again.
+fn agent_in<'s>(
+    shard: &'s std::sync::Mutex<super::Shard>,
+    mut s: std::sync::MutexGuard<'s, super::Shard>,
+    ua: Option<&[u8]>,
+) -> (Agent, std::sync::MutexGuard<'s, super::Shard>) {
+    let Some(ua) = ua else {
+        return (Agent::NONE, s);
+    };
+    if let Some(agent) = s.agents.get(ua) {
+        return (*agent, s);
+    }
+    // The patterns take microseconds: not under the lock.
+    drop(s);
+    let agent = agent_of(ua);
+    s = lock(shard);
+    if s.agents.len() >= AGENTS_PER_SHARD {
+        s.agents.clear();
+    }
+    s.agents.insert(ua.into(), agent);
+    (agent, s)
+}
 
 impl Visits {
     /// Counts a redirect of a link without a limit (when counting is on).
@@ -23,29 +47,13 @@ impl Visits {
         let place = self.geo.place(visit.client, visit.country);
         let now = Timestamp::now();
         let shard = &self.shards[shard_index()];
-        let mut s = lock(shard);
-        let agent = match agent {
-            None => Agent::NONE,
-            Some(ua) => match s.agents.get(ua) {
-                Some(agent) => *agent,
-                None => {
-                    // The patterns take microseconds: not under the lock.
-                    drop(s);
-                    let agent = agent_of(ua);
-                    s = lock(shard);
-                    if s.agents.len() >= AGENTS_PER_SHARD {
-                        s.agents.clear();
-                    }
-                    s.agents.insert(ua.into(), agent);
-                    agent
-                }
-            },
-        };
+        let (agent, mut s) = agent_in(shard, lock(shard), agent);
         let facets = Facets {
             country: place.country,
             device: agent.device,
             os: agent.os,
             browser: agent.browser,
+            rule: visit.rule,
         };
         let count = |counts: &mut VisitCounts| {
             counts.add(now, agent.class, &host);
@@ -60,6 +68,18 @@ impl Visits {
             }
         }
         s.counted += 1;
+    }
+
+    /// What a `User-Agent` says of its sender, from the worker's shard's
+    /// memory when it has seen it: for a link's device rules.
+    pub fn agent(&self, user_agent: Option<&[u8]>) -> Agent {
+        let shard = &self.shards[shard_index()];
+        agent_in(shard, lock(shard), agent_key(user_agent)).0
+    }
+
+    /// The visitor's country, for a link's country rules.
+    pub fn country(&self, visit: &Visit<'_>) -> Country {
+        self.geo.place(visit.client, visit.country).country
     }
 
     /// What waits in memory for `code`.

@@ -82,6 +82,11 @@ const MIGRATIONS: &[&str] = &[
         count BIGINT NOT NULL,
         PRIMARY KEY (link, day, dim, value)
     );",
+    // 4: link rules (a password's hash, rules as JSON, an expired
+    // target), as SQLite's schema 8.
+    "ALTER TABLE links ADD COLUMN password TEXT;
+    ALTER TABLE links ADD COLUMN rules TEXT;
+    ALTER TABLE links ADD COLUMN expired_url TEXT;",
 ];
 
 pub const LATEST: i32 = MIGRATIONS.len() as i32;

@@ -2,21 +2,24 @@
 //! connection with prepared statements; a write that changes more than one
 //! row is one transaction.
 
+use std::sync::Arc;
+
 use deadpool_postgres::{Client, GenericClient};
 use tokio_postgres::Row;
 
 use super::{is_unique_violation, store_error};
 use crate::domain::visit::{OTHER_HOST, REFERRER_HOSTS_PER_DAY, VALUES_PER_DAY};
 use crate::domain::{
-    CodeGenerator, Domain, DomainId, DomainRedirects, Host, HourCount, KeyId, Link, LinkKey, Owner,
-    Resolved, ShortCode, TargetUrl, Timestamp, VisitCounts,
+    CodeGenerator, Domain, DomainId, DomainRedirects, Host, HourCount, KeyId, Link, LinkKey,
+    LinkRules, Owner, Resolved, ShortCode, TargetUrl, Timestamp, VisitCounts,
 };
 use crate::store::{
-    ApiKey, ImportRow, LinkPatch, ListPage, ListQuery, Record, StoreError, VisitScope,
+    ApiKey, ExtraColumns, ImportRow, LinkPatch, ListPage, ListQuery, Record, StorageFailure,
+    StoreError, VisitScope,
 };
 
 const LINK_COLUMNS: &str = "l.code, l.target, l.created_at, l.expires_at, l.owner, k.name, \
-                            l.max_visits, l.visits, l.domain";
+                            l.max_visits, l.visits, l.domain, l.password, l.rules, l.expired_url";
 const LINK_FROM: &str = "links l LEFT JOIN keys k ON k.id = l.owner";
 const KEY_COLUMNS: &str = "id, name, hash, admin, created_at, last_used_at, revoked_at, domain";
 const DOMAIN_COLUMNS: &str = "id, host, root_redirect, not_found_redirect, expired_redirect";
@@ -30,7 +33,7 @@ fn count(row: &Row, i: usize) -> u64 {
     row.get::<_, i64>(i).max(0) as u64
 }
 
-fn link_at(row: &Row, at: usize) -> Link {
+fn link_at(row: &Row, at: usize) -> Result<Link, StoreError> {
     let owner = match (
         row.get::<_, Option<i64>>(at + 4),
         row.get::<_, Option<String>>(at + 5),
@@ -41,7 +44,7 @@ fn link_at(row: &Row, at: usize) -> Link {
         }),
         _ => None,
     };
-    Link {
+    Ok(Link {
         domain: DomainId(row.get(at + 8)),
         code: ShortCode::from_trusted(row.get(at)),
         target: TargetUrl::from_trusted(row.get(at + 1)),
@@ -52,7 +55,14 @@ fn link_at(row: &Row, at: usize) -> Link {
         owner,
         max_visits: row.get::<_, Option<i64>>(at + 6).map(|n| n.max(0) as u64),
         visits: count(row, at + 7),
-    }
+        extra: extra_at(row, at + 9)?,
+    })
+}
+
+/// The password, rules and expired target in columns `at..at + 3`.
+fn extra_at(row: &Row, at: usize) -> Result<Option<Arc<LinkRules>>, StoreError> {
+    ExtraColumns::read(row.get(at), row.get(at + 1), row.get(at + 2))
+        .map_err(|e| StoreError::Storage(StorageFailure::Corrupt, e))
 }
 
 fn key(row: &Row) -> Result<ApiKey, StoreError> {
@@ -132,16 +142,20 @@ pub(super) async fn live_links(c: &Client) -> Result<i64, StoreError> {
 pub(super) async fn get(c: &Client, key: &LinkKey) -> Result<Option<Resolved>, StoreError> {
     let row = query_opt(
         c,
-        "SELECT target, expires_at, max_visits FROM links \
+        "SELECT target, expires_at, max_visits, password, rules, expired_url FROM links \
          WHERE code = $1 AND domain = $2 AND deleted_at IS NULL",
         &[&key.code.as_str(), &key.domain.0],
     )
     .await?;
-    Ok(row.map(|r| Resolved {
-        target: TargetUrl::from_trusted(r.get(0)),
-        expires_at: r.get::<_, Option<i64>>(1).map(Timestamp::from_millis),
-        max_visits: r.get::<_, Option<i64>>(2).map(|n| n.max(0) as u64),
-    }))
+    row.map(|r| {
+        Ok(Resolved {
+            target: TargetUrl::from_trusted(r.get(0)),
+            expires_at: r.get::<_, Option<i64>>(1).map(Timestamp::from_millis),
+            max_visits: r.get::<_, Option<i64>>(2).map(|n| n.max(0) as u64),
+            extra: extra_at(&r, 3)?,
+        })
+    })
+    .transpose()
 }
 
 pub(super) async fn link(c: &Client, key: &LinkKey) -> Result<Option<Link>, StoreError> {
@@ -149,9 +163,10 @@ pub(super) async fn link(c: &Client, key: &LinkKey) -> Result<Option<Link>, Stor
         "SELECT {LINK_COLUMNS} FROM {LINK_FROM} \
          WHERE l.code = $1 AND l.domain = $2 AND l.deleted_at IS NULL"
     );
-    Ok(query_opt(c, &sql, &[&key.code.as_str(), &key.domain.0])
+    query_opt(c, &sql, &[&key.code.as_str(), &key.domain.0])
         .await?
-        .map(|r| link_at(&r, 0)))
+        .map(|r| link_at(&r, 0))
+        .transpose()
 }
 
 pub(super) async fn update(
@@ -163,7 +178,10 @@ pub(super) async fn update(
         c,
         "UPDATE links SET target = coalesce($2, target), \
          expires_at = CASE WHEN $3 THEN $4 ELSE expires_at END, \
-         max_visits = CASE WHEN $5 THEN $6 ELSE max_visits END \
+         max_visits = CASE WHEN $5 THEN $6 ELSE max_visits END, \
+         password = CASE WHEN $8 THEN $9 ELSE password END, \
+         rules = CASE WHEN $10 THEN $11 ELSE rules END, \
+         expired_url = CASE WHEN $12 THEN $13 ELSE expired_url END \
          WHERE code = $1 AND domain = $7 AND deleted_at IS NULL",
         &[
             &key.code.as_str(),
@@ -173,6 +191,18 @@ pub(super) async fn update(
             &patch.max_visits.is_some(),
             &patch.max_visits.flatten().map(clamp),
             &key.domain.0,
+            &patch.password.is_some(),
+            &patch
+                .password
+                .as_ref()
+                .and_then(|p| p.as_ref().map(|p| p.as_str())),
+            &patch.rules.is_some(),
+            &patch.rules.as_deref().and_then(crate::store::rules_column),
+            &patch.expired_url.is_some(),
+            &patch
+                .expired_url
+                .as_ref()
+                .and_then(|u| u.as_ref().map(|u| u.as_str())),
         ],
     )
     .await?;
@@ -188,7 +218,8 @@ pub(super) async fn delete(c: &Client, key: &LinkKey) -> Result<bool, StoreError
     let row = query_opt(
         c,
         "WITH gone AS (UPDATE links SET deleted_at = $2, target = '', expires_at = NULL, \
-         max_visits = NULL, visits = 0 WHERE code = $1 AND domain = $3 AND deleted_at IS NULL \
+         max_visits = NULL, visits = 0, password = NULL, rules = NULL, expired_url = NULL \
+         WHERE code = $1 AND domain = $3 AND deleted_at IS NULL \
          RETURNING id), \
          h AS (DELETE FROM visits_hourly WHERE link IN (SELECT id FROM gone)), \
          r AS (DELETE FROM visits_referrers WHERE link IN (SELECT id FROM gone)), \
@@ -231,7 +262,10 @@ pub(super) async fn list(c: &Client, q: &ListQuery) -> Result<ListPage, StoreErr
         )
         .await
         .map_err(store_error)?;
-    let found: Vec<(i64, Link)> = rows.iter().map(|r| (r.get(0), link_at(r, 1))).collect();
+    let found: Vec<(i64, Link)> = rows
+        .iter()
+        .map(|r| Ok((r.get(0), link_at(r, 1)?)))
+        .collect::<Result<_, StoreError>>()?;
     let next = (found.len() == q.limit)
         .then(|| found.last().map(|(id, _)| *id))
         .flatten();
@@ -637,7 +671,8 @@ pub(super) async fn remove_domain(
     let stmt = tx
         .prepare_cached(
             "WITH gone AS (UPDATE links SET deleted_at = $2, target = '', expires_at = NULL, \
-             max_visits = NULL, visits = 0 WHERE domain = $1 AND deleted_at IS NULL \
+             max_visits = NULL, visits = 0, password = NULL, rules = NULL, expired_url = NULL \
+             WHERE domain = $1 AND deleted_at IS NULL \
              RETURNING id, code), \
              h AS (DELETE FROM visits_hourly WHERE link IN (SELECT id FROM gone)), \
              r AS (DELETE FROM visits_referrers WHERE link IN (SELECT id FROM gone)), \
@@ -699,7 +734,7 @@ pub(super) async fn export(
         let stmt = c
             .prepare_cached(
                 "SELECT l.code, l.target, l.created_at, l.expires_at, k.name, l.deleted_at, \
-                 l.max_visits, l.visits, d.host, \
+                 l.max_visits, l.visits, d.host, l.password, l.rules, l.expired_url, \
                  CASE WHEN l.visits > 0 THEN json_build_array( \
                    (SELECT json_agg(json_build_array(hour, humans, bots, browsers) ORDER BY hour) \
                     FROM visits_hourly WHERE link = l.id), \
@@ -731,8 +766,13 @@ pub(super) async fn export(
                 deleted_at: stamp(deleted_at),
                 max_visits: r.get::<_, Option<i64>>(6).map(|n| n.max(0) as u64),
                 visits: Some(count(&r, 7)),
+                password_hash: r.get(9),
+                rules: r
+                    .get::<_, Option<&str>>(10)
+                    .and_then(|j| serde_json::from_str(j).ok()),
+                expired_url: r.get(11),
                 history: r
-                    .get::<_, Option<String>>(9)
+                    .get::<_, Option<String>>(12)
                     .map(|json| history_of_json(&json))
                     .transpose()?
                     .and_then(|counts| crate::transfer::history_of(&counts)),
@@ -794,7 +834,8 @@ pub(super) async fn import(
     let stmt = tx
         .prepare_cached(
             "INSERT INTO links (code, target, created_at, expires_at, owner, deleted_at, \
-             max_visits, visits, domain) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             max_visits, visits, domain, password, rules, expired_url) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
              ON CONFLICT (code, domain) DO NOTHING RETURNING id",
         )
         .await
@@ -810,6 +851,7 @@ pub(super) async fn import(
                 sequence += 1;
                 codes.generate(sequence)
             });
+            let extra = ExtraColumns::of(row.extra.as_deref());
             let inserted = tx
                 .query_opt(
                     &stmt,
@@ -823,6 +865,9 @@ pub(super) async fn import(
                         &row.max_visits.map(clamp),
                         &clamp(row.visits),
                         &row.domain.0,
+                        &extra.password,
+                        &extra.rules,
+                        &extra.expired_url,
                     ],
                 )
                 .await

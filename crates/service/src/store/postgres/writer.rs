@@ -16,11 +16,12 @@ use super::replica::Positions;
 use super::{PostgresSettings, pool_error, store_error};
 use crate::domain::{CodeGenerator, Link, ShortCode, Timestamp};
 use crate::store::queue::{MAX_CODE_ATTEMPTS, Reply, WriteCounters, WriteCounts, WriteQueue};
-use crate::store::{NewLink, StoreError};
+use crate::store::{ExtraColumns, NewLink, StoreError};
 
 const INSERT: &str = "INSERT INTO links (code, target, created_at, expires_at, owner, max_visits, \
-     domain) SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::int8[], \
-     $6::int8[], $7::int8[]) ON CONFLICT (code, domain) DO NOTHING RETURNING code, domain";
+     domain, password, rules, expired_url) SELECT * FROM unnest($1::text[], $2::text[], \
+     $3::int8[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::text[], $9::text[], \
+     $10::text[]) ON CONFLICT (code, domain) DO NOTHING RETURNING code, domain";
 
 enum Message {
     Create { new: NewLink, reply: Reply<Link> },
@@ -228,6 +229,15 @@ async fn insert_batch(
         let owner_col = column(&|n| n.owner.as_ref().map(|o| o.id.0));
         let max_col = column(&|n| n.max_visits.map(|m| i64::try_from(m).unwrap_or(i64::MAX)));
         let domain_col: Vec<i64> = chosen.iter().map(|(i, _)| batch[*i].domain.0).collect();
+        let extras: Vec<ExtraColumns> = chosen
+            .iter()
+            .map(|(i, _)| ExtraColumns::of(batch[*i].extra.as_deref()))
+            .collect();
+        let password_col: Vec<Option<&str>> =
+            extras.iter().map(|e| e.password.as_deref()).collect();
+        let rules_col: Vec<Option<&str>> = extras.iter().map(|e| e.rules.as_deref()).collect();
+        let expired_col: Vec<Option<&str>> =
+            extras.iter().map(|e| e.expired_url.as_deref()).collect();
         let stored = tx
             .query(
                 &insert,
@@ -239,6 +249,9 @@ async fn insert_batch(
                     &owner_col,
                     &max_col,
                     &domain_col,
+                    &password_col,
+                    &rules_col,
+                    &expired_col,
                 ],
             )
             .await
@@ -270,6 +283,7 @@ async fn insert_batch(
                     owner: new.owner.clone(),
                     max_visits: new.max_visits,
                     visits: 0,
+                    extra: new.extra.clone(),
                 }));
             } else if new.code.is_some() {
                 out[i] = Some(Err(StoreError::CodeTaken(code.to_string())));

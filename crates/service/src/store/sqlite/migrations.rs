@@ -113,6 +113,12 @@ const MIGRATIONS: &[Migration] = &[
         count INTEGER NOT NULL,
         PRIMARY KEY (link, day, dim, value)
     ) STRICT, WITHOUT ROWID;"),
+    // 8: link rules. A password (only its Argon2id hash, in PHC form),
+    // targeted redirects (their JSON, as the API takes them) and where an
+    // expired or exhausted link sends its visitors. NULL: none.
+    Sql("ALTER TABLE links ADD COLUMN password TEXT;
+    ALTER TABLE links ADD COLUMN rules TEXT;
+    ALTER TABLE links ADD COLUMN expired_url TEXT;"),
 ];
 
 fn codes_by_row_id(tx: &Transaction<'_>) -> rusqlite::Result<()> {

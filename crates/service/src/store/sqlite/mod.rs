@@ -943,6 +943,7 @@ mod tests {
             max_visits: Some(50),
             history: None,
             visits: 4,
+            extra: None,
         };
         let skipped = store
             .import(vec![
@@ -1026,6 +1027,7 @@ mod tests {
             target: t.map(target),
             expires_at: Some(None),
             max_visits: max,
+            ..LinkPatch::default()
         };
         store
             .update(&short, patch(Some("https://example.com/edited"), None))
@@ -1321,6 +1323,7 @@ mod tests {
             max_visits: None,
             history: None,
             visits: 0,
+            extra: None,
         };
         // Ids: 1 is `first`; line 2 generates id 2; line 3 names id 2's
         // code (taken in this batch), line 4 id 1's (taken before), line 5

@@ -147,7 +147,10 @@ fn update(
         .prepare_cached(
             "UPDATE links SET target = coalesce(?2, target), \
              expires_at = CASE WHEN ?3 THEN ?4 ELSE expires_at END, \
-             max_visits = CASE WHEN ?5 THEN ?6 ELSE max_visits END \
+             max_visits = CASE WHEN ?5 THEN ?6 ELSE max_visits END, \
+             password = CASE WHEN ?7 THEN ?8 ELSE password END, \
+             rules = CASE WHEN ?9 THEN ?10 ELSE rules END, \
+             expired_url = CASE WHEN ?11 THEN ?12 ELSE expired_url END \
              WHERE id = ?1",
         )?
         .execute((
@@ -157,6 +160,18 @@ fn update(
             patch.expires_at.flatten().map(Timestamp::millis),
             patch.max_visits.is_some(),
             patch.max_visits.flatten().map(clamp),
+            patch.password.is_some(),
+            patch
+                .password
+                .as_ref()
+                .and_then(|p| p.as_ref().map(|p| p.as_str())),
+            patch.rules.is_some(),
+            patch.rules.as_deref().and_then(crate::store::rules_column),
+            patch.expired_url.is_some(),
+            patch
+                .expired_url
+                .as_ref()
+                .and_then(|u| u.as_ref().map(|u| u.as_str())),
         ))?;
     if changed == 0 {
         return Ok(applied(Done::MaybeLink(None)));
@@ -198,7 +213,8 @@ fn tombstone(conn: &Connection, id: i64, now: Timestamp) -> rusqlite::Result<boo
     let deleted = conn
         .prepare_cached(
             "UPDATE links SET deleted_at = ?2, target = '', expires_at = NULL, \
-             max_visits = NULL, visits = 0 WHERE id = ?1",
+             max_visits = NULL, visits = 0, password = NULL, rules = NULL, \
+             expired_url = NULL WHERE id = ?1",
         )?
         .execute((id, now.millis()))?;
     for table in ["visits_hourly", "visits_referrers", "visits_facets"] {
@@ -372,7 +388,8 @@ fn import(
 ) -> Result<Applied, StoreError> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO links (id, code, target, created_at, expires_at, owner, deleted_at, \
-         max_visits, visits, named, domain) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+         max_visits, visits, named, domain, password, rules, expired_url) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     )?;
     let mut next_id = find::next_id(conn)?;
     let mut history = VisitStatements::prepare(conn)?;
@@ -410,6 +427,7 @@ fn import(
                 }
             },
         };
+        let extra = crate::store::ExtraColumns::of(row.extra.as_deref());
         let inserted = stmt.execute((
             id,
             code.as_str(),
@@ -422,6 +440,9 @@ fn import(
             clamp(row.visits),
             named,
             row.domain.0,
+            extra.password.as_deref(),
+            extra.rules.as_deref(),
+            extra.expired_url.as_deref(),
         ));
         match inserted {
             Ok(_) => {

@@ -27,9 +27,9 @@ use crate::store::{ApiKey, ListPage, ListQuery, Record, VisitScope};
 
 /// What a redirect needs of a live link (find.rs).
 const SELECT_TARGET: Statements<&str> = Statements {
-    by_id: "SELECT target, expires_at, max_visits FROM links l \
+    by_id: "SELECT target, expires_at, max_visits, password, rules, expired_url FROM links l \
             WHERE l.id = ?1 AND l.code = ?2 AND l.domain = ?3 AND l.deleted_at IS NULL",
-    by_name: "SELECT target, expires_at, max_visits FROM links l \
+    by_name: "SELECT target, expires_at, max_visits, password, rules, expired_url FROM links l \
               WHERE l.code = ?1 AND l.domain = ?2 AND l.named = 1 AND l.deleted_at IS NULL",
 };
 
@@ -206,6 +206,8 @@ impl Readers {
                     target: l.target,
                     expires_at: l.expires_at.map(Timestamp::from_millis),
                     max_visits: l.max_visits,
+                    // A link with any is never answered from its slot.
+                    extra: None,
                 }));
             }
             Some(Lookup::Gone) => return Ok(None),
@@ -218,6 +220,7 @@ impl Readers {
                     target: TargetUrl::from_trusted(r.get_ref(0)?.as_str()?),
                     expires_at: r.get::<_, Option<i64>>(1)?.map(Timestamp::from_millis),
                     max_visits: r.get::<_, Option<i64>>(2)?.map(|n| n.max(0) as u64),
+                    extra: rows::extra_at(r, 3)?,
                 })
             })
         })
@@ -239,6 +242,7 @@ impl Readers {
                     owner: None,
                     max_visits: slot.max_visits,
                     visits: slot.visits,
+                    extra: None,
                 }));
             }
             Found::Gone => return Ok(None),
@@ -373,7 +377,8 @@ impl Readers {
         self.with_connection(|conn| {
             let mut stmt = conn.prepare(
                 "SELECT l.code, l.target, l.created_at, l.expires_at, k.name, l.deleted_at, \
-                 l.max_visits, l.visits, d.host, l.id FROM links l LEFT JOIN keys k ON k.id = l.owner \
+                 l.max_visits, l.visits, d.host, l.id, l.password, l.rules, l.expired_url \
+                 FROM links l LEFT JOIN keys k ON k.id = l.owner \
                  JOIN domains d ON d.id = l.domain ORDER BY l.id",
             )?;
             let mut rows = stmt.query([])?;
@@ -401,6 +406,12 @@ impl Readers {
                     } else {
                         None
                     },
+                    password_hash: r.get(10)?,
+                    rules: r
+                        .get_ref(11)?
+                        .as_str_or_null()?
+                        .and_then(|j| serde_json::from_str(j).ok()),
+                    expired_url: r.get(12)?,
                 };
                 if let Err(e) = each(record) {
                     return Ok(Err(e));

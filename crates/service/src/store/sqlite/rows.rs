@@ -1,15 +1,18 @@
 //! Rows of the schema as domain values: one place that knows the columns.
 
+use std::sync::Arc;
+
 use rusqlite::Row;
 
 use crate::domain::{
-    Domain, DomainId, DomainRedirects, Host, KeyId, Link, Owner, ShortCode, TargetUrl, Timestamp,
+    Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkRules, Owner, ShortCode, TargetUrl,
+    Timestamp,
 };
-use crate::store::ApiKey;
+use crate::store::{ApiKey, ExtraColumns};
 
 /// The columns [`link`] reads, from `links l LEFT JOIN keys k`.
 pub(super) const LINK_COLUMNS: &str = "l.code, l.target, l.created_at, l.expires_at, l.owner, \
-     k.name, l.max_visits, l.visits, l.domain";
+     k.name, l.max_visits, l.visits, l.domain, l.password, l.rules, l.expired_url";
 
 /// `FROM` clause for [`LINK_COLUMNS`].
 pub(super) const LINK_FROM: &str = "links l LEFT JOIN keys k ON k.id = l.owner";
@@ -41,6 +44,19 @@ pub(super) fn link_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Link> {
         owner,
         max_visits: row.get::<_, Option<i64>>(at + 6)?.map(|n| n.max(0) as u64),
         visits: row.get::<_, i64>(at + 7)?.max(0) as u64,
+        extra: extra_at(row, at + 9)?,
+    })
+}
+
+/// The password, rules and expired target in columns `at..at + 3`.
+pub(super) fn extra_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Option<Arc<LinkRules>>> {
+    ExtraColumns::read(
+        row.get_ref(at)?.as_str_or_null()?,
+        row.get_ref(at + 1)?.as_str_or_null()?,
+        row.get_ref(at + 2)?.as_str_or_null()?,
+    )
+    .map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(at, rusqlite::types::Type::Text, e.into())
     })
 }
 

@@ -78,7 +78,8 @@ const DOMAIN_SHIFT: u32 = 32;
 
 /// The columns [`Image::of_row`] reads, from `links`.
 pub(super) const IMAGE_COLUMNS: &str = "id, length(code), named, deleted_at, target, created_at, \
-     expires_at, max_visits, visits, owner, domain, CASE WHEN named THEN code END";
+     expires_at, max_visits, visits, owner, domain, CASE WHEN named THEN code END, \
+     password IS NOT NULL OR rules IS NOT NULL OR expired_url IS NOT NULL";
 
 /// A row as its slot keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +97,8 @@ pub(super) struct Image {
     pub max_visits: Option<i64>,
     pub visits: i64,
     pub owner: Option<i64>,
+    /// A password, rules or an expired target: never answered from a slot.
+    pub has_extra: bool,
     pub domain: i64,
     /// A named row's code, for the name index.
     pub code: Option<String>,
@@ -116,6 +119,7 @@ impl Image {
             owner: r.get(9)?,
             domain: r.get(10)?,
             code: r.get(11)?,
+            has_extra: r.get(12)?,
         })
     }
 }
@@ -392,7 +396,7 @@ fn encode(image: &Image) -> (u64, [u64; WORDS]) {
     let state = match () {
         _ if image.code_len > 0xff || domain.is_none() => OTHER,
         _ if image.deleted => GONE,
-        _ if target.len() > TARGET_MAX => OTHER,
+        _ if target.len() > TARGET_MAX || image.has_extra => OTHER,
         _ => LIVE,
     };
     let mut meta = state
@@ -493,6 +497,7 @@ mod tests {
             max_visits: Some(5),
             visits: 2,
             owner: None,
+            has_extra: false,
             domain: 0,
             code: None,
         }

@@ -30,11 +30,12 @@ use super::{SqliteSettings, is_unique_violation};
 use crate::domain::{CodeGenerator, Codebook, Link, LinkKey, ShortCode, Timestamp};
 use crate::observability::logging::Throttle;
 use crate::store::queue::{MAX_CODE_ATTEMPTS, WriteCounters, WriteCounts, WriteQueue};
-use crate::store::{NewLink, StorageFailure, StoreError};
+use crate::store::{ExtraColumns, NewLink, StorageFailure, StoreError};
 use crate::throttled;
 
 const INSERT: &str = "INSERT INTO links (id, code, target, created_at, expires_at, owner, \
-                      max_visits, named, domain) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+                      max_visits, named, domain, password, rules, expired_url) \
+                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
 
 enum Message {
     Create {
@@ -711,6 +712,7 @@ impl Stored {
             max_visits: l.max_visits.map(super::ops::clamp),
             visits: 0,
             owner: l.owner.as_ref().map(|o| o.id.0),
+            has_extra: l.extra.is_some(),
             domain: l.domain.0,
             code: self.named.then(|| l.code.as_str().to_owned()),
         }
@@ -779,7 +781,9 @@ fn insert_one(
         owner: new.owner.clone(),
         max_visits: new.max_visits,
         visits: 0,
+        extra: new.extra.clone(),
     };
+    let extra = ExtraColumns::of(new.extra.as_deref());
     let mut insert = |id: i64, code: &ShortCode, named: bool| {
         stmt.execute((
             id,
@@ -791,6 +795,9 @@ fn insert_one(
             new.max_visits.map(super::ops::clamp),
             named,
             new.domain.0,
+            extra.password.as_deref(),
+            extra.rules.as_deref(),
+            extra.expired_url.as_deref(),
         ))
     };
     // A named code (an alias, or a random draw): the partial unique index

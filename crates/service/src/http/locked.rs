@@ -1,0 +1,101 @@
+//! A link behind a password: the 401 a visitor gets without it (or with a
+//! wrong one), as a small form for a browser and as JSON for anyone else,
+//! and what every answer about such a link carries.
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::error::ApiError;
+
+const PAGE: &str = include_str!("web/locked.html");
+
+/// The form's message, hidden until a wrong password was sent.
+const HIDDEN: &str = "{{hidden}}";
+
+/// What a 401 of a locked link says, and what no cache may keep.
+pub(super) fn mark(headers: &mut HeaderMap) {
+    headers.insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("LinkPassword"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+}
+
+/// A redirect after the right password: kept by no cache, so every visit
+/// asks again.
+pub(super) fn unlocked(headers: &mut HeaderMap) {
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+}
+
+/// Whether the client is a browser: its `Accept` names `text/html`.
+pub(super) fn wants_html(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| {
+            v.split(',').any(|item| {
+                let item = item.trim();
+                let media = item.split(';').next().unwrap_or("").trim();
+                let refused = item
+                    .split(';')
+                    .skip(1)
+                    .any(|p| matches!(p.trim(), "q=0" | "q=0.0" | "q=0.00" | "q=0.000"));
+                media.eq_ignore_ascii_case("text/html") && !refused
+            })
+        })
+}
+
+/// The 401 for a locked link: the form for a browser, else JSON.
+pub(super) fn answer(wrong: bool, html: bool) -> Response {
+    if !html {
+        return ApiError::Locked { wrong }.into_response();
+    }
+    let body = PAGE.replace(HIDDEN, if wrong { "" } else { " hidden" });
+    let mut response = (StatusCode::UNAUTHORIZED, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(super::web::CSP),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    mark(headers);
+    response
+}
+
+/// `error` as answered to a request with `headers`: a locked link's 401
+/// as [`answer`] makes it, anything else as itself.
+pub(super) fn or_error(error: ApiError, headers: &HeaderMap) -> Response {
+    match error {
+        ApiError::Locked { wrong } => answer(wrong, wants_html(headers)),
+        other => other.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_browser_is_told_by_its_accept_header() {
+        let with = |accept: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::ACCEPT, HeaderValue::from_str(accept).unwrap());
+            wants_html(&h)
+        };
+        assert!(with("text/html,application/xhtml+xml,*/*;q=0.8"));
+        assert!(with("TEXT/HTML"));
+        assert!(!with("application/json"));
+        assert!(!with("*/*"));
+        assert!(!with("text/html;q=0, application/json"));
+        assert!(!wants_html(&HeaderMap::new()));
+    }
+}

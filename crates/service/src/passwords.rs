@@ -1,0 +1,281 @@
+//! Link passwords: hashing one (Argon2id, on the blocking pool) and
+//! checking a guess, with guessing bounded. A guess is refused before it
+//! is hashed once its client has failed [`PER_CLIENT`] times on the link,
+//! or anyone [`PER_LINK`] times, within [`WINDOW`]; at most [`HASHING`]
+//! hashes run at once and a request beyond them is refused, not queued.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use argon2::password_hash::phc::PasswordHash as Phc;
+use argon2::password_hash::{PasswordHasher, PasswordVerifier};
+use argon2::{Algorithm, Argon2, Params, Version};
+use tokio::sync::Semaphore;
+
+use crate::domain::{LinkKey, PasswordHash};
+
+/// Failed guesses one client may make on one link within [`WINDOW`].
+pub const PER_CLIENT: u32 = 5;
+/// Failed guesses everyone together may make on one link within [`WINDOW`].
+pub const PER_LINK: u32 = 100;
+pub const WINDOW: Duration = Duration::from_secs(15 * 60);
+/// Hashes computed at once.
+pub const HASHING: usize = 2;
+/// Links and clients whose failures are remembered; past it, expired
+/// windows are dropped, and a new client is bounded by its link's limit
+/// alone.
+const REMEMBERED: usize = 65_536;
+/// What a client told "busy" waits before it tries again.
+const BUSY_RETRY_SECS: u32 = 1;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PasswordError {
+    #[error("too many wrong passwords for this link; try again later")]
+    TooManyGuesses { retry_after: u32 },
+    #[error("too many passwords are being checked; try again shortly")]
+    Busy { retry_after: u32 },
+    #[error("hashing failed: {0}")]
+    Failed(String),
+}
+
+/// Failures in one window.
+#[derive(Clone, Copy)]
+struct Window {
+    started: Instant,
+    failures: u32,
+}
+
+impl Window {
+    fn current(&self, now: Instant) -> bool {
+        now.duration_since(self.started) < WINDOW
+    }
+
+    /// Seconds until the window ends, at least one.
+    fn retry_after(&self, now: Instant) -> u32 {
+        let left = WINDOW.saturating_sub(now.duration_since(self.started));
+        u32::try_from(left.as_secs().max(1)).unwrap_or(u32::MAX)
+    }
+}
+
+#[derive(Default)]
+struct Failures {
+    by_link: HashMap<LinkKey, Window>,
+    by_client: HashMap<(LinkKey, Option<IpAddr>), Window>,
+}
+
+impl Failures {
+    fn prune(&mut self, now: Instant) {
+        self.by_link.retain(|_, w| w.current(now));
+        self.by_client.retain(|_, w| w.current(now));
+    }
+}
+
+pub struct Passwords {
+    hashing: Arc<Semaphore>,
+    failures: Mutex<Failures>,
+    argon2: Argon2<'static>,
+}
+
+impl Default for Passwords {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Passwords {
+    pub fn new() -> Self {
+        Self::with_params(Params::default())
+    }
+
+    /// With other Argon2id costs than OWASP's (19 MiB, two passes), which
+    /// hashing uses; a check always uses the hash's own.
+    pub fn with_params(params: Params) -> Self {
+        Self {
+            hashing: Arc::new(Semaphore::new(HASHING)),
+            failures: Mutex::default(),
+            argon2: Argon2::new(Algorithm::Argon2id, Version::V0x13, params),
+        }
+    }
+
+    /// Hashes a new password, with a fresh salt.
+    pub async fn hash(self: &Arc<Self>, password: String) -> Result<PasswordHash, PasswordError> {
+        let permit = self
+            .hashing
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| PasswordError::Busy {
+                retry_after: BUSY_RETRY_SECS,
+            })?;
+        let this = Arc::clone(self);
+        let phc = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            this.argon2
+                .hash_password(password.as_bytes())
+                .map(|h| h.to_string())
+        })
+        .await
+        .map_err(|e| PasswordError::Failed(e.to_string()))?
+        .map_err(|e| PasswordError::Failed(e.to_string()))?;
+        PasswordHash::from_stored(&phc)
+            .ok_or_else(|| PasswordError::Failed("not an Argon2id hash".into()))
+    }
+
+    /// Whether `guess` is the password of the link `key`, whose hash is
+    /// `hash`, for `client`. A refused guess is not hashed; a wrong one
+    /// counts against the client and the link.
+    pub async fn check(
+        self: &Arc<Self>,
+        key: &LinkKey,
+        client: Option<IpAddr>,
+        hash: &PasswordHash,
+        guess: &[u8],
+    ) -> Result<bool, PasswordError> {
+        let now = Instant::now();
+        {
+            let failures = lock(&self.failures);
+            let limited = |w: Option<&Window>, limit: u32| {
+                w.filter(|w| w.current(now) && w.failures >= limit)
+                    .map(|w| w.retry_after(now))
+            };
+            let client_limit = limited(failures.by_client.get(&(key.clone(), client)), PER_CLIENT);
+            let link_limit = limited(failures.by_link.get(key), PER_LINK);
+            if let Some(retry_after) = client_limit.max(link_limit) {
+                return Err(PasswordError::TooManyGuesses { retry_after });
+            }
+        }
+        let permit = self
+            .hashing
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| PasswordError::Busy {
+                retry_after: BUSY_RETRY_SECS,
+            })?;
+        let this = Arc::clone(self);
+        let phc = hash.as_str().to_owned();
+        let guess = guess.to_vec();
+        let right = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            // A stored hash that does not parse matches nothing: the link
+            // stays locked rather than open.
+            Phc::new(&phc).is_ok_and(|parsed| this.argon2.verify_password(&guess, &parsed).is_ok())
+        })
+        .await
+        .map_err(|e| PasswordError::Failed(e.to_string()))?;
+        if !right {
+            self.failed(key, client, Instant::now());
+        }
+        Ok(right)
+    }
+
+    fn failed(&self, key: &LinkKey, client: Option<IpAddr>, now: Instant) {
+        let mut failures = lock(&self.failures);
+        if failures.by_client.len() >= REMEMBERED || failures.by_link.len() >= REMEMBERED {
+            failures.prune(now);
+        }
+        let bump = |w: &mut Window| {
+            if w.current(now) {
+                w.failures += 1;
+            } else {
+                *w = Window {
+                    started: now,
+                    failures: 1,
+                };
+            }
+        };
+        let fresh = Window {
+            started: now,
+            failures: 0,
+        };
+        if let Some(w) = failures.by_link.get_mut(key) {
+            bump(w);
+        } else if failures.by_link.len() < REMEMBERED {
+            failures.by_link.insert(
+                key.clone(),
+                Window {
+                    failures: 1,
+                    ..fresh
+                },
+            );
+        }
+        let at = (key.clone(), client);
+        if let Some(w) = failures.by_client.get_mut(&at) {
+            bump(w);
+        } else if failures.by_client.len() < REMEMBERED {
+            failures.by_client.insert(
+                at,
+                Window {
+                    failures: 1,
+                    ..fresh
+                },
+            );
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{DomainId, ShortCode};
+
+    fn cheap() -> Arc<Passwords> {
+        Arc::new(Passwords::with_params(
+            Params::new(1024, 1, 1, None).expect("params"),
+        ))
+    }
+
+    fn key(code: &str) -> LinkKey {
+        LinkKey::new(DomainId::DEFAULT, ShortCode::parse(code).expect("code"))
+    }
+
+    #[tokio::test]
+    async fn a_hash_checks_its_password_only() {
+        let p = cheap();
+        let hash = p.hash("sesame".into()).await.expect("hashed");
+        assert!(hash.as_str().starts_with("$argon2id$v=19$"));
+        let k = key("abc");
+        assert!(p.check(&k, None, &hash, b"sesame").await.expect("checked"));
+        assert!(!p.check(&k, None, &hash, b"Sesame").await.expect("checked"));
+    }
+
+    #[tokio::test]
+    async fn a_client_gets_five_wrong_guesses_then_waits() {
+        let p = cheap();
+        let hash = p.hash("sesame".into()).await.expect("hashed");
+        let k = key("abc");
+        let me = Some(IpAddr::from([192, 0, 2, 1]));
+        for _ in 0..PER_CLIENT {
+            assert_eq!(p.check(&k, me, &hash, b"nope").await, Ok(false));
+        }
+        // Refused before hashing, even the right password.
+        let refused = p.check(&k, me, &hash, b"sesame").await;
+        assert!(
+            matches!(refused, Err(PasswordError::TooManyGuesses { retry_after }) if retry_after > 800)
+        );
+        // Another client, and the same client on another link, go on.
+        let other = Some(IpAddr::from([192, 0, 2, 2]));
+        assert_eq!(p.check(&k, other, &hash, b"sesame").await, Ok(true));
+        assert_eq!(p.check(&key("def"), me, &hash, b"sesame").await, Ok(true));
+    }
+
+    #[tokio::test]
+    async fn a_link_takes_a_hundred_wrong_guesses_from_everyone() {
+        let p = cheap();
+        let hash = p.hash("sesame".into()).await.expect("hashed");
+        let k = key("abc");
+        for i in 0..PER_LINK {
+            let client = Some(IpAddr::from([10, 0, (i / 256) as u8, (i % 256) as u8]));
+            assert_eq!(p.check(&k, client, &hash, b"nope").await, Ok(false));
+        }
+        let fresh = Some(IpAddr::from([10, 9, 9, 9]));
+        assert!(matches!(
+            p.check(&k, fresh, &hash, b"sesame").await,
+            Err(PasswordError::TooManyGuesses { .. })
+        ));
+    }
+}
