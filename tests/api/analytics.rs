@@ -29,7 +29,7 @@ w.to_db_file(out + ".new")
 os.replace(out + ".new", out)
 "#;
 
-fn writer() -> Option<String> {
+pub(crate) fn writer() -> Option<String> {
     match std::env::var("LITELINK_TEST_MMDB_PYTHON") {
         Ok(p) if Path::new(&p).exists() => Some(p),
         _ => {
@@ -39,7 +39,7 @@ fn writer() -> Option<String> {
     }
 }
 
-fn build(python: &str, out: &Path, ranges: Value) {
+pub(crate) fn build(python: &str, out: &Path, ranges: Value) {
     let run = std::process::Command::new(python)
         .arg("-c")
         .arg(WRITER)

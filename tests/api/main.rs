@@ -22,6 +22,7 @@ mod postgres;
 mod process;
 mod promises;
 mod replica;
+mod rules;
 mod snapshots;
 mod stress;
 mod valkey_server;

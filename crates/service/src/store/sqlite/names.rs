@@ -52,7 +52,8 @@ const STATE_MASK: u64 = 0b11;
 const LIVE: u64 = 1;
 /// A deleted link: the code names no link.
 const GONE: u64 = 2;
-/// A live link whose target is too long for the bucket: read the row.
+/// A live link the bucket cannot answer for (a target too long for it, a
+/// password or rules): read the row.
 const LONG: u64 = 3;
 const HAS_EXPIRY: u64 = 1 << 2;
 const HAS_MAX: u64 = 1 << 3;
@@ -91,6 +92,8 @@ pub(super) struct Entry<'a> {
     pub target: &'a str,
     pub expires_at: Option<i64>,
     pub max_visits: Option<i64>,
+    /// A password, rules or an expired target: the row is always read.
+    pub has_extra: bool,
 }
 
 impl Named {
@@ -347,7 +350,7 @@ fn encode(e: &Entry<'_>, domain: u32, row: u64, hash: u64) -> [u64; WORDS] {
     let fits = code.len() + target.len() <= BYTES;
     let state = match () {
         _ if e.deleted => GONE,
-        _ if fits => LIVE,
+        _ if fits && !e.has_extra => LIVE,
         _ => LONG,
     };
     let mut words = [0u64; WORDS];
@@ -422,6 +425,7 @@ mod tests {
             target,
             expires_at: None,
             max_visits: None,
+            has_extra: false,
         }
     }
 
@@ -473,6 +477,12 @@ mod tests {
         let exact = format!("https://e.com/{}", "x".repeat(BYTES - 14 - 5));
         n.put(&entry(0, "exact", 12, &exact));
         assert_eq!(n.find(0, "exact"), live(12, &exact));
+        // A link with a password or rules: only its row says so.
+        n.put(&Entry {
+            has_extra: true,
+            ..entry(0, "exact", 12, &exact)
+        });
+        assert_eq!(n.find(0, "exact"), Named::Row(12));
         // What the index cannot hold is left to SQLite.
         n.put(&entry(-1, "neg", 3, "https://a.example/"));
         n.put(&entry(0, "zero", 0, "https://a.example/"));

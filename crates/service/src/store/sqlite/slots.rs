@@ -333,6 +333,7 @@ impl Slots {
                 target: &image.target,
                 expires_at: image.expires_at,
                 max_visits: image.max_visits,
+                has_extra: image.has_extra,
             });
         }
     }
@@ -571,6 +572,17 @@ mod tests {
         });
         assert_eq!(s.find(None, &key(2, "spring")), (Found::Unknown, Some(12)));
         assert_eq!(s.resolve(None, &key(2, "spring")), Lookup::Ask(Some(12)));
+        // A password or rules: SQLite is asked, by id or by name.
+        s.put(&Image {
+            has_extra: true,
+            ..named.clone()
+        });
+        assert_eq!(s.resolve(None, &key(2, "spring")), Lookup::Ask(Some(12)));
+        s.put(&Image {
+            has_extra: true,
+            ..image(5, "https://a.example/")
+        });
+        assert_eq!(by_id(&s, 5, 7, 0), Found::Unknown);
         s.forget();
         s.built_below(u64::MAX);
         assert_eq!(s.find(None, &key(2, "spring")), (Found::Unknown, None));
