@@ -95,6 +95,11 @@ pub struct StressArgs {
     #[arg(long)]
     pub aliases: bool,
 
+    /// Read scenario: more fields of the links it creates first, as a
+    /// JSON object (`'{"rules": [...]}'`).
+    #[arg(long, value_parser = link_fields)]
+    pub link_fields: Option<String>,
+
     /// Threads of the load generator (default: one per core).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -131,11 +136,23 @@ impl StressArgs {
             progress: !self.json && std::io::IsTerminal::is_terminal(&std::io::stderr()),
             headers: self.headers.clone(),
             aliases: self.aliases,
+            link_fields: self.link_fields.clone(),
         })
     }
 }
 
 /// `Name: value`, as curl and wrk take it.
+/// A JSON object's members, without its braces, to add to a create.
+fn link_fields(raw: &str) -> Result<String, String> {
+    match serde_json::from_str::<serde_json::Value>(raw) {
+        Ok(serde_json::Value::Object(m)) if !m.is_empty() => {
+            let whole = serde_json::Value::Object(m).to_string();
+            Ok(whole[1..whole.len() - 1].to_owned())
+        }
+        _ => Err(format!("'{raw}' is not a JSON object with fields")),
+    }
+}
+
 fn header(raw: &str) -> Result<(String, String), String> {
     match raw.split_once(':') {
         Some((name, value)) if !name.trim().is_empty() => {

@@ -251,7 +251,9 @@ crate::on_both_stores! {
         let admin = app.new_key("admin", true).await;
         password_flow(&app, &admin).await;
         // Stored as a hash only: export carries it, never the password.
-        create(&app, &admin, json!({"url": TARGET, "code": "kept", "password": PASSWORD})).await;
+        create(&app, &admin, json!({"url": TARGET, "code": "kept", "password": PASSWORD,
+            "rules": [{"if": {"query": {"v": "2"}}, "split": [{"url": "https://example.com/v2", "weight": 1}]}],
+            "expired_url": "https://example.com/over"})).await;
         let dir = tempfile::tempdir().expect("dir");
         let out = dir.path().join("links.jsonl");
         let out = out.to_str().expect("utf-8");
@@ -272,6 +274,11 @@ crate::on_both_stores! {
         let other = crate::helpers::spawn_app_on(&db, &[]).await;
         assert_eq!(lands(&other, "/kept", &[]).await, Err(401));
         assert_eq!(lands(&other, "/kept", &[("x-link-password", PASSWORD)]).await, Ok(TARGET.into()));
+        assert_eq!(lands(&other, "/kept?v=2", &[("x-link-password", PASSWORD)]).await,
+            Ok("https://example.com/v2".into()));
+        let admin = other.new_key("admin", true).await;
+        let r = other.api(Method::GET, "/api/v1/links/kept", Some(&admin), None).await;
+        assert_eq!(json_of(r).await["expired_url"], "https://example.com/over");
     }
 }
 
@@ -841,4 +848,34 @@ async fn country_rules_read_the_geoip_database() {
             "{from}"
         );
     }
+}
+
+#[tokio::test]
+async fn time_windows_hold_between_their_times() {
+    let app = spawn_app(&[]).await;
+    let admin = app.new_key("admin", true).await;
+    let at = |secs: i64| {
+        (time::OffsetDateTime::now_utc() + time::Duration::seconds(secs))
+            .format(&time::format_description::well_known::Rfc3339)
+            .expect("time")
+    };
+    create(
+        &app,
+        &admin,
+        json!({"url": "https://example.com/after", "code": "window", "rules": [
+            {"if": {"before": at(-60)}, "url": "https://example.com/past"},
+            {"if": {"after": at(-60), "before": at(2)}, "url": "https://example.com/now"},
+            {"if": {"after": [at(3600), at(1)]}, "url": "https://example.com/soon"},
+        ]}),
+    )
+    .await;
+    assert_eq!(
+        lands(&app, "/window", &[]).await,
+        Ok("https://example.com/now".into())
+    );
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        lands(&app, "/window", &[]).await,
+        Ok("https://example.com/soon".into())
+    );
 }

@@ -301,6 +301,81 @@ test("at 375 px wide nothing overflows", async () => {
   await page.context().close();
 });
 
+/// Creates a link through the API with the admin key.
+async function createLink(body) {
+  const r = await fetch(`${base}/api/v1/links`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  assert.equal(r.status, 201, JSON.stringify(body));
+  return r.json();
+}
+
+test("a link behind a password: a wrong one shows the form again, the right one lands", async () => {
+  const link = await createLink({ url: `${targetBase}/behind`, password: "open sesame" });
+  const page = await newPage();
+  const first = await page.goto(link.short_url);
+  assert.equal(first.status(), 401);
+  assert.equal(await page.locator("#password-error").isVisible(), false);
+  assert.equal(await page.locator("body").textContent().then((t) => t.includes("/behind")), false);
+
+  await page.getByLabel("Password").fill("guess");
+  await page.getByRole("button", { name: "Open" }).click();
+  const error = page.locator("#password-error");
+  await error.waitFor({ state: "visible" });
+  assert.match(await error.textContent(), /not the password/);
+  assert.equal(page.url(), link.short_url);
+
+  await page.getByLabel("Password").fill("open sesame");
+  await page.getByRole("button", { name: "Open" }).click();
+  await page.waitForURL(`${targetBase}/behind`);
+  assert.equal(await page.locator("#where").textContent(), "target /behind");
+  await page.context().close();
+});
+
+test("the manage view sets and clears a password and a rule", async () => {
+  const link = await createLink({ url: `${targetBase}/ruled` });
+  const page = await newPage();
+  await page.goto(`${base}/manage`);
+  await page.getByLabel("API key").fill(key);
+  await page.keyboard.press("Enter");
+  const item = page.locator(`li[data-code="${link.code}"]`);
+  await item.waitFor();
+
+  await item.getByRole("button", { name: "Edit" }).click();
+  await item.getByLabel("Password (empty: none)").fill("pw-1");
+  const rules = [{ if: { query: { v: "b" } }, url: `${targetBase}/b` }];
+  await item.getByLabel("Rules, as JSON (empty: none)").fill(JSON.stringify(rules));
+  await item.getByRole("button", { name: "Save" }).click();
+  await item.locator(".meta").filter({ hasText: "password" }).waitFor();
+  assert.match(await item.locator(".meta").textContent(), /1 rule/);
+  assert.equal((await fetch(link.short_url, { redirect: "manual" })).status, 401);
+  const b = await fetch(`${link.short_url}?v=b`, { redirect: "manual", headers: { "x-link-password": "pw-1" } });
+  assert.equal(b.headers.get("location"), `${targetBase}/b`);
+
+  // A rule that is not JSON is refused in the page, one the server
+  // refuses shows its message.
+  await item.getByRole("button", { name: "Edit" }).click();
+  const box = item.getByLabel("Rules, as JSON (empty: none)");
+  await box.fill("[{");
+  await item.getByRole("button", { name: "Save" }).click();
+  await item.locator(".edit .error").filter({ hasText: "not JSON" }).waitFor();
+  await box.fill(JSON.stringify([{ if: { device: "watch" }, url: `${targetBase}/w` }]));
+  await item.getByRole("button", { name: "Save" }).click();
+  await item.locator(".edit .error").filter({ hasText: "rules[0].if.device" }).waitFor();
+
+  // Cleared: the password removed, the rules emptied.
+  await item.getByLabel("Remove the password").check();
+  await box.fill("");
+  await item.getByRole("button", { name: "Save" }).click();
+  await item.locator(".meta").filter({ hasNotText: "password" }).waitFor();
+  assert.doesNotMatch(await item.locator(".meta").textContent(), /rule/);
+  const plain = await fetch(`${link.short_url}?v=b`, { redirect: "manual" });
+  assert.equal(plain.headers.get("location"), `${targetBase}/ruled`);
+  await page.context().close();
+});
+
 test("the manage view charts countries, devices, systems, browsers and referrers", async () => {
   const page = await newPage({ viewport: { width: 1000, height: 900 } });
   const short = await shorten(page, `${targetBase}/charted`);

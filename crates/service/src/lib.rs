@@ -11,7 +11,8 @@
 //! startup      Application::build -> addr(), run_until(shutdown)
 //! domain/      ShortCode, TargetUrl (parsed once, canonical), TargetPolicy, CodeGenerator,
 //!              Codebook, Host, DomainId, LinkKey (a code on a domain); visit counts, and
-//!              classify: a Referer's host, a User-Agent's class, device, OS and browser
+//!              classify: a Referer's host, a User-Agent's class, device, OS and browser;
+//!              rules: a link's password hash, targeted redirects and expired target
 //! domains      short domains in use: the domain a Host names, each domain's redirects
 //!              (reloaded every second)
 //! geo          a visitor's country from its address (header, MaxMind file, built-in table)
@@ -19,9 +20,11 @@
 //!              path in front of it (hot); finish: what every answer carries, written once;
 //!              server: connections (accept loop, cap, timeouts, drain) for any hyper service;
 //!              extract, handlers, schema (bodies as documented), openapi (the document,
-//!              checked against the table), error (ApiError), request_id, limit (rate limits)
-//! links        the application service: who may create and manage what, cache then store
-//!              (LinksError)
+//!              checked against the table), error (ApiError), request_id, limit (rate limits),
+//!              locked (a link's password form and its 401)
+//! links        the application service: who may create and manage what, cache then store,
+//!              a link's rules and password on the way (LinksError)
+//! passwords    link passwords: Argon2id on the blocking pool, guesses bounded
 //! keys         API keys: making them, and recognising them (reloaded every second)
 //! cache/       the LinkCache trait; none, memory, valkey (one server or a cluster), tiered;
 //!              invalidations: changes told to the other instances on one store

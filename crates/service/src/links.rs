@@ -161,24 +161,23 @@ fn expired(link: &Resolved, otherwise: Resolution) -> Resolution {
 struct VisitFacts<'v, 'a> {
     visit: &'v Visit<'a>,
     visits: &'v Visits,
-    language: Option<Option<String>>,
+    /// The agent, once a rule asked: the tally then need not look again.
+    agent: Option<crate::domain::classify::Agent>,
+    language: Option<Option<&'a str>>,
     now: Option<Timestamp>,
 }
 
 impl Facts for VisitFacts<'_, '_> {
     fn agent(&mut self) -> crate::domain::classify::Agent {
-        self.visits.agent(self.visit.user_agent)
+        let (visits, ua) = (self.visits, self.visit.user_agent);
+        *self.agent.get_or_insert_with(|| visits.agent(ua))
     }
 
     fn language(&mut self) -> Option<&str> {
-        let headers = self.visit.headers;
-        self.language
-            .get_or_insert_with(|| {
-                headers
-                    .and_then(|h| h.get(axum::http::header::ACCEPT_LANGUAGE))
-                    .and_then(|v| rules::preferred_language(v.as_bytes()))
-            })
-            .as_deref()
+        let sent = self.visit.accept_language;
+        *self
+            .language
+            .get_or_insert_with(|| sent.and_then(rules::preferred_language))
     }
 
     fn country(&mut self) -> Country {
@@ -346,9 +345,7 @@ impl Links {
                 unlocked = true;
             }
             if let Use::Visit(visit) = &mut how {
-                let (rule, chosen) = self.choose(&extra.rules, visit);
-                visit.rule = rule;
-                target = chosen.unwrap_or(&link.target);
+                target = self.choose(&extra.rules, visit).unwrap_or(&link.target);
                 if self.inner.targets.blocks(target) {
                     return Ok(Resolution::Blocked);
                 }
@@ -388,31 +385,41 @@ impl Links {
         if wants_place && visit.client.is_none() && visit.country.is_none() {
             return None;
         }
-        let (rule, chosen) = self.choose(&extra.rules, &visit);
-        let target = chosen.unwrap_or(&link.target);
+        let target = self.choose(&extra.rules, &mut visit).unwrap_or(&link.target);
         if self.inner.targets.blocks(target) {
             return Some(Resolution::Blocked);
         }
-        visit.rule = rule;
         self.inner.visits.record(code, visit);
         Some(Resolution::Found(target.clone()))
     }
 
     /// The target of the first of `rules` that holds for `visit`, with the
     /// rule's value for counting (`None`: no rule held).
-    fn choose<'r>(&self, rules: &'r [Rule], visit: &Visit<'_>) -> (u8, Option<&'r TargetUrl>) {
+    /// Sets the visit's rule, and its agent when a rule read it.
+    fn choose<'r>(&self, rules: &'r [Rule], visit: &mut Visit<'_>) -> Option<&'r TargetUrl> {
         if rules.is_empty() {
-            return (Facets::NO_RULES, None);
+            visit.rule = Facets::NO_RULES;
+            return None;
         }
         let mut facts = VisitFacts {
             visit,
             visits: &self.inner.visits,
+            agent: None,
             language: None,
             now: None,
         };
-        match rules::choose(rules, &mut facts) {
-            Some((index, target)) => (Facets::rule_of(Some(index)), Some(target)),
-            None => (Facets::FELL_THROUGH, None),
+        let chosen = rules::choose(rules, &mut facts);
+        let agent = facts.agent;
+        visit.agent = agent;
+        match chosen {
+            Some((index, target)) => {
+                visit.rule = Facets::rule_of(Some(index));
+                Some(target)
+            }
+            None => {
+                visit.rule = Facets::FELL_THROUGH;
+                None
+            }
         }
     }
 

@@ -111,6 +111,9 @@ pub struct StressConfig {
     /// Create scenario: each create names its own code (an alias of 12
     /// random characters) instead of taking a generated one.
     pub aliases: bool,
+    /// Read scenario: more fields of the links it creates first (a JSON
+    /// object's members, without its braces), such as rules.
+    pub link_fields: Option<String>,
 }
 
 impl StressConfig {
@@ -148,6 +151,7 @@ impl Default for StressConfig {
             progress: false,
             headers: Vec::new(),
             aliases: false,
+            link_fields: None,
         }
     }
 }
@@ -312,6 +316,13 @@ fn parse_created(a: &client::Answer) -> Result<String, Failure> {
 fn create_body(label: &str, n: u64) -> Bytes {
     Bytes::from(format!(
         r#"{{"url":"https://example.com/litelink-stress/{label}/{n}"}}"#
+    ))
+}
+
+/// A setup create with more fields (`fields`: a JSON object's members).
+fn setup_body(n: u64, fields: &str) -> Bytes {
+    Bytes::from(format!(
+        r#"{{"url":"https://example.com/litelink-stress/setup/{n}",{fields}}}"#
     ))
 }
 
@@ -704,6 +715,7 @@ async fn setup_links(target: &Target, config: &StressConfig) -> Result<Vec<Uri>,
     let target = Arc::new(target.clone());
     for _ in 0..config.workers.min(64) {
         let (next, target, total) = (Arc::clone(&next), Arc::clone(&target), config.links);
+        let fields = config.link_fields.clone();
         set.spawn(async move {
             let mut conn = target.connection();
             let mut codes = Vec::new();
@@ -712,8 +724,12 @@ async fn setup_links(target: &Target, config: &StressConfig) -> Result<Vec<Uri>,
                 if n >= total {
                     return Ok(codes);
                 }
+                let body = match &fields {
+                    Some(f) => setup_body(n, f),
+                    None => create_body("setup", n),
+                };
                 let code = target
-                    .create(&mut conn, create_body("setup", n))
+                    .create(&mut conn, body)
                     .await
                     .1
                     .map_err(|f| f.message)?;

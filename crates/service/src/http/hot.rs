@@ -202,10 +202,12 @@ impl Hot {
                         referer: sent.referer.map(HeaderValue::as_bytes),
                         client,
                         country,
+                        accept_language: sent.accept_language.map(HeaderValue::as_bytes),
                         headers: Some(req.headers()),
                         query: req.uri().query(),
                         password: None,
                         rule: 0,
+                        agent: None,
                     })
                 };
                 (code, recording, how, true, head, redirect_reply)
@@ -343,6 +345,7 @@ struct Sent<'a> {
     host: Option<&'a HeaderValue>,
     user_agent: Option<&'a HeaderValue>,
     referer: Option<&'a HeaderValue>,
+    accept_language: Option<&'a HeaderValue>,
 }
 
 impl<'a> Sent<'a> {
@@ -357,6 +360,8 @@ impl<'a> Sent<'a> {
                 &mut sent.host
             } else if name == request_id::X_REQUEST_ID {
                 &mut sent.id
+            } else if name == header::ACCEPT_LANGUAGE {
+                &mut sent.accept_language
             } else {
                 continue;
             };
@@ -369,7 +374,8 @@ impl<'a> Sent<'a> {
 /// What the boxed rest of an answer needs to finish it.
 struct Rest {
     recording: Option<Recording>,
-    /// The connection's peer, when the visit wants it.
+    /// The connection's peer: what a password's guesses and a country
+    /// rule are counted by, and a counted visit's address.
     peer: Option<SocketAddr>,
     id: HeaderValue,
     key: LinkKey,
@@ -593,12 +599,15 @@ mod tests {
         headers.append("x-request-id", HeaderValue::from_static("id1"));
         headers.append(header::USER_AGENT, HeaderValue::from_static("ua2"));
         headers.append("x-request-id", HeaderValue::from_static("id2"));
+        headers.append(header::ACCEPT_LANGUAGE, HeaderValue::from_static("de"));
+        headers.append(header::ACCEPT_LANGUAGE, HeaderValue::from_static("fr"));
         let sent = Sent::of(&headers);
         assert_eq!(sent.user_agent, headers.get(header::USER_AGENT));
         assert_eq!(sent.referer, headers.get(header::REFERER));
         assert_eq!(sent.id, headers.get("x-request-id"));
         assert_eq!(sent.id.unwrap(), "id1");
         assert_eq!(sent.host, headers.get(header::HOST));
+        assert_eq!(sent.accept_language.unwrap(), "de");
         let empty = HeaderMap::new();
         let none = Sent::of(&empty);
         assert!(none.id.is_none() && none.user_agent.is_none() && none.referer.is_none());

@@ -81,8 +81,10 @@ pub struct Visit<'a> {
     pub client: Option<std::net::IpAddr>,
     /// The `--country-header` value, when a trusted proxy sent it.
     pub country: Option<&'a [u8]>,
-    /// The request's headers, which a link's rules may read
-    /// (`Accept-Language`) and a password may come in (`X-Link-Password`).
+    /// `Accept-Language`, for a link's language rules.
+    pub accept_language: Option<&'a [u8]>,
+    /// The request's headers, which a password may come in
+    /// (`X-Link-Password`).
     pub headers: Option<&'a axum::http::HeaderMap>,
     /// The short URL's query string, for rules on it.
     pub query: Option<&'a str>,
@@ -91,6 +93,8 @@ pub struct Visit<'a> {
     /// Which rule served the visit (`Facets::rule`), set by the links
     /// service.
     pub rule: u8,
+    /// What the User-Agent says, when a rule has already read it.
+    pub agent: Option<Agent>,
 }
 
 impl<'a> Visit<'a> {

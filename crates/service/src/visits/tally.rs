@@ -40,14 +40,15 @@ impl Visits {
     }
 
     pub(super) fn add(&self, code: &LinkKey, visit: Visit<'_>) {
-        let agent = agent_key(visit.user_agent);
+        let agent = agent_key(visit.user_agent).filter(|_| visit.agent.is_none());
         let host = referrer_host(visit.referer);
         // The address becomes a place here, outside the lock, and goes no
         // further.
         let place = self.geo.place(visit.client, visit.country);
         let now = Timestamp::now();
         let shard = &self.shards[shard_index()];
-        let (agent, mut s) = agent_in(shard, lock(shard), agent);
+        let (found, mut s) = agent_in(shard, lock(shard), agent);
+        let agent = visit.agent.unwrap_or(found);
         let facets = Facets {
             country: place.country,
             device: agent.device,

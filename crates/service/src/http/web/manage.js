@@ -92,6 +92,8 @@ function fill(li, link) {
     ` · made ${when(link.created_at)}` +
     (link.expires_at ? ` · expires ${when(link.expires_at)}` : "") +
     (link.expired ? " · expired" : "") +
+    (link.protected ? " · password" : "") +
+    (link.rules && link.rules.length ? ` · ${link.rules.length} rule${link.rules.length === 1 ? "" : "s"}` : "") +
     (link.domain && several ? ` · on ${link.domain}` : "");
   const edit = el("button", { type: "button", class: "secondary", text: "Edit" });
   const visits = el("button", { type: "button", class: "secondary", text: "Visits", "aria-expanded": "false" });
@@ -113,6 +115,14 @@ function fill(li, link) {
 function showEdit(li, link, panel) {
   const url = el("input", { type: "url", id: `url-${link.code}`, value: link.url, spellcheck: "false" });
   const expires = el("input", { type: "datetime-local", id: `exp-${link.code}`, value: localInput(link.expires_at) });
+  const expiredUrl = el("input", { type: "url", id: `expired-${link.code}`, value: link.expired_url || "", spellcheck: "false" });
+  const password = el("input", {
+    type: "password", id: `pw-${link.code}`, autocomplete: "new-password",
+    placeholder: link.protected ? "unchanged" : "none",
+  });
+  const removePassword = el("input", { type: "checkbox", id: `nopw-${link.code}` });
+  const rules = el("textarea", { id: `rules-${link.code}`, rows: "4", spellcheck: "false" });
+  rules.value = link.rules && link.rules.length ? JSON.stringify(link.rules, null, 1) : "";
   const error = el("p", { class: "error", role: "alert", hidden: "" });
   const save = el("button", { type: "submit", text: "Save" });
   const cancel = el("button", { type: "button", class: "secondary", text: "Cancel" });
@@ -121,6 +131,12 @@ function showEdit(li, link, panel) {
     { class: "edit", novalidate: "" },
     el("label", { for: url.id, text: "Target URL" }), url,
     el("label", { for: expires.id, text: "Expires (empty: never)" }), expires,
+    el("label", { for: expiredUrl.id, text: "Once expired, go to (empty: the domain's page, or 410)" }), expiredUrl,
+    el("label", { for: password.id, text: link.protected ? "New password" : "Password (empty: none)" }), password,
+    ...(link.protected
+      ? [el("label", { for: removePassword.id, class: "check" }, removePassword, "Remove the password")]
+      : []),
+    el("label", { for: rules.id, text: "Rules, as JSON (empty: none)" }), rules,
     el("div", { class: "actions" }, save, cancel),
     error,
   );
@@ -131,6 +147,16 @@ function showEdit(li, link, panel) {
     event.preventDefault();
     const body = { url: url.value.trim() };
     body.expires_at = expires.value ? new Date(expires.value).toISOString() : null;
+    body.expired_url = expiredUrl.value.trim() || null;
+    if (removePassword.checked) body.password = null;
+    else if (password.value) body.password = password.value;
+    try {
+      body.rules = rules.value.trim() ? JSON.parse(rules.value) : null;
+    } catch (e) {
+      error.textContent = `The rules are not JSON: ${e.message}`;
+      error.hidden = false;
+      return;
+    }
     save.disabled = true;
     try {
       const updated = await api("PATCH", linkPath(link), body);
