@@ -164,6 +164,7 @@ fn main() -> anyhow::Result<()> {
                 progress: false,
                 headers: Vec::new(),
                 aliases: false,
+                link_fields: None,
             };
             let pid = server.pid();
             let from = std::thread::spawn(move || {

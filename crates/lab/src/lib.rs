@@ -597,6 +597,7 @@ fn run_experiment(
                         )
                         .collect(),
                     aliases: w.aliases,
+                    link_fields: None,
                 };
                 settle();
                 let cache_before = memory_cache_counts(server);
