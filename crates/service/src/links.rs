@@ -385,7 +385,9 @@ impl Links {
         if wants_place && visit.client.is_none() && visit.country.is_none() {
             return None;
         }
-        let target = self.choose(&extra.rules, &mut visit).unwrap_or(&link.target);
+        let target = self
+            .choose(&extra.rules, &mut visit)
+            .unwrap_or(&link.target);
         if self.inner.targets.blocks(target) {
             return Some(Resolution::Blocked);
         }

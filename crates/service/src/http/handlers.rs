@@ -437,9 +437,7 @@ pub(super) fn redirect_use<'a>(
         referer: headers.get(header::REFERER).map(|v| v.as_bytes()),
         client,
         country,
-        accept_language: headers
-            .get(header::ACCEPT_LANGUAGE)
-            .map(|v| v.as_bytes()),
+        accept_language: headers.get(header::ACCEPT_LANGUAGE).map(|v| v.as_bytes()),
         headers: Some(headers),
         query: uri.query(),
         password,
