@@ -228,7 +228,8 @@ crate::on_both_stores! {
     assert_eq!(
         r,
         json!({ "total": 0, "humans": 0, "bots": 0, "series": [], "referrers": [], "agents": [],
-                "countries": [], "cities": [], "devices": [], "os": [], "browsers": [] })
+                "countries": [], "cities": [], "devices": [], "os": [], "browsers": [],
+                "rules": [] })
     );
 }
 }
