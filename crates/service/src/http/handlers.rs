@@ -296,6 +296,7 @@ pub(super) fn target_of(code: &ShortCode, resolution: Resolution) -> Result<Targ
     responses(
         (status = 200, description = "Where the link leads (not a visit)", body = LinkBody),
         (status = 400, description = "Malformed code", body = crate::http::schema::ErrorMessage),
+        (status = 401, description = "The link is behind a password: its target is not shown", body = crate::http::schema::ErrorMessage, headers(("www-authenticate" = String, description = "LinkPassword"))),
         (status = 404, description = "No such link, or deleted", body = crate::http::schema::ErrorMessage),
         (status = 410, description = "Expired, out of visits, or its target blocked", body = crate::http::schema::ErrorMessage),
     ))]
@@ -338,8 +339,11 @@ pub(super) fn link_answer(target: &TargetUrl, headers: &mut HeaderMap) -> bytes:
         (status = 307, description = "Redirect (when the server is set to 307)", headers(("location" = String, description = "The target URL"), ("cache-control" = String, description = "private, max-age=0"))),
         (status = 308, description = "Redirect (when the server is set to 308)", headers(("location" = String, description = "The target URL"), ("cache-control" = String, description = "private, max-age=0"))),
         (status = 400, description = "Malformed code", body = crate::http::schema::ErrorMessage),
+        (status = 401, description = "The link is behind a password, and none or a wrong one was sent (X-Link-Password): a form (text/html) or JSON", body = crate::http::schema::ErrorMessage, headers(("www-authenticate" = String, description = "LinkPassword"))),
         (status = 404, description = "No such link, or deleted", body = crate::http::schema::ErrorMessage),
         (status = 410, description = "Expired, out of visits, or its target blocked", body = crate::http::schema::ErrorMessage),
+        (status = 429, description = "Too many wrong passwords for this link", body = crate::http::schema::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+        (status = 503, description = "Too many passwords being checked, or the request took too long", body = crate::http::schema::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
     ))]
 pub async fn redirect(
     State(state): State<AppState>,

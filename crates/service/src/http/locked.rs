@@ -9,6 +9,13 @@ use super::error::ApiError;
 
 const PAGE: &str = include_str!("web/locked.html");
 
+/// The page's policy, except that the form may lead on to the link's
+/// target: browsers apply `form-action` to the redirect that answers the
+/// post too, and a target is any http or https URL.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+                   img-src 'self' data:; connect-src 'self'; \
+                   form-action 'self' http: https:; base-uri 'none'; frame-ancestors 'none'";
+
 /// The form's message, hidden until a wrong password was sent.
 const HIDDEN: &str = "{{hidden}}";
 
@@ -60,7 +67,7 @@ pub(super) fn answer(wrong: bool, html: bool) -> Response {
     );
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(super::web::CSP),
+        HeaderValue::from_static(CSP),
     );
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.insert(

@@ -12,7 +12,7 @@ use super::{ApiError, AppState};
 
 /// Only this origin's scripts, styles, images and API; no inline code, no
 /// framing, no form posts elsewhere.
-pub(super) const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
                    img-src 'self' data:; connect-src 'self'; form-action 'self'; \
                    base-uri 'none'; frame-ancestors 'none'";
 
