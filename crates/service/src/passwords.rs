@@ -99,8 +99,12 @@ impl Passwords {
         }
     }
 
-    /// Hashes a new password, with a fresh salt.
-    pub async fn hash(self: &Arc<Self>, password: String) -> Result<PasswordHash, PasswordError> {
+    /// Runs `work` with this instance's Argon2 on the blocking pool, as one
+    /// of the [`HASHING`] hashes allowed at once, or refuses it as busy.
+    async fn hashing<T: Send + 'static>(
+        self: &Arc<Self>,
+        work: impl FnOnce(&Argon2<'static>) -> T + Send + 'static,
+    ) -> Result<T, PasswordError> {
         let permit = self
             .hashing
             .clone()
@@ -109,15 +113,24 @@ impl Passwords {
                 retry_after: BUSY_RETRY_SECS,
             })?;
         let this = Arc::clone(self);
-        let phc = tokio::task::spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            this.argon2
-                .hash_password(password.as_bytes())
-                .map(|h| h.to_string())
+            work(&this.argon2)
         })
         .await
-        .map_err(|e| PasswordError::Failed(e.to_string()))?
-        .map_err(|e| PasswordError::Failed(e.to_string()))?;
+        .map_err(|e| PasswordError::Failed(e.to_string()))
+    }
+
+    /// Hashes a new password, with a fresh salt.
+    pub async fn hash(self: &Arc<Self>, password: String) -> Result<PasswordHash, PasswordError> {
+        let phc = self
+            .hashing(move |argon2| {
+                argon2
+                    .hash_password(password.as_bytes())
+                    .map(|h| h.to_string())
+            })
+            .await?
+            .map_err(|e| PasswordError::Failed(e.to_string()))?;
         PasswordHash::from_stored(&phc)
             .ok_or_else(|| PasswordError::Failed("not an Argon2id hash".into()))
     }
@@ -145,24 +158,15 @@ impl Passwords {
                 return Err(PasswordError::TooManyGuesses { retry_after });
             }
         }
-        let permit = self
-            .hashing
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| PasswordError::Busy {
-                retry_after: BUSY_RETRY_SECS,
-            })?;
-        let this = Arc::clone(self);
         let phc = hash.as_str().to_owned();
         let guess = guess.to_vec();
-        let right = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            // A stored hash that does not parse matches nothing: the link
-            // stays locked rather than open.
-            Phc::new(&phc).is_ok_and(|parsed| this.argon2.verify_password(&guess, &parsed).is_ok())
-        })
-        .await
-        .map_err(|e| PasswordError::Failed(e.to_string()))?;
+        let right = self
+            .hashing(move |argon2| {
+                // A stored hash that does not parse matches nothing: the
+                // link stays locked rather than open.
+                Phc::new(&phc).is_ok_and(|parsed| argon2.verify_password(&guess, &parsed).is_ok())
+            })
+            .await?;
         if !right {
             self.failed(key, client, Instant::now());
         }
