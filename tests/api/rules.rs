@@ -672,7 +672,7 @@ async fn an_invalid_rule_is_refused_naming_its_index_and_field() {
             json!([{"split": [{"url": "ftp://e.com/", "weight": 1}]}]),
             "rules[0].split[0].url",
         ),
-        (json!([{"if": {}}]), "rules[0].url"),
+        (json!([{"if": {}}]), "rules[0]: 'url' is required"),
         (
             json!([{"if": {"colour": "red"}, "url": "https://e.com/"}]),
             "rules[0].if.colour",

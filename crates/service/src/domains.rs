@@ -15,8 +15,9 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use strum::{Display, EnumString, VariantNames};
 
+use crate::domain::wire::Patch;
 use crate::domain::{
-    DEFAULT_NAME, Domain, DomainId, DomainRedirects, Host, MAX_HOST_LEN, ShortCode,
+    DEFAULT_NAME, Domain, DomainId, DomainRedirects, Host, MAX_HOST_LEN, ShortCode, TargetUrl,
 };
 use crate::store::{LinkStore, StoreError};
 
@@ -371,6 +372,98 @@ impl HostIndex {
                 .find(|(host, _)| host.len() == name.len() && **host == *name)
                 .map(|(_, id)| *id),
             Self::Many(map) => map.get(name).copied(),
+        }
+    }
+}
+
+/// The body of `POST /api/v1/domains`: a host, and each redirect
+/// optionally.
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = NewDomain)]
+pub struct NewDomainBody {
+    #[serde(deserialize_with = "crate::domain::wire::required")]
+    pub host: Host,
+    /// Where `GET /` on the domain goes (the page when absent).
+    #[serde(default)]
+    pub root_redirect: Option<TargetUrl>,
+    /// Where an unknown or deleted code goes (404 when absent).
+    #[serde(default)]
+    pub not_found_redirect: Option<TargetUrl>,
+    /// Where an expired link, or one out of visits, goes (410 when absent).
+    #[serde(default)]
+    pub expired_redirect: Option<TargetUrl>,
+}
+
+impl NewDomainBody {
+    pub fn redirects(&self) -> DomainRedirects {
+        DomainRedirects {
+            root: self.root_redirect.clone(),
+            not_found: self.not_found_redirect.clone(),
+            expired: self.expired_redirect.clone(),
+        }
+    }
+}
+
+/// The body of `PATCH /api/v1/domains/{host}`: each redirect that is
+/// present is set, and `null` clears it.
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = DomainPatch)]
+pub struct DomainPatchBody {
+    #[serde(default)]
+    #[schema(value_type = Option<TargetUrl>)]
+    pub root_redirect: Patch<TargetUrl>,
+    #[serde(default)]
+    #[schema(value_type = Option<TargetUrl>)]
+    pub not_found_redirect: Patch<TargetUrl>,
+    #[serde(default)]
+    #[schema(value_type = Option<TargetUrl>)]
+    pub expired_redirect: Patch<TargetUrl>,
+}
+
+impl DomainPatchBody {
+    /// `current` with this patch's redirects set.
+    pub fn apply(self, mut current: DomainRedirects) -> DomainRedirects {
+        for (slot, patch) in [
+            (&mut current.root, self.root_redirect),
+            (&mut current.not_found, self.not_found_redirect),
+            (&mut current.expired, self.expired_redirect),
+        ] {
+            if let Some(value) = patch.into_option() {
+                *slot = value;
+            }
+        }
+        current
+    }
+}
+
+/// A short domain as the API shows it.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+#[schema(as = Domain)]
+pub struct DomainView {
+    /// The host, lowercase ASCII; null for a default domain without one.
+    pub host: Option<String>,
+    /// Where `GET /` goes; null: the page.
+    pub root_redirect: Option<TargetUrl>,
+    /// Where an unknown or deleted code goes; null: 404.
+    pub not_found_redirect: Option<TargetUrl>,
+    /// Where an expired link, or one out of visits, goes; null: 410.
+    pub expired_redirect: Option<TargetUrl>,
+    /// The default domain: links without a domain are on it; it cannot
+    /// be removed.
+    pub default: bool,
+}
+
+impl From<Named> for DomainView {
+    fn from(d: Named) -> Self {
+        let r = d.domain.redirects;
+        Self {
+            host: d.host.map(|h| h.to_string()),
+            root_redirect: r.root,
+            not_found_redirect: r.not_found,
+            expired_redirect: r.expired,
+            default: d.default,
         }
     }
 }

@@ -121,6 +121,7 @@ impl Application {
             create_auth: settings.http.create_auth,
             targets: Arc::clone(&targets),
             passwords: Arc::new(crate::passwords::Passwords::new()),
+            limiter: links::limit::CreateLimiter::new(&settings.http.rate_limits.quotas()),
         });
         let reloader = (targets.has_deny_list() || geo.watches_a_file())
             .then(|| spawn_reloader(Arc::clone(&targets), Arc::clone(&geo)))
@@ -140,7 +141,6 @@ impl Application {
         };
         let service = http::app(
             links.clone(),
-            targets,
             &settings.http,
             listener.local_addr()?,
         );

@@ -306,7 +306,16 @@ impl Checker {
         };
         let rules = match &r.rules {
             None => Vec::new(),
-            Some(v) => rules::parse_rules(v, &check).map_err(|e| e.to_string())?,
+            Some(v) => {
+                let rules::Rules(rules) =
+                    crate::domain::wire::from_value("rules", v).map_err(|e| e.0)?;
+                for (at, target) in rules::Rules::targets(&rules) {
+                    self.targets
+                        .check(target, None)
+                        .map_err(|e| format!("{at}: {e}"))?;
+                }
+                rules
+            }
         };
         let expired_url = match &r.expired_url {
             None => None,

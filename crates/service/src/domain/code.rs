@@ -110,6 +110,35 @@ impl ShortCode {
     }
 }
 
+/// A code a client chose for its link: a [`ShortCode`] that is also a
+/// valid alias ([`ShortCode::parse_alias`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Alias(pub ShortCode);
+
+impl super::wire::FromText for Alias {
+    const EXPECTING: &'static str = "a string";
+
+    fn from_text(text: &str) -> Result<Self, String> {
+        ShortCode::parse_alias(text)
+            .map(Alias)
+            .map_err(|e| e.to_string())
+    }
+}
+
+super::wire::deserialize_from_text!(Alias);
+
+super::wire::string_schema!(
+    Alias,
+    "Alias",
+    super::wire::StringSchema {
+        format: None,
+        min_length: Some(MIN_ALIAS_LEN),
+        max_length: Some(MAX_CODE_LEN),
+        pattern: Some("^[A-Za-z0-9_-]{3,64}$"),
+        description: "A custom code (needs an API key): not a reserved name; 409 when taken",
+    }
+);
+
 impl fmt::Display for ShortCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

@@ -84,6 +84,29 @@ impl Host {
     }
 }
 
+impl super::wire::FromText for Host {
+    const EXPECTING: &'static str = "a host name string";
+
+    fn from_text(text: &str) -> Result<Self, String> {
+        Self::parse(text).map_err(|e| e.to_string())
+    }
+}
+
+super::wire::deserialize_from_text!(Host);
+
+super::wire::string_schema!(
+    Host,
+    "Host",
+    super::wire::StringSchema {
+        format: None,
+        min_length: Some(1),
+        max_length: Some(MAX_HOST_LEN),
+        pattern: None,
+        description: "A host name (an internationalised one in either form); stored \
+                      lowercase, in ASCII",
+    }
+);
+
 impl fmt::Display for Host {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

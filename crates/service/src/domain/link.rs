@@ -67,6 +67,28 @@ impl Serialize for Timestamp {
     }
 }
 
+impl super::wire::FromText for Timestamp {
+    const EXPECTING: &'static str = "an RFC 3339 time string";
+
+    fn from_text(text: &str) -> Result<Self, String> {
+        Self::parse(text).map_err(|e| e.to_string())
+    }
+}
+
+super::wire::deserialize_from_text!(Timestamp);
+
+super::wire::string_schema!(
+    Timestamp,
+    "Time",
+    super::wire::StringSchema {
+        format: Some("date-time"),
+        min_length: None,
+        max_length: None,
+        pattern: None,
+        description: "A time in RFC 3339 (2027-03-01T00:00:00Z); written back in UTC",
+    }
+);
+
 /// An API key's row id: what a link's owner refers to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct KeyId(pub i64);

@@ -9,9 +9,10 @@ mod link;
 pub mod rules;
 mod target;
 pub mod visit;
+pub mod wire;
 
 pub use code::{
-    AliasError, CodeGenerator, CodeLengthError, CodeSettings, ShortCode, ShortCodeError,
+    Alias, AliasError, CodeGenerator, CodeLengthError, CodeSettings, ShortCode, ShortCodeError,
     is_reserved,
 };
 pub use codebook::{CodeKey, Codebook};
@@ -19,7 +20,7 @@ pub use host::{
     DEFAULT_NAME, Domain, DomainId, DomainRedirects, Host, HostError, LinkKey, MAX_HOST_LEN,
 };
 pub use link::{KeyId, Link, Owner, Resolved, Timestamp, TimestampError, extra_of};
-pub use rules::{LinkRules, PasswordHash};
+pub use rules::{LinkRules, Password, PasswordHash, Rules};
 pub use target::{
     DenyListError, MAX_URL_BYTES, TargetPolicy, TargetUrl, TargetUrlError, is_private_ip,
 };

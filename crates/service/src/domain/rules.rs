@@ -6,18 +6,20 @@
 
 use std::fmt;
 
-use serde_json::{Map, Value, json};
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use super::classify::Agent;
 use super::visit::{Country, Device, OS_FAMILIES};
+use super::wire::{FromText, MAX_VALUES, one_or_many};
 use super::{TargetUrl, Timestamp};
 
 /// Most rules one link carries.
 pub const MAX_RULES: usize = 16;
 /// Most targets one split chooses among.
 pub const MAX_SPLIT: usize = 16;
-/// Most values one condition lists, and most names a query condition has.
-pub const MAX_VALUES: usize = 32;
 /// Largest weight of a split's target.
 pub const MAX_WEIGHT: u64 = 1_000_000;
 /// Longest password, in bytes.
@@ -87,20 +89,6 @@ impl DeviceIs {
     }
 }
 
-/// A rule's conditions; each that is set must hold, and a condition
-/// holds when any one of its values does.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Conditions {
-    pub device: Vec<DeviceIs>,
-    /// Primary language tags, in lower case.
-    pub language: Vec<String>,
-    pub country: Vec<Country>,
-    /// Query parameters: a name, and the values it may have.
-    pub query: Vec<(String, Vec<String>)>,
-    pub after: Vec<Timestamp>,
-    pub before: Vec<Timestamp>,
-}
-
 /// Where a rule sends a visitor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Then {
@@ -109,7 +97,8 @@ pub enum Then {
     Split(Vec<(TargetUrl, u32)>),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "RuleSpec", into = "RuleSpec")]
 pub struct Rule {
     pub when: Conditions,
     pub then: Then,
@@ -128,18 +117,6 @@ impl LinkRules {
     pub fn is_empty(&self) -> bool {
         self.password.is_none() && self.rules.is_empty() && self.expired_url.is_none()
     }
-}
-
-/// Every URL the rules may send to (each rule's, each split's).
-pub fn all_targets(rules: &[Rule]) -> Vec<&TargetUrl> {
-    let mut out = Vec::new();
-    for r in rules {
-        match &r.then {
-            Then::Url(u) => out.push(u),
-            Then::Split(s) => out.extend(s.iter().map(|(u, _)| u)),
-        }
-    }
-    out
 }
 
 /// What rules may ask of a visit: each is worked out only if a rule asks.
@@ -168,7 +145,7 @@ impl Rule {
             let Some(lang) = facts.language() else {
                 return false;
             };
-            if !w.language.iter().any(|l| l.eq_ignore_ascii_case(lang)) {
+            if !w.language.iter().any(|l| l.0.eq_ignore_ascii_case(lang)) {
                 return false;
             }
         }
@@ -180,7 +157,7 @@ impl Rule {
         }
         if !w.query.is_empty() {
             let query = facts.query().unwrap_or("");
-            for (name, values) in &w.query {
+            for (name, values) in &w.query.0 {
                 let found = url::form_urlencoded::parse(query.as_bytes())
                     .any(|(n, v)| n == name.as_str() && values.iter().any(|x| *x == v));
                 if !found {
@@ -318,293 +295,380 @@ fn parse_q(v: &[u8]) -> Option<u32> {
     (q <= 1000).then_some(q)
 }
 
-/// A rule that cannot be taken, with where it is wrong
-/// (`rules[2].if.device`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{at}: {message}")]
-pub struct RuleError {
-    pub at: String,
-    pub message: String,
-}
+/// A link's password in clear, as its owner sets it or a visitor types
+/// it: 1 to [`MAX_PASSWORD_BYTES`] bytes. Never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(String);
 
-fn err(at: impl Into<String>, message: impl Into<String>) -> RuleError {
-    RuleError {
-        at: at.into(),
-        message: message.into(),
+impl Password {
+    pub fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+
+    pub fn into_string(self) -> String {
+        self.0
     }
 }
 
-/// One value or an array of them, each read by `one`; at least one and at
-/// most [`MAX_VALUES`].
-fn values<T>(
-    at: &str,
-    value: &Value,
-    mut one: impl FnMut(&str, &Value) -> Result<T, RuleError>,
-) -> Result<Vec<T>, RuleError> {
-    match value {
-        Value::Array(items) => {
-            if items.is_empty() {
-                return Err(err(at, "must list at least one value"));
-            }
-            if items.len() > MAX_VALUES {
-                return Err(err(at, format!("lists at most {MAX_VALUES} values")));
-            }
-            items
-                .iter()
-                .enumerate()
-                .map(|(i, v)| one(&format!("{at}[{i}]"), v))
-                .collect()
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Password(..)")
+    }
+}
+
+impl FromText for Password {
+    const EXPECTING: &'static str = "a string";
+
+    fn from_text(text: &str) -> Result<Self, String> {
+        if text.is_empty() || text.len() > MAX_PASSWORD_BYTES {
+            return Err(format!("must be 1 to {MAX_PASSWORD_BYTES} bytes"));
         }
-        v => Ok(vec![one(at, v)?]),
+        Ok(Self(text.to_owned()))
     }
 }
 
-fn string<'v>(at: &str, value: &'v Value) -> Result<&'v str, RuleError> {
-    value.as_str().ok_or_else(|| err(at, "must be a string"))
-}
+super::wire::deserialize_from_text!(Password);
 
-/// Parses `rules` as the API takes them (and as they are stored), each
-/// target checked by `check` (parsing, then the server's policy).
-pub fn parse_rules(
-    value: &Value,
-    check: &dyn Fn(&str) -> Result<TargetUrl, String>,
-) -> Result<Vec<Rule>, RuleError> {
-    let items = match value {
-        Value::Null => return Ok(Vec::new()),
-        Value::Array(items) => items,
-        _ => return Err(err("rules", "must be an array of rules, or null")),
-    };
-    if items.len() > MAX_RULES {
-        return Err(err(
-            "rules",
-            format!("a link has at most {MAX_RULES} rules, not {}", items.len()),
-        ));
+super::wire::string_schema!(
+    Password,
+    "Password",
+    super::wire::StringSchema {
+        format: Some("password"),
+        min_length: Some(1),
+        max_length: Some(MAX_PASSWORD_BYTES),
+        pattern: None,
+        description: "A password visitors must give; stored only as an Argon2id hash",
     }
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| parse_rule(&format!("rules[{i}]"), item, check))
-        .collect()
+);
+
+impl FromText for DeviceIs {
+    const EXPECTING: &'static str = "a string";
+
+    fn from_text(text: &str) -> Result<Self, String> {
+        Self::NAMES
+            .iter()
+            .find(|(n, _)| *n == text)
+            .map(|(_, d)| *d)
+            .ok_or_else(|| format!("'{text}' is not one of ios, android, mobile, desktop"))
+    }
 }
 
-fn parse_rule(
-    at: &str,
-    item: &Value,
-    check: &dyn Fn(&str) -> Result<TargetUrl, String>,
-) -> Result<Rule, RuleError> {
-    let Value::Object(fields) = item else {
-        return Err(err(at, "must be an object with 'if' and 'url' or 'split'"));
-    };
-    for name in fields.keys() {
-        if !matches!(name.as_str(), "if" | "url" | "split") {
-            return Err(err(
-                format!("{at}.{name}"),
-                "unknown field (known: if, url, split)",
+impl fmt::Display for DeviceIs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A language condition's value: a primary tag (`de`), in lower case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Language(String);
+
+impl Language {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromText for Language {
+    const EXPECTING: &'static str = "a string";
+
+    fn from_text(text: &str) -> Result<Self, String> {
+        let ok = (1..=8).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_alphabetic());
+        if !ok {
+            return Err(format!("'{text}' is not a primary language tag such as 'de'"));
+        }
+        Ok(Self(text.to_ascii_lowercase()))
+    }
+}
+
+impl fmt::Display for Language {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl FromText for Country {
+    const EXPECTING: &'static str = "a string";
+
+    fn from_text(text: &str) -> Result<Self, String> {
+        let c = Country::parse(text.as_bytes());
+        if !c.is_known() {
+            return Err(format!(
+                "'{text}' is not an ISO 3166 alpha-2 country code such as 'DE'"
             ));
         }
+        Ok(c)
     }
-    let when = match fields.get("if") {
-        None | Some(Value::Null) => Conditions::default(),
-        Some(Value::Object(c)) => parse_conditions(&format!("{at}.if"), c)?,
-        Some(_) => return Err(err(format!("{at}.if"), "must be an object")),
-    };
-    let url = |at: &str, v: &Value| -> Result<TargetUrl, RuleError> {
-        let s = string(at, v)?;
-        check(s).map_err(|m| err(at, m))
-    };
-    let then = match (fields.get("url"), fields.get("split")) {
-        (Some(u), None) => Then::Url(url(&format!("{at}.url"), u)?),
-        (None, Some(Value::Array(targets))) => {
-            let at = format!("{at}.split");
-            if targets.is_empty() || targets.len() > MAX_SPLIT {
-                return Err(err(at, format!("lists 1 to {MAX_SPLIT} targets")));
-            }
-            let mut out = Vec::with_capacity(targets.len());
-            for (i, t) in targets.iter().enumerate() {
-                let at = format!("{at}[{i}]");
-                let Value::Object(t) = t else {
-                    return Err(err(at, "must be an object with 'url' and 'weight'"));
-                };
-                if let Some(name) = t.keys().find(|k| !matches!(k.as_str(), "url" | "weight")) {
-                    return Err(err(
-                        format!("{at}.{name}"),
-                        "unknown field (known: url, weight)",
-                    ));
-                }
-                let u = url(&format!("{at}.url"), t.get("url").unwrap_or(&Value::Null))?;
-                let weight = t
-                    .get("weight")
-                    .and_then(Value::as_u64)
-                    .filter(|w| (1..=MAX_WEIGHT).contains(w))
-                    .ok_or_else(|| {
-                        err(
-                            format!("{at}.weight"),
-                            format!("must be a whole number from 1 to {MAX_WEIGHT}"),
-                        )
-                    })?;
-                out.push((u, weight as u32));
-            }
-            Then::Split(out)
-        }
-        (None, Some(_)) => return Err(err(format!("{at}.split"), "must be an array")),
-        (Some(_), Some(_)) => return Err(err(at, "has both 'url' and 'split'; give one")),
-        (None, None) => return Err(err(format!("{at}.url"), "is required (or 'split')")),
-    };
-    Ok(Rule { when, then })
 }
 
-fn parse_conditions(at: &str, c: &Map<String, Value>) -> Result<Conditions, RuleError> {
-    let mut when = Conditions::default();
-    for (name, value) in c {
-        let at = format!("{at}.{name}");
-        match name.as_str() {
-            "device" => {
-                when.device = values(&at, value, |at, v| {
-                    let s = string(at, v)?;
-                    DeviceIs::NAMES
-                        .iter()
-                        .find(|(n, _)| *n == s)
-                        .map(|(_, d)| *d)
-                        .ok_or_else(|| {
-                            err(
-                                at,
-                                format!("'{s}' is not one of ios, android, mobile, desktop"),
-                            )
-                        })
-                })?
+impl fmt::Display for Country {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A query condition: names of the short URL's query parameters, each
+/// with the values it may have; 1 to [`MAX_VALUES`] names, each once.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueryIs(pub Vec<(String, Vec<String>)>);
+
+impl QueryIs {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl<'de> Deserialize<'de> for QueryIs {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Pairs;
+        impl<'de> Visitor<'de> for Pairs {
+            type Value = QueryIs;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object of names and values")
             }
-            "language" => {
-                when.language = values(&at, value, |at, v| {
-                    let s = string(at, v)?;
-                    let ok =
-                        (1..=8).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphabetic());
-                    if !ok {
-                        return Err(err(
-                            at,
-                            format!("'{s}' is not a primary language tag such as 'de'"),
-                        ));
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<QueryIs, A::Error> {
+                let mut pairs: Vec<(String, Vec<String>)> = Vec::new();
+                while let Some(name) = map.next_key::<String>()? {
+                    if name.is_empty() {
+                        return Err(de::Error::custom("a parameter's name must not be empty"));
                     }
-                    Ok(s.to_ascii_lowercase())
-                })?
-            }
-            "country" => {
-                when.country = values(&at, value, |at, v| {
-                    let s = string(at, v)?;
-                    let c = Country::parse(s.as_bytes());
-                    if !c.is_known() {
-                        return Err(err(
-                            at,
-                            format!("'{s}' is not an ISO 3166 alpha-2 country code such as 'DE'"),
-                        ));
+                    if pairs.iter().any(|(n, _)| *n == name) {
+                        return Err(de::Error::custom(format!("'{name}' is given twice")));
                     }
-                    Ok(c)
-                })?
-            }
-            "query" => {
-                let Value::Object(pairs) = value else {
-                    return Err(err(at, "must be an object of names and values"));
-                };
-                if pairs.is_empty() || pairs.len() > MAX_VALUES {
-                    return Err(err(at, format!("names 1 to {MAX_VALUES} parameters")));
-                }
-                for (qname, qvalue) in pairs {
-                    let at = format!("{at}.{qname}");
-                    if qname.is_empty() {
-                        return Err(err(at, "a parameter's name must not be empty"));
+                    if pairs.len() == MAX_VALUES {
+                        return Err(de::Error::custom(format!(
+                            "names 1 to {MAX_VALUES} parameters"
+                        )));
                     }
-                    let vs = values(&at, qvalue, |at, v| Ok(string(at, v)?.to_owned()))?;
-                    when.query.push((qname.clone(), vs));
+                    let Values(values) = map.next_value()?;
+                    pairs.push((name, values));
                 }
-            }
-            "after" | "before" => {
-                let times = values(&at, value, |at, v| {
-                    Timestamp::parse(string(at, v)?).map_err(|e| err(at, e.to_string()))
-                })?;
-                if name == "after" {
-                    when.after = times;
-                } else {
-                    when.before = times;
+                if pairs.is_empty() {
+                    return Err(de::Error::custom(format!(
+                        "names 1 to {MAX_VALUES} parameters"
+                    )));
                 }
-            }
-            _ => {
-                return Err(err(
-                    at,
-                    "unknown condition (known: device, language, country, query, after, before)",
-                ));
+                Ok(QueryIs(pairs))
             }
         }
-    }
-    Ok(when)
-}
-
-/// One value as itself, several as an array.
-fn one_or_many(mut items: Vec<Value>) -> Value {
-    if items.len() == 1 {
-        items.remove(0)
-    } else {
-        Value::Array(items)
+        d.deserialize_map(Pairs)
     }
 }
 
-/// The rules as the API shows them and the store keeps them.
-pub fn rules_json(rules: &[Rule]) -> Value {
-    Value::Array(rules.iter().map(rule_json).collect())
+/// One value or an array of them, as a type.
+struct Values(Vec<String>);
+
+impl<'de> Deserialize<'de> for Values {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        one_or_many::deserialize(d).map(Values)
+    }
 }
 
-fn rule_json(rule: &Rule) -> Value {
-    let w = &rule.when;
-    let mut when = Map::new();
-    let strs = |v: Vec<String>| one_or_many(v.into_iter().map(Value::String).collect());
-    if !w.device.is_empty() {
-        when.insert(
-            "device".into(),
-            strs(w.device.iter().map(|d| d.name().to_owned()).collect()),
-        );
-    }
-    if !w.language.is_empty() {
-        when.insert("language".into(), strs(w.language.clone()));
-    }
-    if !w.country.is_empty() {
-        when.insert(
-            "country".into(),
-            strs(w.country.iter().map(|c| c.as_str().to_owned()).collect()),
-        );
-    }
-    if !w.query.is_empty() {
-        let q: Map<String, Value> = w
-            .query
-            .iter()
-            .map(|(n, vs)| (n.clone(), strs(vs.clone())))
-            .collect();
-        when.insert("query".into(), Value::Object(q));
-    }
-    if !w.after.is_empty() {
-        when.insert(
-            "after".into(),
-            strs(w.after.iter().map(ToString::to_string).collect()),
-        );
-    }
-    if !w.before.is_empty() {
-        when.insert(
-            "before".into(),
-            strs(w.before.iter().map(ToString::to_string).collect()),
-        );
-    }
-    let mut out = Map::new();
-    out.insert("if".into(), Value::Object(when));
-    match &rule.then {
-        Then::Url(u) => {
-            out.insert("url".into(), json!(u.as_str()));
+impl Serialize for QueryIs {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        struct Many<'a>(&'a [String]);
+        impl Serialize for Many<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                one_or_many::serialize(self.0, s)
+            }
         }
-        Then::Split(targets) => {
-            let split = targets
-                .iter()
-                .map(|(u, w)| json!({"url": u.as_str(), "weight": w}))
-                .collect();
-            out.insert("split".into(), Value::Array(split));
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (name, values) in &self.0 {
+            map.serialize_entry(name, &Many(values))?;
+        }
+        map.end()
+    }
+}
+
+/// The conditions of a rule as the API takes them: each is one value or
+/// an array of them (any may match), and every condition given must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = Conditions)]
+pub struct Conditions {
+    /// `ios`, `android`, `mobile` (phones and tablets) or `desktop`; a bot
+    /// is none of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "one_or_many")]
+    #[schema(schema_with = one_or_many::schema)]
+    pub device: Vec<DeviceIs>,
+    /// Primary language tags such as `de`, against the most preferred in
+    /// `Accept-Language`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "one_or_many")]
+    #[schema(schema_with = one_or_many::schema)]
+    pub language: Vec<Language>,
+    /// ISO 3166 alpha-2 codes, against the visitor's country.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "one_or_many")]
+    #[schema(schema_with = one_or_many::schema)]
+    pub country: Vec<Country>,
+    /// `{"name": "value"}` (or several values) against the short URL's
+    /// query: every name must have one of its values.
+    #[serde(default, skip_serializing_if = "QueryIs::is_empty")]
+    #[schema(value_type = Object)]
+    pub query: QueryIs,
+    /// From this time on (RFC 3339).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "one_or_many")]
+    #[schema(schema_with = one_or_many::schema)]
+    pub after: Vec<Timestamp>,
+    /// Before this time (RFC 3339).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "one_or_many")]
+    #[schema(schema_with = one_or_many::schema)]
+    pub before: Vec<Timestamp>,
+}
+
+/// One target of a split, chosen with the chance weight / sum of weights.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SplitTarget {
+    pub url: TargetUrl,
+    #[serde(deserialize_with = "weight")]
+    #[schema(minimum = 1, maximum = 1000000)]
+    pub weight: u32,
+}
+
+fn weight<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let w = u64::deserialize(d)
+        .map_err(|_| de::Error::custom(format!("must be a whole number from 1 to {MAX_WEIGHT}")))?;
+    if !(1..=MAX_WEIGHT).contains(&w) {
+        return Err(de::Error::custom(format!(
+            "must be a whole number from 1 to {MAX_WEIGHT}, not {w}"
+        )));
+    }
+    Ok(w as u32)
+}
+
+/// A targeted redirect as the API takes and shows it, and as a store
+/// keeps it: when every condition in `if` holds, `url`, or one of
+/// `split`'s targets drawn by weight. An invalid rule is a 400 naming its
+/// index and field (`rules[2].if.device`).
+#[derive(Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = Rule)]
+pub struct RuleSpec {
+    #[serde(rename = "if", default)]
+    when: Option<Conditions>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    url: Option<TargetUrl>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_items = 1, max_items = 16)]
+    split: Option<Vec<SplitTarget>>,
+}
+
+impl TryFrom<RuleSpec> for Rule {
+    type Error = String;
+
+    fn try_from(spec: RuleSpec) -> Result<Self, String> {
+        let then = match (spec.url, spec.split) {
+            (Some(url), None) => Then::Url(url),
+            (None, Some(split)) => {
+                if split.is_empty() || split.len() > MAX_SPLIT {
+                    return Err(format!("'split' lists 1 to {MAX_SPLIT} targets"));
+                }
+                Then::Split(split.into_iter().map(|t| (t.url, t.weight)).collect())
+            }
+            (Some(_), Some(_)) => return Err("has both 'url' and 'split'; give one".into()),
+            (None, None) => return Err("'url' is required (or 'split')".into()),
+        };
+        Ok(Rule {
+            when: spec.when.unwrap_or_default(),
+            then,
+        })
+    }
+}
+
+impl From<Rule> for RuleSpec {
+    fn from(rule: Rule) -> Self {
+        let (url, split) = match rule.then {
+            Then::Url(u) => (Some(u), None),
+            Then::Split(targets) => (
+                None,
+                Some(
+                    targets
+                        .into_iter()
+                        .map(|(url, weight)| SplitTarget { url, weight })
+                        .collect(),
+                ),
+            ),
+        };
+        Self {
+            when: Some(rule.when),
+            url,
+            split,
         }
     }
-    Value::Object(out)
+}
+
+/// A link's rules: at most [`MAX_RULES`], tried in order; `null` or `[]`
+/// is none.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Rules(pub Vec<Rule>);
+
+impl<'de> Deserialize<'de> for Rules {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct List;
+        impl<'de> Visitor<'de> for List {
+            type Value = Rules;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array of rules, or null")
+            }
+
+            fn visit_unit<E: de::Error>(self) -> Result<Rules, E> {
+                Ok(Rules::default())
+            }
+
+            fn visit_none<E: de::Error>(self) -> Result<Rules, E> {
+                Ok(Rules::default())
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Rules, A::Error> {
+                let mut rules = Vec::new();
+                while let Some(rule) = seq.next_element::<Rule>()? {
+                    if rules.len() == MAX_RULES {
+                        return Err(de::Error::custom(format!(
+                            "a link has at most {MAX_RULES} rules"
+                        )));
+                    }
+                    rules.push(rule);
+                }
+                Ok(Rules(rules))
+            }
+        }
+        d.deserialize_any(List)
+    }
+}
+
+impl Rules {
+    /// The rules as a store keeps them: their JSON, or `None` for none.
+    pub fn column(rules: &[Rule]) -> Option<String> {
+        (!rules.is_empty())
+            .then(|| serde_json::to_string(rules).ok())
+            .flatten()
+    }
+
+    /// Rules a store kept (as [`Rules::column`] wrote them).
+    pub fn from_column(json: &str) -> Result<Vec<Rule>, String> {
+        serde_json::from_str::<Rules>(json)
+            .map(|r| r.0)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Every target with where it stands (`rules[1].split[0].url`), for
+    /// the checks that depend on the server's state.
+    pub fn targets(rules: &[Rule]) -> impl Iterator<Item = (String, &TargetUrl)> {
+        rules.iter().enumerate().flat_map(|(i, r)| {
+            let targets: Vec<(String, &TargetUrl)> = match &r.then {
+                Then::Url(u) => vec![(format!("rules[{i}].url"), u)],
+                Then::Split(s) => s
+                    .iter()
+                    .enumerate()
+                    .map(|(j, (u, _))| (format!("rules[{i}].split[{j}].url"), u))
+                    .collect(),
+            };
+            targets
+        })
+    }
 }
 
 #[cfg(test)]
@@ -612,8 +676,23 @@ mod tests {
     use super::*;
     use crate::domain::AgentClass;
 
+    use serde_json::{Value, json};
+
     fn check(s: &str) -> Result<TargetUrl, String> {
         TargetUrl::parse(s).map_err(|e| e.to_string())
+    }
+
+    #[derive(Debug, Deserialize)]
+    struct Body {
+        rules: Rules,
+    }
+
+    /// The rules of `raw`, or the message naming what is wrong.
+    fn parse_rules(raw: &Value) -> Result<Vec<Rule>, String> {
+        let body = json!({ "rules": raw }).to_string();
+        super::super::wire::from_json::<Body>(body.as_bytes())
+            .map(|b| b.rules.0)
+            .map_err(|e| e.0)
     }
 
     struct Fixed {
@@ -685,11 +764,16 @@ mod tests {
             {"split": [{"url": "https://example.com/b", "weight": 70},
                        {"url": "https://example.com/c", "weight": 30}]}
         ]);
-        let rules = parse_rules(&raw, &check).expect("valid");
+        let rules = parse_rules(&raw).expect("valid");
         assert_eq!(rules.len(), 2);
-        assert_eq!(rules[0].when.language, ["de"]);
-        let again = parse_rules(&rules_json(&rules), &check).expect("its own JSON parses");
+        assert_eq!(rules[0].when.language[0].as_str(), "de");
+        let column = Rules::column(&rules).expect("some rules");
+        let again = Rules::from_column(&column).expect("its own JSON parses");
         assert_eq!(again, rules);
+        assert_eq!(
+            Rules::from_column(&Rules::column(&again).expect("some")).expect("parses"),
+            rules
+        );
     }
 
     #[test]
@@ -716,35 +800,43 @@ mod tests {
                 json!([{"if": {"after": "soon"}, "url": "https://a.example/"}]),
                 "rules[0].if.after",
             ),
-            (json!([{"if": {}}]), "rules[0].url"),
+            (json!([{"if": {}}]), "rules[0]: 'url' is required"),
             (
                 json!([{"url": "https://a.example/", "split": []}]),
                 "rules[0]",
             ),
+            (
+                json!([{"if": {"query": {}}, "url": "https://a.example/"}]),
+                "rules[0].if.query",
+            ),
             (json!("x"), "rules"),
         ];
         for (raw, at) in cases {
-            let e = parse_rules(&raw, &check).expect_err("invalid");
-            assert_eq!(e.at, at, "{raw}: {e}");
+            let e = parse_rules(&raw).expect_err("invalid");
+            assert!(e.starts_with(at), "{raw}: {e}");
         }
         let many = Value::Array(vec![json!({"url": "https://a.example/"}); MAX_RULES + 1]);
-        assert_eq!(
-            parse_rules(&many, &check).expect_err("too many").at,
-            "rules"
-        );
+        let e = parse_rules(&many).expect_err("too many");
+        assert!(e.contains("at most 16"), "{e}");
+        // A key given twice inside a rule is refused as at the top level.
+        for twice in [
+            r#"{"rules": [{"if": {"device": "ios", "device": "android"}, "url": "https://a.example/"}]}"#,
+            r#"{"rules": [{"url": "https://a.example/", "url": "https://b.example/"}]}"#,
+            r#"{"rules": [{"if": {"query": {"a": "1", "a": "2"}}, "url": "https://a.example/"}]}"#,
+        ] {
+            let e = super::super::wire::from_json::<Body>(twice.as_bytes()).expect_err("twice");
+            assert!(e.0.contains("given twice"), "{twice}: {e}");
+        }
     }
 
     #[test]
     fn conditions_hold_only_together() {
-        let rules = parse_rules(
-            &json!([
+        let rules = parse_rules(&json!([
                 {"if": {"language": "de", "query": {"src": "mail"}}, "url": "https://a.example/de-mail"},
                 {"if": {"country": "JP"}, "url": "https://a.example/jp"},
                 {"if": {"before": "2026-01-01T00:00:00Z"}, "url": "https://a.example/old"},
                 {"if": {"device": "desktop"}, "url": "https://a.example/desktop"}
-            ]),
-            &check,
-        )
+        ]))
         .expect("valid");
         let mut v = visitor();
         assert_eq!(choose(&rules, &mut v), None);

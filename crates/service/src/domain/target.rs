@@ -35,7 +35,7 @@ pub struct TargetUrl {
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TargetUrlError {
-    #[error("url is empty")]
+    #[error("url must not be empty")]
     Empty,
     #[error("url is longer than {MAX_URL_BYTES} bytes")]
     TooLong,
@@ -533,6 +533,35 @@ fn private_names(hosts_file: &str) -> HashSet<String> {
     }
     names
 }
+
+impl super::wire::FromText for TargetUrl {
+    const EXPECTING: &'static str = "a string";
+
+    fn from_text(text: &str) -> Result<Self, String> {
+        Self::parse(text).map_err(|e| e.to_string())
+    }
+}
+
+super::wire::deserialize_from_text!(TargetUrl);
+
+impl serde::Serialize for TargetUrl {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+super::wire::string_schema!(
+    TargetUrl,
+    "Url",
+    super::wire::StringSchema {
+        format: Some("uri"),
+        min_length: Some(1),
+        max_length: Some(MAX_URL_BYTES),
+        pattern: None,
+        description: "An http or https URL without user info; stored and served in its \
+                      canonical (WHATWG) form",
+    }
+);
 
 impl fmt::Display for TargetUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

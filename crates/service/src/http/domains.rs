@@ -6,47 +6,18 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
+use super::error::ErrorMessage;
+
 use super::AppState;
 use super::error::ApiError;
-use super::extract::{Caller, DomainPatchBody, Key, NewDomainBody, Segment};
+use super::extract::{Caller, Json as Body, Key, Segment};
 use crate::domain::{DEFAULT_NAME, DomainId};
-use crate::domains::Named;
+use crate::domains::{DomainPatchBody, DomainView, NewDomainBody};
 use crate::keys::Principal;
-
-/// A short domain.
-#[derive(Serialize, utoipa::ToSchema)]
-#[schema(as = Domain)]
-pub struct DomainObject {
-    /// The host, lowercase ASCII; null for a default domain without one.
-    host: Option<String>,
-    /// Where `GET /` goes; null: the page.
-    root_redirect: Option<String>,
-    /// Where an unknown or deleted code goes; null: 404.
-    not_found_redirect: Option<String>,
-    /// Where an expired link, or one out of visits, goes; null: 410.
-    expired_redirect: Option<String>,
-    /// The default domain: links without a domain are on it; it cannot
-    /// be removed.
-    default: bool,
-}
-
-impl From<Named> for DomainObject {
-    fn from(d: Named) -> Self {
-        let url = |t: &Option<crate::domain::TargetUrl>| t.as_ref().map(|t| t.to_string());
-        let r = &d.domain.redirects;
-        Self {
-            host: d.host.map(|h| h.to_string()),
-            root_redirect: url(&r.root),
-            not_found_redirect: url(&r.not_found),
-            expired_redirect: url(&r.expired),
-            default: d.default,
-        }
-    }
-}
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct DomainList {
-    domains: Vec<DomainObject>,
+    domains: Vec<DomainView>,
 }
 
 fn admin(caller: &Principal) -> Result<(), ApiError> {
@@ -72,7 +43,7 @@ const HOST_PARAM: &str = "A host (in either form), or 'default' for the default 
 #[utoipa::path(get, path = "/api/v1/domains", tag = "domains",
     responses(
         (status = 200, description = "Every domain the caller may use, the default one first: all of them for an admin or a key not limited to a domain, its own for a domain-limited key, all of them without a key while anyone may create links", body = DomainList),
-        (status = 401, description = "No valid key, where creating links needs one", body = crate::http::schema::ErrorMessage),
+        (status = 401, description = "No valid key, where creating links needs one", body = ErrorMessage),
     ),
     security((), ("bearer" = []), ("api_key" = [])))]
 pub async fn list(
@@ -85,34 +56,34 @@ pub async fn list(
         domains: domains
             .into_iter()
             .filter(|d| only.is_none_or(|id| id == d.domain.id))
-            .map(DomainObject::from)
+            .map(DomainView::from)
             .collect(),
     }))
 }
 
 #[utoipa::path(post, path = "/api/v1/domains", tag = "domains",
-    request_body(content = crate::http::schema::NewDomainRequest, content_type = "application/json"),
+    request_body(content = NewDomainBody, content_type = "application/json"),
     responses(
-        (status = 201, description = "Added; links answer on it at once", body = DomainObject),
-        (status = 400, description = "Malformed body, bad host or URL, unknown field", body = crate::http::schema::ErrorMessage),
-        (status = 401, description = "No valid key", body = crate::http::schema::ErrorMessage),
-        (status = 403, description = "Not an admin key", body = crate::http::schema::ErrorMessage),
-        (status = 409, description = "The domain exists", body = crate::http::schema::ErrorMessage),
-        (status = 413, description = "Body over the size limit", body = crate::http::schema::ErrorMessage),
-        (status = 415, description = "Content-Type is not JSON", body = crate::http::schema::ErrorMessage),
-        (status = 503, description = "Cannot store now", body = crate::http::schema::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+        (status = 201, description = "Added; links answer on it at once", body = DomainView),
+        (status = 400, description = "Malformed body, bad host or URL, unknown field", body = ErrorMessage),
+        (status = 401, description = "No valid key", body = ErrorMessage),
+        (status = 403, description = "Not an admin key", body = ErrorMessage),
+        (status = 409, description = "The domain exists", body = ErrorMessage),
+        (status = 413, description = "Body over the size limit", body = ErrorMessage),
+        (status = 415, description = "Content-Type is not JSON", body = ErrorMessage),
+        (status = 503, description = "Cannot store now", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []), ("api_key" = [])))]
 pub async fn create(
     State(state): State<AppState>,
     Key(caller): Key,
-    body: NewDomainBody,
-) -> Result<(StatusCode, Json<DomainObject>), ApiError> {
+    Body(body): Body<NewDomainBody>,
+) -> Result<(StatusCode, Json<DomainView>), ApiError> {
     admin(&caller)?;
     let added = state
         .links
         .domains()
-        .add(&body.host, body.redirects)
+        .add(&body.host, body.redirects())
         .await?;
     Ok((StatusCode::CREATED, Json(added.into())))
 }
@@ -120,17 +91,17 @@ pub async fn create(
 #[utoipa::path(get, path = "/api/v1/domains/{host}", tag = "domains",
     params(("host" = String, Path, description = HOST_PARAM, max_length = 253)),
     responses(
-        (status = 200, description = "The domain", body = DomainObject),
-        (status = 400, description = "A malformed host", body = crate::http::schema::ErrorMessage),
-        (status = 401, description = "No valid key, where creating links needs one", body = crate::http::schema::ErrorMessage),
-        (status = 404, description = "No such domain, or not the one a domain-limited key has", body = crate::http::schema::ErrorMessage),
+        (status = 200, description = "The domain", body = DomainView),
+        (status = 400, description = "A malformed host", body = ErrorMessage),
+        (status = 401, description = "No valid key, where creating links needs one", body = ErrorMessage),
+        (status = 404, description = "No such domain, or not the one a domain-limited key has", body = ErrorMessage),
     ),
     security((), ("bearer" = []), ("api_key" = [])))]
 pub async fn get(
     State(state): State<AppState>,
     Caller(caller): Caller,
     Segment(host): Segment,
-) -> Result<Json<DomainObject>, ApiError> {
+) -> Result<Json<DomainView>, ApiError> {
     let only = state.links.visible_domains(caller.as_ref())?;
     let id = named(&state, &host)?;
     if only.is_some_and(|own| own != id) {
@@ -146,24 +117,24 @@ pub async fn get(
 
 #[utoipa::path(patch, path = "/api/v1/domains/{host}", tag = "domains",
     params(("host" = String, Path, description = HOST_PARAM, max_length = 253)),
-    request_body(content = crate::http::schema::DomainPatchRequest, content_type = "application/json"),
+    request_body(content = DomainPatchBody, content_type = "application/json"),
     responses(
-        (status = 200, description = "The domain as changed", body = DomainObject),
-        (status = 400, description = "Malformed host or body, bad URL, unknown field", body = crate::http::schema::ErrorMessage),
-        (status = 401, description = "No valid key", body = crate::http::schema::ErrorMessage),
-        (status = 403, description = "Not an admin key", body = crate::http::schema::ErrorMessage),
-        (status = 404, description = "No such domain", body = crate::http::schema::ErrorMessage),
-        (status = 413, description = "Body over the size limit", body = crate::http::schema::ErrorMessage),
-        (status = 415, description = "Content-Type is not JSON", body = crate::http::schema::ErrorMessage),
-        (status = 503, description = "Cannot store now", body = crate::http::schema::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+        (status = 200, description = "The domain as changed", body = DomainView),
+        (status = 400, description = "Malformed host or body, bad URL, unknown field", body = ErrorMessage),
+        (status = 401, description = "No valid key", body = ErrorMessage),
+        (status = 403, description = "Not an admin key", body = ErrorMessage),
+        (status = 404, description = "No such domain", body = ErrorMessage),
+        (status = 413, description = "Body over the size limit", body = ErrorMessage),
+        (status = 415, description = "Content-Type is not JSON", body = ErrorMessage),
+        (status = 503, description = "Cannot store now", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []), ("api_key" = [])))]
 pub async fn update(
     State(state): State<AppState>,
     Key(caller): Key,
     Segment(host): Segment,
-    body: DomainPatchBody,
-) -> Result<Json<DomainObject>, ApiError> {
+    Body(body): Body<DomainPatchBody>,
+) -> Result<Json<DomainView>, ApiError> {
     admin(&caller)?;
     let domains = state.links.domains();
     let id = named(&state, &host)?;
@@ -188,12 +159,12 @@ pub struct RemoveParams {
     ),
     responses(
         (status = 204, description = "Removed"),
-        (status = 400, description = "Malformed host or force", body = crate::http::schema::ErrorMessage),
-        (status = 401, description = "No valid key", body = crate::http::schema::ErrorMessage),
-        (status = 403, description = "Not an admin key", body = crate::http::schema::ErrorMessage),
-        (status = 404, description = "No such domain", body = crate::http::schema::ErrorMessage),
-        (status = 409, description = "The default domain, or a domain with links without force", body = crate::http::schema::ErrorMessage),
-        (status = 503, description = "Cannot store now", body = crate::http::schema::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+        (status = 400, description = "Malformed host or force", body = ErrorMessage),
+        (status = 401, description = "No valid key", body = ErrorMessage),
+        (status = 403, description = "Not an admin key", body = ErrorMessage),
+        (status = 404, description = "No such domain", body = ErrorMessage),
+        (status = 409, description = "The default domain, or a domain with links without force", body = ErrorMessage),
+        (status = 503, description = "Cannot store now", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []), ("api_key" = [])))]
 pub async fn remove(

@@ -58,9 +58,21 @@ pub enum ApiError {
     Internal(String),
 }
 
-#[derive(Serialize)]
-struct ErrorBody<'a> {
-    error: &'a str,
+/// Every error answer's body.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
+pub struct ErrorMessage {
+    /// What was wrong, in words; never an internal detail.
+    pub error: String,
+}
+
+/// What a 401 of a locked link says, and what no cache may keep.
+pub(super) fn mark(headers: &mut axum::http::HeaderMap) {
+    headers.insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("LinkPassword"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
 }
 
 impl ApiError {
@@ -96,7 +108,7 @@ impl IntoResponse for ApiError {
             }
             other => other.to_string(),
         };
-        let mut response = (status, Json(ErrorBody { error: &message })).into_response();
+        let mut response = (status, Json(ErrorMessage { error: message })).into_response();
         match self {
             Self::Unavailable { retry_after, .. } | Self::TooManyRequests { retry_after, .. } => {
                 response
@@ -108,7 +120,7 @@ impl IntoResponse for ApiError {
                     .headers_mut()
                     .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
-            Self::Locked { .. } => super::locked::mark(response.headers_mut()),
+            Self::Locked { .. } => mark(response.headers_mut()),
             _ => {}
         }
         response
@@ -122,7 +134,9 @@ const TIMED_OUT: &str = "the request took too long; retry later";
 pub fn timed_out() -> Response {
     (
         StatusCode::SERVICE_UNAVAILABLE,
-        Json(ErrorBody { error: TIMED_OUT }),
+        Json(ErrorMessage {
+            error: TIMED_OUT.to_owned(),
+        }),
     )
         .into_response()
 }
@@ -142,7 +156,10 @@ pub async fn json_for_bodiless_errors(response: Response) -> Response {
         other => other.canonical_reason().unwrap_or("error"),
     };
     let (mut parts, _) = response.into_parts();
-    let body = Json(ErrorBody { error: message }).into_response();
+    let body = Json(ErrorMessage {
+        error: message.to_owned(),
+    })
+    .into_response();
     parts.headers.remove(header::CONTENT_LENGTH);
     parts.headers.insert(
         header::CONTENT_TYPE,
@@ -157,6 +174,14 @@ impl From<LinksError> for ApiError {
             LinksError::NeedsKey(why) => Self::Unauthorized(why.into()),
             LinksError::Forbidden(why) => Self::Forbidden(why.into()),
             LinksError::Store(e) => e.into(),
+            LinksError::Invalid(why) => Self::BadRequest(why),
+            LinksError::RateLimited {
+                message,
+                retry_after,
+            } => Self::TooManyRequests {
+                message,
+                retry_after,
+            },
             LinksError::Password(e) => match e {
                 PasswordError::TooManyGuesses { retry_after } => Self::TooManyRequests {
                     message: e.to_string(),

@@ -8,15 +8,15 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorMessage};
 use super::extract::{
-    Caller, ClientAddr, Code, CodeOn, HostDomain, Key, NewLinkBody, OnDomain, Operator,
-    PasswordForm, PatchBody,
+    Caller, ClientAddr, Code, CodeOn, HostDomain, Json as Body, Key, OnDomain, Operator,
+    PasswordForm,
 };
-use crate::domain::rules::{self, Rule};
-use crate::domain::{Link, LinkKey, LinkRules, ShortCode, TargetUrl, Timestamp, extra_of};
-use crate::links::{LinkStats, Readiness, Resolution, Use};
-use crate::store::{LinkPatch, NewLink};
+use crate::domain::{Link, LinkKey, ShortCode, TargetUrl, Timestamp};
+use crate::keys::Principal;
+use crate::links::bodies::{LinkPatchBody, LinkView, NewLinkBody};
+use crate::links::{Asker, CreateRoute, LinkStats, Readiness, Resolution, Use};
 use crate::visits::{Interval, Visit, VisitReport, Window};
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -47,136 +47,25 @@ pub struct Created {
     link: String,
 }
 
-/// The management API's view of a link.
-#[derive(Serialize, utoipa::ToSchema)]
-#[schema(as = Link)]
-pub struct LinkObject {
-    /// The link's domain: its host, or null on a default domain without
-    /// one.
-    domain: Option<String>,
-    code: String,
-    url: String,
-    short_url: String,
-    #[schema(value_type = String, format = DateTime)]
-    created_at: Timestamp,
-    #[schema(value_type = Option<String>, format = DateTime)]
-    expires_at: Option<Timestamp>,
-    expired: bool,
-    owner: Option<String>,
-    /// Counted redirects, those not yet flushed included.
-    visits: u64,
-    max_visits: Option<u64>,
-    /// Whether a visitor needs a password (the hash is never shown).
-    protected: bool,
-    /// Targeted redirects, tried in order: `{"if": {...}, "url": ...}` or
-    /// `{"if": {...}, "split": [{"url": ..., "weight": ...}]}`.
-    #[schema(value_type = Vec<Object>)]
-    rules: serde_json::Value,
-    /// Where the link sends visitors once expired or out of visits.
-    expired_url: Option<String>,
-}
-
 impl AppState {
-    fn link_object(&self, headers: &HeaderMap, link: Link) -> LinkObject {
-        let extra = link.extra.as_deref();
-        LinkObject {
-            domain: self
-                .links
-                .domains()
-                .host_of(link.domain)
-                .map(|h| h.to_string()),
-            short_url: self.short_url(headers, &link.key()),
-            expired: link.resolved().is_expired(),
-            code: link.code.to_string(),
-            url: link.target.to_string(),
-            created_at: link.created_at,
-            expires_at: link.expires_at,
-            owner: link.owner.map(|o| o.name),
-            visits: link.visits,
-            max_visits: link.max_visits,
-            protected: extra.is_some_and(|e| e.password.is_some()),
-            rules: rules::rules_json(extra.map_or(&[], |e| &e.rules[..])),
-            expired_url: extra
-                .and_then(|e| e.expired_url.as_ref())
-                .map(ToString::to_string),
-        }
+    /// `link` as the management API shows it.
+    fn link_object(&self, headers: &HeaderMap, link: Link) -> LinkView {
+        let short_url = self.short_url(headers, &link.key());
+        self.links.view(link, short_url)
     }
 
-    /// Rules as sent, each target checked as a link's URL is; an invalid
-    /// one is a 400 naming the rule's index and field.
-    fn rules_of(
+    /// Who a write comes from, as the links service reads it.
+    fn asker<'a>(
         &self,
-        headers: &HeaderMap,
-        value: &serde_json::Value,
-    ) -> Result<Vec<Rule>, ApiError> {
-        let host = self.host(headers);
-        let check = |u: &str| -> Result<TargetUrl, String> {
-            let target = TargetUrl::parse(u).map_err(|e| e.to_string())?;
-            self.targets
-                .check(&target, host)
-                .map_err(|e| e.to_string())?;
-            Ok(target)
-        };
-        rules::parse_rules(value, &check).map_err(|e| ApiError::BadRequest(e.to_string()))
-    }
-
-    /// An `expired_url` checked as a link's URL is.
-    fn expired_url_of(&self, headers: &HeaderMap, url: &TargetUrl) -> Result<(), ApiError> {
-        self.targets
-            .check(url, self.host(headers))
-            .map_err(|e| ApiError::BadRequest(format!("field 'expired_url': {e}")))
-    }
-
-    /// The rules both create routes follow: who may create, and who may
-    /// choose a code. A body that names no domain means the default one on
-    /// the seed API, and a domain-limited key's own on the API (`api`).
-    async fn create(
-        &self,
+        caller: Option<&'a Principal>,
         client: ClientAddr,
-        headers: &HeaderMap,
-        caller: Caller,
-        body: NewLinkBody,
-        api: bool,
-    ) -> Result<Link, ApiError> {
-        let Caller(caller) = caller;
-        // Refused for want of a key before anything is counted or parsed.
-        self.links
-            .may_create(caller.as_ref(), body.code.is_some())?;
-        self.limiter.check(client.0, headers, caller.as_ref())?;
-        self.targets
-            .check(&body.url, self.host(headers))
-            .map_err(bad_target)?;
-        let domain = match &body.domain {
-            Some(name) => self.domain_named(name)?,
-            None if api => super::extract::domain_or_own(None, caller.as_ref()),
-            None => crate::domain::DomainId::DEFAULT,
-        };
-        let rules = match &body.rules {
-            Some(value) => self.rules_of(headers, value)?,
-            None => Vec::new(),
-        };
-        if let Some(url) = &body.expired_url {
-            self.expired_url_of(headers, url)?;
+        headers: &'a HeaderMap,
+    ) -> Asker<'a> {
+        Asker {
+            caller,
+            client: self.trust_proxy.creator(client.0, headers),
+            host: self.host(headers),
         }
-        // Hashed last: everything cheap to refuse has been refused.
-        let password = match body.password {
-            Some(p) => Some(self.links.hash_password(p).await?),
-            None => None,
-        };
-        let new = NewLink {
-            domain,
-            target: body.url,
-            code: body.code,
-            expires_at: body.expires_at,
-            owner: None,
-            max_visits: body.max_visits,
-            extra: extra_of(LinkRules {
-                password,
-                rules,
-                expired_url: body.expired_url,
-            }),
-        };
-        Ok(self.links.create(caller.as_ref(), new).await?)
     }
 }
 
@@ -188,33 +77,33 @@ enum CreateErrors {
         status = 400,
         description = "Malformed body, bad URL, bad code, past expiry, bad max_visits, an unknown domain or an unknown field"
     )]
-    BadRequest(crate::http::schema::ErrorMessage),
+    BadRequest(ErrorMessage),
     /// An invalid key was sent, or this action needs a key
     #[response(status = 401)]
-    Unauthorized(crate::http::schema::ErrorMessage),
+    Unauthorized(ErrorMessage),
     /// The key is limited to another domain
     #[response(status = 403)]
-    Forbidden(crate::http::schema::ErrorMessage),
+    Forbidden(ErrorMessage),
     /// The chosen code is taken (or was used by a deleted link)
     #[response(status = 409)]
-    Conflict(crate::http::schema::ErrorMessage),
+    Conflict(ErrorMessage),
     /// Body over the size limit
     #[response(status = 413)]
-    PayloadTooLarge(crate::http::schema::ErrorMessage),
+    PayloadTooLarge(ErrorMessage),
     /// Content-Type is not JSON
     #[response(status = 415)]
-    UnsupportedMediaType(crate::http::schema::ErrorMessage),
+    UnsupportedMediaType(ErrorMessage),
     /// Rate limited
     #[response(status = 429, headers(("retry-after" = u32, description = "Seconds to wait before retrying")))]
-    TooManyRequests(crate::http::schema::ErrorMessage),
+    TooManyRequests(ErrorMessage),
     /// Cannot store now (disk full, writes stopped, queue full)
     #[response(status = 503, headers(("retry-after" = u32, description = "Seconds to wait before retrying")))]
-    Unavailable(crate::http::schema::ErrorMessage),
+    Unavailable(ErrorMessage),
 }
 
 /// `POST /link`, the seed API.
 #[utoipa::path(post, path = "/link", tag = "seed",
-    request_body(content = crate::http::schema::NewLinkRequest, content_type = "application/json"),
+    request_body(content = NewLinkBody, content_type = "application/json"),
     responses(
         (status = 201, description = "Stored durably", body = Created),
         CreateErrors,
@@ -224,10 +113,11 @@ pub async fn create_link(
     State(state): State<AppState>,
     client: ClientAddr,
     headers: HeaderMap,
-    caller: Caller,
-    body: NewLinkBody,
+    Caller(caller): Caller,
+    Body(body): Body<NewLinkBody>,
 ) -> Result<(StatusCode, Json<Created>), ApiError> {
-    let link = state.create(client, &headers, caller, body, false).await?;
+    let asker = state.asker(caller.as_ref(), client, &headers);
+    let link = state.links.create(&asker, body, CreateRoute::Seed).await?;
     let short_url = state.short_url(&headers, &link.key());
     Ok((
         StatusCode::CREATED,
@@ -241,9 +131,9 @@ pub async fn create_link(
 
 /// `POST /api/v1/links`: the same create, answered with the link object.
 #[utoipa::path(post, path = "/api/v1/links", tag = "links",
-    request_body(content = crate::http::schema::NewLinkRequest, content_type = "application/json"),
+    request_body(content = NewLinkBody, content_type = "application/json"),
     responses(
-        (status = 201, description = "Stored durably", body = LinkObject),
+        (status = 201, description = "Stored durably", body = LinkView),
         CreateErrors,
     ),
     security((), ("bearer" = []), ("api_key" = [])))]
@@ -251,15 +141,12 @@ pub async fn api_create(
     State(state): State<AppState>,
     client: ClientAddr,
     headers: HeaderMap,
-    caller: Caller,
-    body: NewLinkBody,
-) -> Result<(StatusCode, Json<LinkObject>), ApiError> {
-    let link = state.create(client, &headers, caller, body, true).await?;
+    Caller(caller): Caller,
+    Body(body): Body<NewLinkBody>,
+) -> Result<(StatusCode, Json<LinkView>), ApiError> {
+    let asker = state.asker(caller.as_ref(), client, &headers);
+    let link = state.links.create(&asker, body, CreateRoute::Api).await?;
     Ok((StatusCode::CREATED, Json(state.link_object(&headers, link))))
-}
-
-fn bad_target(e: crate::domain::TargetUrlError) -> ApiError {
-    ApiError::BadRequest(e.to_string())
 }
 
 fn not_found(code: &ShortCode) -> ApiError {
@@ -295,10 +182,10 @@ pub(super) fn target_of(code: &ShortCode, resolution: Resolution) -> Result<Targ
 #[utoipa::path(get, path = "/link/{code}", tag = "seed", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$")),
     responses(
         (status = 200, description = "Where the link leads (not a visit)", body = LinkBody),
-        (status = 400, description = "Malformed code", body = crate::http::schema::ErrorMessage),
-        (status = 401, description = "The link is behind a password: its target is not shown", body = crate::http::schema::ErrorMessage, headers(("www-authenticate" = String, description = "LinkPassword"))),
-        (status = 404, description = "No such link, or deleted", body = crate::http::schema::ErrorMessage),
-        (status = 410, description = "Expired, out of visits, or its target blocked", body = crate::http::schema::ErrorMessage),
+        (status = 400, description = "Malformed code", body = ErrorMessage),
+        (status = 401, description = "The link is behind a password: its target is not shown", body = ErrorMessage, headers(("www-authenticate" = String, description = "LinkPassword"))),
+        (status = 404, description = "No such link, or deleted", body = ErrorMessage),
+        (status = 410, description = "Expired, out of visits, or its target blocked", body = ErrorMessage),
     ))]
 pub async fn get_link(
     State(state): State<AppState>,
@@ -338,12 +225,12 @@ pub(super) fn link_answer(target: &TargetUrl, headers: &mut HeaderMap) -> bytes:
         (status = 302, description = "Redirect (the default status); a GET counts one visit", headers(("location" = String, description = "The target URL"), ("cache-control" = String, description = "private, max-age=0"))),
         (status = 307, description = "Redirect (when the server is set to 307)", headers(("location" = String, description = "The target URL"), ("cache-control" = String, description = "private, max-age=0"))),
         (status = 308, description = "Redirect (when the server is set to 308)", headers(("location" = String, description = "The target URL"), ("cache-control" = String, description = "private, max-age=0"))),
-        (status = 400, description = "Malformed code", body = crate::http::schema::ErrorMessage),
-        (status = 401, description = "The link is behind a password, and none or a wrong one was sent (X-Link-Password): a form (text/html) or JSON", body = crate::http::schema::ErrorMessage, headers(("www-authenticate" = String, description = "LinkPassword"))),
-        (status = 404, description = "No such link, or deleted", body = crate::http::schema::ErrorMessage),
-        (status = 410, description = "Expired, out of visits, or its target blocked", body = crate::http::schema::ErrorMessage),
-        (status = 429, description = "Too many wrong passwords for this link", body = crate::http::schema::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
-        (status = 503, description = "Too many passwords being checked, or the request took too long", body = crate::http::schema::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+        (status = 400, description = "Malformed code", body = ErrorMessage),
+        (status = 401, description = "The link is behind a password, and none or a wrong one was sent (X-Link-Password): a form (text/html) or JSON", body = ErrorMessage, headers(("www-authenticate" = String, description = "LinkPassword"))),
+        (status = 404, description = "No such link, or deleted", body = ErrorMessage),
+        (status = 410, description = "Expired, out of visits, or its target blocked", body = ErrorMessage),
+        (status = 429, description = "Too many wrong passwords for this link", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+        (status = 503, description = "Too many passwords being checked, or the request took too long", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
     ))]
 pub async fn redirect(
     State(state): State<AppState>,
@@ -360,17 +247,17 @@ pub async fn redirect(
 /// `POST /{code}`: the password form of a link behind one. The right
 /// password gets the redirect, a wrong one the form again.
 #[utoipa::path(post, path = "/{code}", tag = "seed", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$")),
-    request_body(content = crate::http::schema::UnlockForm, content_type = "application/x-www-form-urlencoded"),
+    request_body(content = PasswordForm, content_type = "application/x-www-form-urlencoded"),
     responses(
         (status = 302, description = "The right password: the redirect (Cache-Control: no-store)", headers(("location" = String, description = "The target URL"))),
-        (status = 400, description = "Malformed code or form", body = crate::http::schema::ErrorMessage),
-        (status = 401, description = "A wrong password: the form again (text/html) or JSON", body = crate::http::schema::ErrorMessage, headers(("www-authenticate" = String, description = "LinkPassword"))),
-        (status = 404, description = "No such link", body = crate::http::schema::ErrorMessage),
-        (status = 410, description = "Expired, out of visits, or its target blocked", body = crate::http::schema::ErrorMessage),
-        (status = 413, description = "Body over the size limit", body = crate::http::schema::ErrorMessage),
-        (status = 415, description = "Not a form", body = crate::http::schema::ErrorMessage),
-        (status = 429, description = "Too many wrong passwords", body = crate::http::schema::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
-        (status = 503, description = "Too many passwords being checked", body = crate::http::schema::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+        (status = 400, description = "Malformed code or form", body = ErrorMessage),
+        (status = 401, description = "A wrong password: the form again (text/html) or JSON", body = ErrorMessage, headers(("www-authenticate" = String, description = "LinkPassword"))),
+        (status = 404, description = "No such link", body = ErrorMessage),
+        (status = 410, description = "Expired, out of visits, or its target blocked", body = ErrorMessage),
+        (status = 413, description = "Body over the size limit", body = ErrorMessage),
+        (status = 415, description = "Not a form", body = ErrorMessage),
+        (status = 429, description = "Too many wrong passwords", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+        (status = 503, description = "Too many passwords being checked", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
     ))]
 pub async fn unlock(
     State(state): State<AppState>,
@@ -379,7 +266,7 @@ pub async fn unlock(
     ClientAddr(peer): ClientAddr,
     uri: Uri,
     headers: HeaderMap,
-    PasswordForm(password): PasswordForm,
+    PasswordForm { password }: PasswordForm,
 ) -> Response {
     let how = redirect_use(
         &state,
@@ -490,10 +377,10 @@ pub(super) fn redirect_answer(
 
 #[utoipa::path(get, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$"), ("domain" = Option<String>, Query, description = "The link's domain (a host, or 'default'); when absent, the key's own domain for a key limited to one, else the default domain")),
     responses(
-        (status = 200, description = "The link", body = LinkObject),
-        (status = 400, description = "Malformed code", body = crate::http::schema::ErrorMessage),
-        (status = 401, description = "No valid key", body = crate::http::schema::ErrorMessage),
-        (status = 404, description = "No such link, or not one this key may manage", body = crate::http::schema::ErrorMessage),
+        (status = 200, description = "The link", body = LinkView),
+        (status = 400, description = "Malformed code", body = ErrorMessage),
+        (status = 401, description = "No valid key", body = ErrorMessage),
+        (status = 404, description = "No such link, or not one this key may manage", body = ErrorMessage),
     ),
     security(("bearer" = []), ("api_key" = [])))]
 pub async fn api_get(
@@ -501,7 +388,7 @@ pub async fn api_get(
     headers: HeaderMap,
     Key(caller): Key,
     code: CodeOn,
-) -> Result<Json<LinkObject>, ApiError> {
+) -> Result<Json<LinkView>, ApiError> {
     let key = code.key(&caller);
     let link = state
         .links
@@ -512,15 +399,15 @@ pub async fn api_get(
 }
 
 #[utoipa::path(patch, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$"), ("domain" = Option<String>, Query, description = "The link's domain (a host, or 'default'); when absent, the key's own domain for a key limited to one, else the default domain")),
-    request_body(content = crate::http::schema::PatchRequest, content_type = "application/json"),
+    request_body(content = LinkPatchBody, content_type = "application/json"),
     responses(
-        (status = 200, description = "The link as changed", body = LinkObject),
-        (status = 400, description = "Malformed code or body, bad URL, past expiry, unknown field", body = crate::http::schema::ErrorMessage),
-        (status = 401, description = "No valid key", body = crate::http::schema::ErrorMessage),
-        (status = 404, description = "No such link, or not one this key may manage", body = crate::http::schema::ErrorMessage),
-        (status = 413, description = "Body over the size limit", body = crate::http::schema::ErrorMessage),
-        (status = 415, description = "Content-Type is not JSON", body = crate::http::schema::ErrorMessage),
-        (status = 503, description = "Cannot store now", body = crate::http::schema::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+        (status = 200, description = "The link as changed", body = LinkView),
+        (status = 400, description = "Malformed code or body, bad URL, past expiry, unknown field", body = ErrorMessage),
+        (status = 401, description = "No valid key", body = ErrorMessage),
+        (status = 404, description = "No such link, or not one this key may manage", body = ErrorMessage),
+        (status = 413, description = "Body over the size limit", body = ErrorMessage),
+        (status = 415, description = "Content-Type is not JSON", body = ErrorMessage),
+        (status = 503, description = "Cannot store now", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []), ("api_key" = [])))]
 pub async fn api_update(
@@ -528,39 +415,13 @@ pub async fn api_update(
     headers: HeaderMap,
     Key(caller): Key,
     code: CodeOn,
-    body: PatchBody,
-) -> Result<Json<LinkObject>, ApiError> {
+    Body(body): Body<LinkPatchBody>,
+) -> Result<Json<LinkView>, ApiError> {
     let key = code.key(&caller);
-    if let Some(url) = &body.url {
-        state
-            .targets
-            .check(url, state.host(&headers))
-            .map_err(bad_target)?;
-    }
-    let rules = body
-        .rules
-        .as_ref()
-        .map(|value| state.rules_of(&headers, value))
-        .transpose()?;
-    if let Some(Some(url)) = &body.expired_url {
-        state.expired_url_of(&headers, url)?;
-    }
-    let password = match body.password {
-        Some(Some(p)) => Some(Some(state.links.hash_password(p).await?)),
-        Some(None) => Some(None),
-        None => None,
-    };
-    let patch = LinkPatch {
-        target: body.url,
-        expires_at: body.expires_at,
-        max_visits: body.max_visits,
-        password,
-        rules,
-        expired_url: body.expired_url,
-    };
+    let asker = state.asker(Some(&caller), ClientAddr(None), &headers);
     let link = state
         .links
-        .update(&caller, &key, patch)
+        .update(&asker, &caller, &key, body)
         .await?
         .ok_or_else(|| not_found(&key.code))?;
     Ok(Json(state.link_object(&headers, link)))
@@ -569,10 +430,10 @@ pub async fn api_update(
 #[utoipa::path(delete, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$"), ("domain" = Option<String>, Query, description = "The link's domain (a host, or 'default'); when absent, the key's own domain for a key limited to one, else the default domain")),
     responses(
         (status = 204, description = "Deleted; its code is never issued again"),
-        (status = 400, description = "Malformed code", body = crate::http::schema::ErrorMessage),
-        (status = 401, description = "No valid key", body = crate::http::schema::ErrorMessage),
-        (status = 404, description = "No such link, or not one this key may manage", body = crate::http::schema::ErrorMessage),
-        (status = 503, description = "Cannot store now", body = crate::http::schema::ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+        (status = 400, description = "Malformed code", body = ErrorMessage),
+        (status = 401, description = "No valid key", body = ErrorMessage),
+        (status = 404, description = "No such link, or not one this key may manage", body = ErrorMessage),
+        (status = 503, description = "Cannot store now", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []), ("api_key" = [])))]
 pub async fn api_delete(
@@ -623,9 +484,9 @@ pub struct VisitParams {
             (crate::visits::VisitReport = "application/json"),
             (String = "text/csv"),
         )),
-        (status = 400, description = "Malformed code, from, to, interval or format, or from not before to", body = crate::http::schema::ErrorMessage),
-        (status = 401, description = "No valid key", body = crate::http::schema::ErrorMessage),
-        (status = 404, description = "No such link, or not one this key may manage", body = crate::http::schema::ErrorMessage),
+        (status = 400, description = "Malformed code, from, to, interval or format, or from not before to", body = ErrorMessage),
+        (status = 401, description = "No valid key", body = ErrorMessage),
+        (status = 404, description = "No such link, or not one this key may manage", body = ErrorMessage),
     ),
     security(("bearer" = []), ("api_key" = [])))]
 pub async fn api_visits(
@@ -658,9 +519,9 @@ pub async fn api_visits(
             (crate::visits::VisitReport = "application/json"),
             (String = "text/csv"),
         )),
-        (status = 400, description = "Malformed from, to, interval, format or domain, or from not before to", body = crate::http::schema::ErrorMessage),
-        (status = 401, description = "No valid key", body = crate::http::schema::ErrorMessage),
-        (status = 403, description = "The key is limited to another domain", body = crate::http::schema::ErrorMessage),
+        (status = 400, description = "Malformed from, to, interval, format or domain, or from not before to", body = ErrorMessage),
+        (status = 401, description = "No valid key", body = ErrorMessage),
+        (status = 403, description = "The key is limited to another domain", body = ErrorMessage),
     ),
     security(("bearer" = []), ("api_key" = [])))]
 pub async fn api_visit_totals(
@@ -753,7 +614,7 @@ pub const MAX_LIMIT: usize = 1000;
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct LinkList {
-    links: Vec<LinkObject>,
+    links: Vec<LinkView>,
     next_cursor: Option<String>,
 }
 
@@ -766,9 +627,9 @@ pub struct LinkList {
     ),
     responses(
         (status = 200, description = "The key's links (all, for an admin key), newest first", body = LinkList),
-        (status = 400, description = "Bad limit or cursor, or an unknown domain", body = crate::http::schema::ErrorMessage),
-        (status = 401, description = "No valid key", body = crate::http::schema::ErrorMessage),
-        (status = 403, description = "The key is limited to another domain", body = crate::http::schema::ErrorMessage),
+        (status = 400, description = "Bad limit or cursor, or an unknown domain", body = ErrorMessage),
+        (status = 401, description = "No valid key", body = ErrorMessage),
+        (status = 403, description = "The key is limited to another domain", body = ErrorMessage),
     ),
     security(("bearer" = []), ("api_key" = [])))]
 pub async fn api_list(
@@ -802,7 +663,7 @@ pub async fn api_list(
     let domain = params
         .domain
         .as_deref()
-        .map(|name| state.domain_named(name))
+        .map(|name| state.links.domain_named(name))
         .transpose()?;
     let page = state.links.list(&caller, domain, limit, before, q).await?;
     Ok(Json(LinkList {
@@ -848,8 +709,8 @@ impl RuntimeFacts {
 #[utoipa::path(get, path = "/stats", tag = "operations",
     responses(
         (status = 200, description = "Counters and facts (see docs/api.md); open until API keys exist or with --stats-public", body = Object),
-        (status = 401, description = "Keys exist and no valid key was sent", body = crate::http::schema::ErrorMessage),
-        (status = 403, description = "The key is not an admin key", body = crate::http::schema::ErrorMessage),
+        (status = 401, description = "Keys exist and no valid key was sent", body = ErrorMessage),
+        (status = 403, description = "The key is not an admin key", body = ErrorMessage),
     ),
     security((), ("bearer" = []), ("api_key" = [])))]
 pub async fn stats(State(state): State<AppState>, _: Operator) -> Json<Stats> {
@@ -867,35 +728,18 @@ pub async fn stats(State(state): State<AppState>, _: Operator) -> Json<Stats> {
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses(
         (status = 200, description = "Prometheus text format; the /stats rule applies", content_type = "text/plain; version=0.0.4; charset=utf-8", body = String),
-        (status = 401, description = "Keys exist and no valid key was sent", body = crate::http::schema::ErrorMessage),
-        (status = 403, description = "The key is not an admin key", body = crate::http::schema::ErrorMessage),
-        (status = 404, description = "Metrics are off, or served on --metrics-listen", body = crate::http::schema::ErrorMessage),
+        (status = 401, description = "Keys exist and no valid key was sent", body = ErrorMessage),
+        (status = 403, description = "The key is not an admin key", body = ErrorMessage),
+        (status = 404, description = "Metrics are off, or served on --metrics-listen", body = ErrorMessage),
     ),
     security((), ("bearer" = []), ("api_key" = [])))]
 pub async fn metrics(State(state): State<AppState>, _: Operator) -> Result<Response, ApiError> {
     match state.metrics {
-        Some(handle) => Ok(prometheus(handle, &state.links)),
+        Some(handle) => Ok(super::prometheus::answer(handle, &state.links)),
         None => Err(ApiError::NotFound(
             "no metrics here (off, or served on --metrics-listen)".into(),
         )),
     }
-}
-
-/// The Prometheus text exposition of `links`'s metrics.
-pub fn prometheus(
-    handle: &metrics_exporter_prometheus::PrometheusHandle,
-    links: &crate::links::Links,
-) -> Response {
-    links.stats().export();
-    let body = crate::observability::recording::render(handle);
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-        )],
-        body,
-    )
-        .into_response()
 }
 
 /// `GET /health/live`: the process serves.

@@ -1,19 +1,12 @@
-//! Rate limits on creates: a token bucket per client address for creates
-//! without a key, and optionally one per key. Loopback clients are not
-//! limited unless asked, so that local benchmarks and tools keep working.
+//! Who a client is: the connection's peer, or the address a trusted proxy
+//! forwarded (`--trust-proxy`), for the rate limits on creates
+//! (`links::limit`) and a visitor's country; and the limits' settings.
 
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::num::NonZeroU32;
-use std::sync::Arc;
-use std::time::Duration;
+use std::net::{IpAddr, SocketAddr};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
-use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota};
 
-use super::ApiError;
-use crate::domain::KeyId;
-use crate::keys::Principal;
+use crate::links::limit::{Client, Quotas};
 
 /// `--create-rate` and its kin.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +76,14 @@ impl std::fmt::Display for TrustProxy {
 }
 
 impl TrustProxy {
+    /// The client of a create, as its rate limit counts it: `None`
+    /// without a peer (a test's in-process request).
+    pub fn creator(&self, peer: Option<SocketAddr>, headers: &HeaderMap) -> Option<Client> {
+        let peer = unmapped(peer?.ip());
+        let (ip, forwarded) = self.client(peer, headers);
+        Some(Client { ip, forwarded })
+    }
+
     /// The client's address, and whether a forwarded header named it (a
     /// forwarded address is never exempt from the limits, whatever it is).
     fn client(&self, peer: IpAddr, headers: &HeaderMap) -> (IpAddr, bool) {
@@ -180,6 +181,19 @@ fn unmapped(ip: IpAddr) -> IpAddr {
     }
 }
 
+impl RateLimitSettings {
+    /// The buckets' sizes, for the links service's limiter.
+    pub fn quotas(&self) -> Quotas {
+        Quotas {
+            anonymous_per_minute: self.anonymous_per_minute,
+            anonymous_burst: self.anonymous_burst,
+            key_per_minute: self.key_per_minute,
+            key_burst: self.key_burst,
+            loopback: self.loopback,
+        }
+    }
+}
+
 impl Default for RateLimitSettings {
     fn default() -> Self {
         Self {
@@ -190,75 +204,6 @@ impl Default for RateLimitSettings {
             loopback: false,
             trust_proxy: TrustProxy::Off,
         }
-    }
-}
-
-/// The buckets; shared by every request.
-pub struct CreateLimiter {
-    anonymous: Option<DefaultKeyedRateLimiter<IpAddr>>,
-    keys: Option<DefaultKeyedRateLimiter<KeyId>>,
-    loopback: bool,
-    trust_proxy: TrustProxy,
-}
-
-fn quota(per_minute: u32, burst: u32) -> Option<Quota> {
-    let per_minute = NonZeroU32::new(per_minute)?;
-    let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
-    Some(Quota::per_minute(per_minute).allow_burst(burst))
-}
-
-impl CreateLimiter {
-    pub fn new(s: &RateLimitSettings) -> Arc<Self> {
-        let limiter = Arc::new(Self {
-            anonymous: quota(s.anonymous_per_minute, s.anonymous_burst)
-                .map(DefaultKeyedRateLimiter::keyed),
-            keys: quota(s.key_per_minute, s.key_burst).map(DefaultKeyedRateLimiter::keyed),
-            loopback: s.loopback,
-            trust_proxy: s.trust_proxy.clone(),
-        });
-        if limiter.anonymous.is_some() || limiter.keys.is_some() {
-            tokio::spawn(forget_full_buckets(Arc::downgrade(&limiter)));
-        }
-        limiter
-    }
-
-    /// Takes a token for one create, or says when to come back (429).
-    pub fn check(
-        &self,
-        peer: Option<SocketAddr>,
-        headers: &HeaderMap,
-        caller: Option<&Principal>,
-    ) -> Result<(), ApiError> {
-        let outcome = match caller {
-            Some(p) => match &self.keys {
-                Some(limiter) => limiter.check_key(&p.id),
-                None => return Ok(()),
-            },
-            None => {
-                let Some(limiter) = &self.anonymous else {
-                    return Ok(());
-                };
-                let Some(peer) = peer else { return Ok(()) };
-                let (client, forwarded) = self.trust_proxy.client(unmapped(peer.ip()), headers);
-                if client.is_loopback() && !forwarded && !self.loopback {
-                    return Ok(());
-                }
-                limiter.check_key(&bucket(client))
-            }
-        };
-        outcome.map_err(|not_until| {
-            metrics::counter!("litelink_rate_limited_total").increment(1);
-            let wait = not_until.wait_time_from(DefaultClock::default().now());
-            ApiError::TooManyRequests {
-                message: match caller {
-                    Some(_) => "this key is creating links too fast; retry later".into(),
-                    None => "too many links created from this address; retry later, \
-                             or use an API key"
-                        .into(),
-                },
-                retry_after: wait.as_secs_f64().ceil().max(1.0) as u32,
-            }
-        })
     }
 }
 
@@ -275,42 +220,6 @@ fn forwarded_node(v: &str) -> Option<IpAddr> {
     v.parse()
         .ok()
         .or_else(|| v.parse::<SocketAddr>().ok().map(|s| s.ip()))
-}
-
-/// IPv6 clients share one bucket per /64, the block one subscriber gets;
-/// otherwise one machine could draw a new bucket for every request.
-fn bucket(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let s = v6.segments();
-                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-            }
-        },
-    }
-}
-
-/// Drops buckets that have refilled (they hold nothing a new one would
-/// not), so that memory follows the clients of the last minute, not all
-/// clients ever seen.
-async fn forget_full_buckets(limiter: std::sync::Weak<CreateLimiter>) {
-    let mut tick = tokio::time::interval(Duration::from_secs(60));
-    loop {
-        tick.tick().await;
-        let Some(limiter) = limiter.upgrade() else {
-            return;
-        };
-        if let Some(l) = &limiter.anonymous {
-            l.retain_recent();
-            l.shrink_to_fit();
-        }
-        if let Some(l) = &limiter.keys {
-            l.retain_recent();
-            l.shrink_to_fit();
-        }
-    }
 }
 
 #[cfg(test)]
@@ -372,17 +281,5 @@ mod tests {
         }
         assert_eq!("on".parse(), Ok(TrustProxy::Peer));
         assert_eq!("off".parse(), Ok(TrustProxy::Off));
-    }
-
-    #[test]
-    fn ipv6_clients_share_a_bucket_per_64() {
-        assert_eq!(
-            bucket("2001:db8:1:2:aaaa::1".parse().unwrap()),
-            bucket("2001:db8:1:2:bbbb::9".parse().unwrap())
-        );
-        assert_ne!(
-            bucket("2001:db8:1:2::1".parse().unwrap()),
-            bucket("2001:db8:1:3::1".parse().unwrap())
-        );
     }
 }

@@ -5,7 +5,7 @@
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::error::ApiError;
+use super::error::{ApiError, mark};
 
 const PAGE: &str = include_str!("web/locked.html");
 
@@ -18,15 +18,6 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
 
 /// The form's message, hidden until a wrong password was sent.
 const HIDDEN: &str = "{{hidden}}";
-
-/// What a 401 of a locked link says, and what no cache may keep.
-pub(super) fn mark(headers: &mut HeaderMap) {
-    headers.insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("LinkPassword"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-}
 
 /// A redirect after the right password: kept by no cache, so every visit
 /// asks again.

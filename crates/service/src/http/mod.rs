@@ -11,9 +11,9 @@ pub mod hot;
 pub mod limit;
 mod locked;
 mod openapi;
+mod prometheus;
 mod qr;
 pub mod request_id;
-pub mod schema;
 pub mod server;
 pub mod shutdown;
 mod web;
@@ -31,7 +31,6 @@ use tower_http::trace::TraceLayer;
 
 pub use crate::links::CreateAuth;
 pub use error::ApiError;
-pub use extract::NewLinkBody;
 pub use openapi::ApiDoc;
 
 /// Status of `GET /{code}`.
@@ -147,7 +146,7 @@ impl Default for HttpSettings {
     }
 }
 
-use crate::domain::{DomainId, LinkKey, TargetPolicy};
+use crate::domain::{DomainId, LinkKey};
 use crate::links::{Links, Resolution};
 
 /// Everything a handler needs; cheap to clone.
@@ -160,11 +159,8 @@ struct AppState {
     /// neither `--public-url` nor a well-formed Host says otherwise.
     listen: std::net::SocketAddr,
     referrer_policy: Option<HeaderValue>,
-    /// What targets this server refuses beyond a well-formed URL.
-    targets: Arc<TargetPolicy>,
     stats_public: bool,
     max_body_bytes: usize,
-    limiter: Arc<limit::CreateLimiter>,
     /// Whose forwarded headers say who a visitor is (`--trust-proxy`).
     trust_proxy: limit::TrustProxy,
     /// The header a trusted proxy names a visitor's country in.
@@ -215,15 +211,6 @@ impl AppState {
         }
     }
 
-    /// The domain a user names (a host, or `default`): 400 when no such
-    /// domain is in use.
-    fn domain_named(&self, name: &str) -> Result<DomainId, ApiError> {
-        self.links
-            .domains()
-            .named(name)
-            .ok_or_else(|| ApiError::BadRequest(format!("no domain '{name}' on this server")))
-    }
-
     /// What a redirect on `domain` serves when there is no link to serve:
     /// the domain's not-found or expired redirect, when it has one.
     fn fallback(&self, domain: DomainId, resolution: Resolution) -> Resolution {
@@ -265,7 +252,7 @@ pub fn metrics_app(links: Links) -> Router {
             "/metrics",
             get(move || async move {
                 match handle {
-                    Some(h) => Ok(handlers::prometheus(h, &links)),
+                    Some(h) => Ok(prometheus::answer(h, &links)),
                     None => Err(ApiError::NotFound("metrics are off".into())),
                 }
             }),
@@ -314,15 +301,12 @@ fn routes() -> openapi::Routes {
 /// (see [`AppState::short_url`]).
 pub fn app(
     links: Links,
-    targets: Arc<TargetPolicy>,
     settings: &HttpSettings,
     listen: std::net::SocketAddr,
 ) -> Service {
     let state = AppState {
-        targets,
         stats_public: settings.stats_public,
         max_body_bytes: settings.max_body_bytes,
-        limiter: limit::CreateLimiter::new(&settings.rate_limits),
         trust_proxy: settings.rate_limits.trust_proxy.clone(),
         country_header: links.visits().country_header().cloned(),
         metrics: metrics_handle(settings).filter(|_| settings.metrics_listen.is_none()),

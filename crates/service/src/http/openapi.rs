@@ -16,9 +16,7 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::{Modify, OpenApi};
 
 use super::AppState;
-use super::schema::{
-    DomainPatchRequest, ErrorMessage, NewDomainRequest, NewLinkRequest, PatchRequest,
-};
+use super::error::ErrorMessage;
 use super::{domains, handlers, qr, web};
 
 #[derive(OpenApi)]
@@ -60,17 +58,7 @@ use super::{domains, handlers, qr, web};
         qr::svg,
         qr::png,
     ),
-    components(schemas(
-        ErrorMessage,
-        NewLinkRequest,
-        PatchRequest,
-        crate::http::schema::RuleRequest,
-        crate::http::schema::SplitTarget,
-        crate::http::schema::UnlockForm,
-        NewDomainRequest,
-        DomainPatchRequest,
-        handlers::IntervalParam
-    )),
+    components(schemas(ErrorMessage, handlers::IntervalParam)),
     modifiers(&KeySchemes),
     tags(
         (name = "seed", description = "The original API: create, look up, heart-beat"),

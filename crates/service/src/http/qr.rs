@@ -74,9 +74,9 @@ fn image(content_type: &'static str, body: impl IntoResponse) -> Response {
 #[utoipa::path(get, path = "/{code}/qr.svg", tag = "redirect", params(("code" = String, Path, description = "A short code", pattern = "^[A-Za-z0-9_-]{1,64}$"), ("domain" = Option<String>, Query, description = "The link's domain (a host, or 'default'); else the one the Host names")),
     responses(
         (status = 200, description = "The short URL as a QR code (not a visit)", content_type = "image/svg+xml", body = String, headers(("cache-control" = String), ("vary" = String))),
-        (status = 400, description = "Malformed code, an unknown domain, or a Host header too long for a URL", body = crate::http::schema::ErrorMessage),
-        (status = 404, description = "No such link, or an unknown host refused", body = crate::http::schema::ErrorMessage),
-        (status = 410, description = "Expired, out of visits, or its target blocked", body = crate::http::schema::ErrorMessage),
+        (status = 400, description = "Malformed code, an unknown domain, or a Host header too long for a URL", body = super::error::ErrorMessage),
+        (status = 404, description = "No such link, or an unknown host refused", body = super::error::ErrorMessage),
+        (status = 410, description = "Expired, out of visits, or its target blocked", body = super::error::ErrorMessage),
     ))]
 pub async fn svg(
     State(state): State<AppState>,
@@ -107,9 +107,9 @@ pub struct PngParams {
     ),
     responses(
         (status = 200, description = "The short URL as a QR code, exactly size by size pixels", content_type = "image/png", body = Vec<u8>, headers(("cache-control" = String), ("vary" = String))),
-        (status = 400, description = "Malformed code or size, an unknown domain, or a Host header too long for a URL", body = crate::http::schema::ErrorMessage),
-        (status = 404, description = "No such link, or an unknown host refused", body = crate::http::schema::ErrorMessage),
-        (status = 410, description = "Expired, out of visits, or its target blocked", body = crate::http::schema::ErrorMessage),
+        (status = 400, description = "Malformed code or size, an unknown domain, or a Host header too long for a URL", body = super::error::ErrorMessage),
+        (status = 404, description = "No such link, or an unknown host refused", body = super::error::ErrorMessage),
+        (status = 410, description = "Expired, out of visits, or its target blocked", body = super::error::ErrorMessage),
     ))]
 pub async fn png(
     State(state): State<AppState>,

@@ -73,7 +73,7 @@ fn page(body: &'static str) -> Response {
     responses(
         (status = 200, description = "The page to shorten a link", content_type = "text/html; charset=utf-8", body = String),
         (status = 302, description = "The domain's root redirect, when it has one", headers(("location" = String, description = "The root redirect"))),
-        (status = 404, description = "An unknown host refused (--unknown-host reject)", body = crate::http::schema::ErrorMessage),
+        (status = 404, description = "An unknown host refused (--unknown-host reject)", body = super::error::ErrorMessage),
     ))]
 pub async fn index(
     State(state): State<AppState>,
@@ -114,8 +114,8 @@ pub async fn manage() -> Response {
     responses(
         (status = 200, description = "The page's stylesheet, script or icon",
          content(("text/css; charset=utf-8"), ("text/javascript; charset=utf-8"), ("image/svg+xml"))),
-        (status = 400, description = "A name that is not text", body = crate::http::schema::ErrorMessage),
-        (status = 404, description = "No such asset", body = crate::http::schema::ErrorMessage),
+        (status = 400, description = "A name that is not text", body = super::error::ErrorMessage),
+        (status = 404, description = "No such asset", body = super::error::ErrorMessage),
     ))]
 pub async fn asset(Segment(name): Segment) -> Result<Response, ApiError> {
     let asset = ASSETS

@@ -235,12 +235,7 @@ impl ExtraColumns {
         let rules = match rules {
             None => Vec::new(),
             Some(r) => {
-                let value: serde_json::Value =
-                    serde_json::from_str(r).map_err(|e| format!("stored rules: {e}"))?;
-                crate::domain::rules::parse_rules(&value, &|u| {
-                    TargetUrl::parse(u).map_err(|e| e.to_string())
-                })
-                .map_err(|e| format!("stored rules: {e}"))?
+                crate::domain::Rules::from_column(r).map_err(|e| format!("stored rules: {e}"))?
             }
         };
         let expired_url = match expired_url {
@@ -257,7 +252,7 @@ impl ExtraColumns {
 
 /// The rules' column: their JSON, or NULL for none.
 pub fn rules_column(rules: &[Rule]) -> Option<String> {
-    (!rules.is_empty()).then(|| crate::domain::rules::rules_json(rules).to_string())
+    crate::domain::Rules::column(rules)
 }
 
 /// One page of links, newest first.

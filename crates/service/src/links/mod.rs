@@ -1,6 +1,11 @@
 //! The application service: resolving, creating and managing links, with
 //! the cache in front of the store. Handlers call this and nothing below
-//! it, so a request's path reads handler -> links -> cache -> store.
+//! it, so a request's path reads handler -> links -> cache -> store. Every
+//! rule of the game is here: who may create, read, change or delete what,
+//! how often, and which targets a link may have.
+
+pub mod bodies;
+pub mod limit;
 
 use std::sync::Arc;
 
@@ -9,7 +14,8 @@ use serde::Serialize;
 use crate::cache::invalidations::{InvalidationStats, Invalidations};
 use crate::cache::{CacheStats, LinkCache, Lookup};
 use crate::domain::rules::{self, Facts, Rule};
-use crate::domain::{Country, Facets, PasswordHash, Timestamp};
+use crate::domain::wire::Patch;
+use crate::domain::{Country, Facets, Timestamp};
 use crate::domain::{DomainId, Link, LinkKey, Resolved, TargetPolicy, TargetUrl, VisitCounts};
 use crate::domains::DomainRegistry;
 use crate::keys::{KeyRegistry, Principal};
@@ -17,6 +23,8 @@ use crate::passwords::{PasswordError, Passwords};
 use crate::store::{
     LinkPatch, LinkStore, ListPage, ListQuery, NewLink, StoreError, StoreStats, VisitScope,
 };
+use bodies::{LinkPatchBody, LinkView, NewLinkBody};
+use limit::{Client, CreateLimiter};
 use crate::visits::{Visit, VisitStats, Visits};
 use strum::{Display, EnumString, VariantNames};
 
@@ -31,49 +39,6 @@ pub struct LinkStats {
     /// Present with `--invalidations-url`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub invalidations: Option<InvalidationStats>,
-}
-
-impl LinkStats {
-    /// Sets the gauges and totals a scrape shows from these figures.
-    pub fn export(&self) {
-        let store = &self.store.metrics;
-        metrics::gauge!("litelink_links").set(store.links as f64);
-        metrics::counter!("litelink_write_commits_total").absolute(store.writes.commits);
-        metrics::counter!("litelink_write_failed_batches_total")
-            .absolute(store.writes.failed_batches);
-        metrics::counter!("litelink_write_rejected_queue_full_total")
-            .absolute(store.writes.rejected_queue_full);
-        for &(name, value) in &store.gauges {
-            metrics::gauge!(name).set(value);
-        }
-        for &(name, value) in &store.counters {
-            metrics::counter!(name).absolute(value);
-        }
-        if let Some(m) = &self.cache.memory {
-            tier("memory", m.hits, m.negative_hits, m.misses, m.errors);
-            metrics::gauge!("litelink_cache_entries", "tier" => "memory").set(m.entries as f64);
-        }
-        if let Some(v) = &self.cache.valkey {
-            tier(
-                "valkey",
-                v.hits,
-                v.negative_hits,
-                v.misses,
-                v.errors + v.timeouts,
-            );
-        }
-        metrics::counter!("litelink_visits_counted_total").absolute(self.visits.counted);
-        metrics::counter!("litelink_visits_flushed_total").absolute(self.visits.flushed);
-        metrics::counter!("litelink_visit_flushes_failed_total")
-            .absolute(self.visits.failed_flushes);
-    }
-}
-
-fn tier(name: &'static str, hits: u64, negative_hits: u64, misses: u64, errors: u64) {
-    metrics::counter!("litelink_cache_hits_total", "tier" => name).absolute(hits);
-    metrics::counter!("litelink_cache_negative_hits_total", "tier" => name).absolute(negative_hits);
-    metrics::counter!("litelink_cache_misses_total", "tier" => name).absolute(misses);
-    metrics::counter!("litelink_cache_errors_total", "tier" => name).absolute(errors);
 }
 
 /// What the readiness check reports.
@@ -111,6 +76,13 @@ pub enum LinksError {
     /// Guessing is limited, or hashing is busy.
     #[error(transparent)]
     Password(#[from] PasswordError),
+    /// What was sent cannot be taken: a target the server refuses, an
+    /// unknown domain, a time in the past.
+    #[error("{0}")]
+    Invalid(String),
+    /// Too many creates from this client or key.
+    #[error("{message}")]
+    RateLimited { message: String, retry_after: u32 },
 }
 
 /// What a redirect finds.
@@ -214,6 +186,29 @@ pub struct Parts {
     pub targets: Arc<TargetPolicy>,
     /// Hashing link passwords and checking guesses.
     pub passwords: Arc<Passwords>,
+    /// The rate limits on creates.
+    pub limiter: Arc<CreateLimiter>,
+}
+
+/// Who asks, and from where: what the rules of the game read of a request
+/// that writes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Asker<'a> {
+    /// The key sent, if any.
+    pub caller: Option<&'a Principal>,
+    /// The client as the rate limits count it; `None` is not limited.
+    pub client: Option<Client>,
+    /// The request's own `host[:port]`, which no target may point at.
+    pub host: Option<&'a str>,
+}
+
+/// Which create a body came to: one that names no domain means the
+/// default domain on the seed API, and a domain-limited key's own on the
+/// management API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateRoute {
+    Seed,
+    Api,
 }
 
 /// Whether `caller` may see and change `link`: its owner, or an admin.
@@ -230,6 +225,16 @@ fn on_domain(caller: &Principal, domain: DomainId) -> bool {
 }
 
 const OTHER_DOMAIN: &str = "this key is limited to another domain";
+
+/// An expiry must be in the future when it is set.
+fn future(at: Option<Timestamp>) -> Result<(), LinksError> {
+    match at {
+        Some(at) if at <= Timestamp::now() => Err(LinksError::Invalid(
+            "field 'expires_at' must be in the future".into(),
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// Most links of a removed domain forgotten one by one, as deletes are.
 const FORGET_ONE_BY_ONE: usize = 10_000;
@@ -425,12 +430,6 @@ impl Links {
         }
     }
 
-    /// Hashes a new link password (at most [`crate::passwords::HASHING`]
-    /// at once, or [`PasswordError::Busy`]).
-    pub async fn hash_password(&self, password: String) -> Result<PasswordHash, LinksError> {
-        Ok(self.inner.passwords.hash(password).await?)
-    }
-
     /// The link, from what the cache said or else from the store (which
     /// then fills the cache).
     async fn fill(&self, code: &LinkKey, known: Lookup) -> Result<Option<Resolved>, StoreError> {
@@ -453,7 +452,7 @@ impl Links {
 
     /// Whether `caller` (`None`: no key) may create a link, choosing its
     /// code or not.
-    pub fn may_create(
+    fn may_create(
         &self,
         caller: Option<&Principal>,
         choosing_code: bool,
@@ -488,25 +487,101 @@ impl Links {
         }
     }
 
-    /// Stores a link for `caller`, who owns it, if [`Self::may_create`]
-    /// allows it; durably, then written through to the cache, so the
-    /// cache never holds a code the store could lose.
+    /// Creates a link from `body` for `asker`, who owns it: who may
+    /// create (and choose a code) first, then the rate limit, then each
+    /// target against the server's policy, the domain, the expiry, and the
+    /// password's hash last, when everything cheap to refuse has been.
+    /// Stored durably, then written through to the cache, so the cache
+    /// never holds a code the store could lose.
     pub async fn create(
         &self,
-        caller: Option<&Principal>,
-        mut new: NewLink,
+        asker: &Asker<'_>,
+        body: NewLinkBody,
+        route: CreateRoute,
     ) -> Result<Link, LinksError> {
-        self.may_create(caller, new.code.is_some())?;
-        if caller.is_some_and(|c| !on_domain(c, new.domain)) {
+        let caller = asker.caller;
+        self.may_create(caller, body.code.is_some())?;
+        self.inner.limiter.check(asker.client, caller)?;
+        self.check_target(None, &body.url, asker.host)?;
+        let domain = match &body.domain {
+            Some(name) => self.domain_named(name)?,
+            None if route == CreateRoute::Api => {
+                caller.and_then(|c| c.domain).unwrap_or(DomainId::DEFAULT)
+            }
+            None => DomainId::DEFAULT,
+        };
+        if caller.is_some_and(|c| !on_domain(c, domain)) {
             return Err(LinksError::Forbidden(OTHER_DOMAIN));
         }
-        new.owner = caller.map(Principal::owner);
+        future(body.expires_at)?;
+        let rules = body.rules.map(|r| r.0).unwrap_or_default();
+        self.check_rules(&rules, asker.host)?;
+        if let Some(url) = &body.expired_url {
+            self.check_target(Some("expired_url"), url, asker.host)?;
+        }
+        let password = match body.password {
+            Some(p) => Some(self.inner.passwords.hash(p.into_string()).await?),
+            None => None,
+        };
+        let new = NewLink {
+            domain,
+            target: body.url,
+            code: body.code.map(|a| a.0),
+            expires_at: body.expires_at,
+            owner: caller.map(Principal::owner),
+            max_visits: body.max_visits,
+            extra: crate::domain::extra_of(crate::domain::LinkRules {
+                password,
+                rules,
+                expired_url: body.expired_url,
+            }),
+        };
         let link = self.inner.store.create(new).await?;
         let key = link.key();
         self.inner.cache.put(&key, &link.resolved()).await;
         // Others may remember the code as unknown.
         self.announce(&key).await;
         Ok(link)
+    }
+
+    /// A target checked against the server's policy (the deny list, its
+    /// own hosts, private addresses); `field` names it in the error.
+    fn check_target(
+        &self,
+        field: Option<&str>,
+        url: &TargetUrl,
+        host: Option<&str>,
+    ) -> Result<(), LinksError> {
+        self.inner.targets.check(url, host).map_err(|e| {
+            LinksError::Invalid(match field {
+                Some(field) => format!("{field}: {e}"),
+                None => e.to_string(),
+            })
+        })
+    }
+
+    /// Every target of `rules`, checked as a link's URL is; an error names
+    /// the rule's index and field (`rules[1].split[0].url`).
+    fn check_rules(&self, rules: &[Rule], host: Option<&str>) -> Result<(), LinksError> {
+        for (at, url) in crate::domain::Rules::targets(rules) {
+            self.check_target(Some(&at), url, host)?;
+        }
+        Ok(())
+    }
+
+    /// The domain a user names (a host in either form, or `default`): 400
+    /// when no such domain is in use.
+    pub fn domain_named(&self, name: &str) -> Result<DomainId, LinksError> {
+        self.inner
+            .domains
+            .named(name)
+            .ok_or_else(|| LinksError::Invalid(format!("no domain '{name}' on this server")))
+    }
+
+    /// `link` as the management API shows it, at `short_url`.
+    pub fn view(&self, link: Link, short_url: String) -> LinkView {
+        let domain = self.inner.domains.host_of(link.domain).map(|h| h.to_string());
+        LinkView::new(link, domain, short_url)
     }
 
     /// The link `caller` may manage; `None` also when it may not see it.
@@ -582,15 +657,44 @@ impl Links {
     /// Changes a link; every cache tier forgets the old version before this
     /// returns, so the next redirect goes to the new target. Its `visits`
     /// include those not yet flushed, as every link object's do.
+    /// Each new target is checked as a create's, and a new password is
+    /// hashed, only once `caller` is known to manage the link.
     pub async fn update(
         &self,
+        asker: &Asker<'_>,
         caller: &Principal,
         code: &LinkKey,
-        patch: LinkPatch,
+        body: LinkPatchBody,
     ) -> Result<Option<Link>, LinksError> {
         if self.get(caller, code).await?.is_none() {
             return Ok(None);
         }
+        if let Some(url) = &body.url {
+            self.check_target(None, url, asker.host)?;
+        }
+        if let Patch::Set(at) = body.expires_at {
+            future(Some(at))?;
+        }
+        let rules = body.rules.into_option().map(|r| r.map(|r| r.0).unwrap_or_default());
+        if let Some(rules) = &rules {
+            self.check_rules(rules, asker.host)?;
+        }
+        if let Patch::Set(url) = &body.expired_url {
+            self.check_target(Some("expired_url"), url, asker.host)?;
+        }
+        let password = match body.password {
+            Patch::Keep => None,
+            Patch::Clear => Some(None),
+            Patch::Set(p) => Some(Some(self.inner.passwords.hash(p.into_string()).await?)),
+        };
+        let patch = LinkPatch {
+            target: body.url,
+            expires_at: body.expires_at.into_option(),
+            max_visits: body.max_visits.into_option(),
+            password,
+            rules,
+            expired_url: body.expired_url.into_option(),
+        };
         let updated = {
             // Read with the visits still in memory, as `get` reads them.
             let _gate = self.inner.visits.read_gate().await;
