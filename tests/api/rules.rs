@@ -178,7 +178,7 @@ async fn password_flow(app: &TestApp, admin: &str) {
     let page = r.text().await.expect("page");
     assert!(page.contains("That is not the password") && !page.contains("role=\"alert\" hidden"));
     let r = post(PASSWORD).await.expect("post");
-    assert_eq!(r.status(), 302);
+    assert_eq!(r.status(), 303);
     assert_eq!(r.headers()["location"], TARGET);
     assert_eq!(r.headers()["cache-control"], "no-store");
     // A form that is not one, or has no password.
@@ -242,6 +242,37 @@ async fn password_flow(app: &TestApp, admin: &str) {
             "password",
         )
         .await;
+    }
+}
+
+/// The form's right password is answered `303 See Other` whatever the
+/// server's redirect status: a 307 or 308 would make the browser post the
+/// password on to the target. A GET keeps the server's status.
+#[tokio::test]
+async fn the_form_is_answered_with_a_see_other_under_every_redirect_status() {
+    for status in ["301", "302", "307", "308"] {
+        let app = spawn_app(&["--redirect-status", status]).await;
+        let admin = app.new_key("admin", true).await;
+        let r = app
+            .api(
+                Method::POST,
+                "/api/v1/links",
+                Some(&admin),
+                Some(json!({"url": TARGET, "code": "locked", "password": PASSWORD})),
+            )
+            .await;
+        assert_eq!(r.status(), 201, "{status}");
+        let r = app
+            .client
+            .post(app.url("/locked"))
+            .form(&[("password", PASSWORD)])
+            .send()
+            .await
+            .expect("post");
+        assert_eq!(r.status(), 303, "--redirect-status {status}");
+        assert_eq!(r.headers()["location"], TARGET);
+        let r = visit(&app, "/locked", &[("x-link-password", PASSWORD)]).await;
+        assert_eq!(r.status().as_str(), status);
     }
 }
 

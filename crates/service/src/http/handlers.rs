@@ -3,21 +3,22 @@
 
 use axum::Json;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
 use super::error::{ApiError, ErrorMessage};
 use super::extract::{
-    Caller, ClientAddr, Code, CodeOn, HostDomain, Json as Body, Key, OnDomain, Operator,
+    Caller, ClientAddr, Code, CodeOn, Json as Body, Key, OnDomain, Operator,
     PasswordForm,
 };
-use crate::domain::{Link, LinkKey, ShortCode, TargetUrl, Timestamp};
+use crate::domain::{Link, ShortCode, Timestamp};
 use crate::keys::Principal;
 use crate::links::bodies::{LinkPatchBody, LinkView, NewLinkBody};
-use crate::links::{Asker, CreateRoute, LinkStats, Readiness, Resolution, Use};
-use crate::visits::{Interval, Visit, VisitReport, Window};
+use super::redirect::{self, Asked, Asks, Finishing};
+use crate::links::{Asker, CreateRoute, LinkStats, Readiness};
+use crate::visits::{Interval, VisitReport, Window};
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct HeartBeat {
@@ -29,13 +30,6 @@ pub struct HeartBeat {
     responses((status = 200, description = "The server answers", body = HeartBeat)))]
 pub async fn heart_beat() -> Json<HeartBeat> {
     Json(HeartBeat { ok: true })
-}
-
-#[derive(Serialize, utoipa::ToSchema)]
-#[schema(as = LinkTarget)]
-struct LinkBody<'a> {
-    /// The target URL.
-    link: &'a str,
 }
 
 /// The seed route's answer to a create.
@@ -153,35 +147,10 @@ fn not_found(code: &ShortCode) -> ApiError {
     ApiError::NotFound(format!("no link with code '{code}'"))
 }
 
-pub(super) async fn resolve(
-    state: &AppState,
-    key: &LinkKey,
-    how: Use<'_>,
-) -> Result<Resolution, ApiError> {
-    Ok(state.links.resolve(key, how).await?)
-}
-
-/// The target a resolution serves, or the error it is answered with.
-pub(super) fn target_of(code: &ShortCode, resolution: Resolution) -> Result<TargetUrl, ApiError> {
-    match resolution {
-        Resolution::Found(target) | Resolution::Unlocked(target) => Ok(target),
-        Resolution::Locked => Err(ApiError::Locked { wrong: false }),
-        Resolution::WrongPassword => Err(ApiError::Locked { wrong: true }),
-        Resolution::Expired => Err(ApiError::Gone(format!("link '{code}' has expired"))),
-        Resolution::Exhausted => Err(ApiError::Gone(format!(
-            "link '{code}' has reached its visit limit"
-        ))),
-        Resolution::Blocked => Err(ApiError::Gone(
-            "the target of this link is blocked".to_owned(),
-        )),
-        Resolution::Missing => Err(not_found(code)),
-    }
-}
-
 /// `GET /link/{code}`: where a link leads, as JSON; not a visit.
 #[utoipa::path(get, path = "/link/{code}", tag = "seed", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$")),
     responses(
-        (status = 200, description = "Where the link leads (not a visit)", body = LinkBody),
+        (status = 200, description = "Where the link leads (not a visit)", body = super::redirect::LinkBody),
         (status = 400, description = "Malformed code", body = ErrorMessage),
         (status = 401, description = "The link is behind a password: its target is not shown", body = ErrorMessage, headers(("www-authenticate" = String, description = "LinkPassword"))),
         (status = 404, description = "No such link, or deleted", body = ErrorMessage),
@@ -190,29 +159,18 @@ pub(super) fn target_of(code: &ShortCode, resolution: Resolution) -> Result<Targ
 pub async fn get_link(
     State(state): State<AppState>,
     Code(code): Code,
-) -> Result<Response, ApiError> {
-    let key = LinkKey::default_domain(code);
-    let target = target_of(&key.code, resolve(&state, &key, Use::Look).await?)?;
-    let mut headers = HeaderMap::new();
-    let mut response = Response::new(link_answer(&target, &mut headers).into());
-    *response.headers_mut() = headers;
-    Ok(response)
-}
-
-/// The body of `GET /link/{code}`, its headers added to `headers`: the
-/// router's handler and the hot path each make their response around it
-/// (the hot path in a map that already has room, see `hot::recycled`).
-pub(super) fn link_answer(target: &TargetUrl, headers: &mut HeaderMap) -> bytes::Bytes {
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    // Serialising a struct of one `&str` cannot fail.
-    serde_json::to_vec(&LinkBody {
-        link: target.as_str(),
-    })
-    .unwrap_or_default()
-    .into()
+    request: axum::extract::Request,
+) -> Response<redirect::Body> {
+    let asked = Asked {
+        asks: Asks::Link,
+        code,
+        req: request,
+        peer: None,
+        counting: false,
+        password: None,
+        finishing: Finishing::ByLayers,
+    };
+    redirect::answer(&state, asked).wait().await
 }
 
 /// `GET /{code}` and `HEAD /{code}` (axum answers HEAD from the GET route
@@ -234,14 +192,20 @@ pub(super) fn link_answer(target: &TargetUrl, headers: &mut HeaderMap) -> bytes:
     ))]
 pub async fn redirect(
     State(state): State<AppState>,
-    HostDomain(domain): HostDomain,
     Code(code): Code,
     request: axum::extract::Request,
-) -> Response {
-    let (method, uri, headers) = (request.method(), request.uri(), request.headers());
-    let how = redirect_use(&state, method, uri, headers, None, peer_of(&request));
-    let key = LinkKey::new(domain, code);
-    redirected(&state, &key, how, method, headers).await
+) -> Response<redirect::Body> {
+    let peer = peer_of(&request);
+    let asked = Asked {
+        asks: Asks::Redirect,
+        code,
+        req: request,
+        peer,
+        counting: true,
+        password: None,
+        finishing: Finishing::ByLayers,
+    };
+    redirect::answer(&state, asked).wait().await
 }
 
 /// `POST /{code}`: the password form of a link behind one. The right
@@ -249,7 +213,7 @@ pub async fn redirect(
 #[utoipa::path(post, path = "/{code}", tag = "seed", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$")),
     request_body(content = PasswordForm, content_type = "application/x-www-form-urlencoded"),
     responses(
-        (status = 302, description = "The right password: the redirect (Cache-Control: no-store)", headers(("location" = String, description = "The target URL"))),
+        (status = 303, description = "The right password: the redirect, as a GET whatever the server's redirect status (Cache-Control: no-store)", headers(("location" = String, description = "The target URL"))),
         (status = 400, description = "Malformed code or form", body = ErrorMessage),
         (status = 401, description = "A wrong password: the form again (text/html) or JSON", body = ErrorMessage, headers(("www-authenticate" = String, description = "LinkPassword"))),
         (status = 404, description = "No such link", body = ErrorMessage),
@@ -261,118 +225,28 @@ pub async fn redirect(
     ))]
 pub async fn unlock(
     State(state): State<AppState>,
-    HostDomain(domain): HostDomain,
     Code(code): Code,
     ClientAddr(peer): ClientAddr,
-    uri: Uri,
-    headers: HeaderMap,
+    parts: axum::http::request::Parts,
     PasswordForm { password }: PasswordForm,
-) -> Response {
-    let how = redirect_use(
-        &state,
-        &Method::POST,
-        &uri,
-        &headers,
-        Some(password.as_bytes()),
+) -> Response<redirect::Body> {
+    let asked = Asked {
+        asks: Asks::Redirect,
+        code,
+        req: axum::http::Request::from_parts(parts, ()),
         peer,
-    );
-    let key = LinkKey::new(domain, code);
-    redirected(&state, &key, how, &Method::POST, &headers).await
-}
-
-/// A redirect's answer for `how` on `key`: the target (kept by no cache
-/// once a password opened it), the domain's redirect for what it has no
-/// link for, or the error; a locked link's 401 as its client wants it.
-async fn redirected(
-    state: &AppState,
-    key: &LinkKey,
-    how: Use<'_>,
-    method: &Method,
-    headers: &HeaderMap,
-) -> Response {
-    let answer = async {
-        let resolution = resolve(state, key, how).await?;
-        let unlocked = matches!(resolution, Resolution::Unlocked(_));
-        let target = target_of(&key.code, state.fallback(key.domain, resolution))?;
-        let mut headers = HeaderMap::new();
-        let status = redirect_answer(state, target, method == Method::HEAD, &mut headers)?;
-        if unlocked {
-            super::locked::unlocked(&mut headers);
-        }
-        Ok::<_, ApiError>((status, headers).into_response())
+        counting: true,
+        password: Some(password),
+        finishing: Finishing::ByLayers,
     };
-    match answer.await {
-        Ok(response) => response,
-        Err(e) => super::locked::or_error(e, headers),
-    }
-}
-
-/// What a redirect request is: a GET (or a password form's POST) is a
-/// visit, with its headers read in place; a HEAD is a look.
-pub(super) fn redirect_use<'a>(
-    state: &AppState,
-    method: &Method,
-    uri: &'a Uri,
-    headers: &'a HeaderMap,
-    password: Option<&'a [u8]>,
-    peer: Option<std::net::SocketAddr>,
-) -> Use<'a> {
-    if method == Method::HEAD {
-        return Use::Look;
-    }
-    let (client, country) = state
-        .trust_proxy
-        .visitor(peer, headers, state.country_header.as_ref());
-    Use::Visit(Visit {
-        user_agent: headers.get(header::USER_AGENT).map(|v| v.as_bytes()),
-        referer: headers.get(header::REFERER).map(|v| v.as_bytes()),
-        client,
-        country,
-        accept_language: headers.get(header::ACCEPT_LANGUAGE).map(|v| v.as_bytes()),
-        headers: Some(headers),
-        query: uri.query(),
-        password,
-        rule: 0,
-        agent: None,
-    })
+    redirect::answer(&state, asked).wait().await
 }
 
 /// The connection's peer, which the server puts on every GET and POST.
-pub(super) fn peer_of<B>(req: &axum::http::Request<B>) -> Option<std::net::SocketAddr> {
+fn peer_of<B>(req: &axum::http::Request<B>) -> Option<std::net::SocketAddr> {
     req.extensions()
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         .map(|c| c.0)
-}
-
-/// The status of a redirect to `target` (it has no body), its headers
-/// added to `headers` (as for [`link_answer`]).
-pub(super) fn redirect_answer(
-    state: &AppState,
-    target: TargetUrl,
-    head: bool,
-    headers: &mut HeaderMap,
-) -> Result<StatusCode, ApiError> {
-    // A parsed URL is always a valid header; a stored value that is not
-    // (written by hand into the database) is a 500, never a header.
-    let location = target
-        .into_location()
-        .ok_or_else(|| ApiError::Internal("stored URL is not a valid header value".into()))?;
-    headers.insert(header::LOCATION, location);
-    // Revalidated on every use: a cached redirect (301 and 308 are cached
-    // by default) must not outlive an edit or a delete.
-    headers.insert(
-        header::CACHE_CONTROL,
-        header::HeaderValue::from_static("private, max-age=0"),
-    );
-    if let Some(policy) = &state.referrer_policy {
-        headers.insert(header::REFERRER_POLICY, policy.clone());
-    }
-    // Said to a HEAD too, which gets no body for hyper to measure (hyper
-    // writes it for a GET's empty body itself).
-    if head {
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
-    }
-    Ok(state.redirect_status)
 }
 
 #[utoipa::path(get, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$"), ("domain" = Option<String>, Query, description = "The link's domain (a host, or 'default'); when absent, the key's own domain for a key limited to one, else the default domain")),

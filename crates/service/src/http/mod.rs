@@ -13,6 +13,7 @@ mod locked;
 mod openapi;
 mod prometheus;
 mod qr;
+mod redirect;
 pub mod request_id;
 pub mod server;
 pub mod shutdown;
@@ -161,6 +162,8 @@ struct AppState {
     referrer_policy: Option<HeaderValue>,
     stats_public: bool,
     max_body_bytes: usize,
+    /// How long a request may take before it is answered 503.
+    request_timeout: Duration,
     /// Whose forwarded headers say who a visitor is (`--trust-proxy`).
     trust_proxy: limit::TrustProxy,
     /// The header a trusted proxy names a visitor's country in.
@@ -307,6 +310,7 @@ pub fn app(
     let state = AppState {
         stats_public: settings.stats_public,
         max_body_bytes: settings.max_body_bytes,
+        request_timeout: settings.request_timeout,
         trust_proxy: settings.rate_limits.trust_proxy.clone(),
         country_header: links.visits().country_header().cloned(),
         metrics: metrics_handle(settings).filter(|_| settings.metrics_listen.is_none()),
@@ -327,12 +331,7 @@ pub fn app(
     );
     let requests = recording.then(|| crate::observability::recording::requests(|| routes.paths()));
     let hot = settings.hot_path.then(|| {
-        Arc::new(hot::Hot::new(
-            state.clone(),
-            &routes.paths(),
-            settings.request_timeout,
-            requests,
-        ))
+        Arc::new(hot::Hot::new(state.clone(), &routes.paths(), requests))
     });
     let router = routes
         .into_router()

@@ -336,7 +336,7 @@ impl Links {
                 let Use::Visit(visit) = how else {
                     return Ok(Resolution::Locked);
                 };
-                let Some(guess) = visit.password() else {
+                let Some(guess) = visit.password else {
                     return Ok(Resolution::Locked);
                 };
                 let right = self

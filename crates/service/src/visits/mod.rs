@@ -83,29 +83,15 @@ pub struct Visit<'a> {
     pub country: Option<&'a [u8]>,
     /// `Accept-Language`, for a link's language rules.
     pub accept_language: Option<&'a [u8]>,
-    /// The request's headers, which a password may come in
-    /// (`X-Link-Password`).
-    pub headers: Option<&'a axum::http::HeaderMap>,
     /// The short URL's query string, for rules on it.
     pub query: Option<&'a str>,
-    /// A password sent with a form, which comes before the header's.
+    /// The password sent: a form's, or else `X-Link-Password`.
     pub password: Option<&'a [u8]>,
     /// Which rule served the visit (`Facets::rule`), set by the links
     /// service.
     pub rule: u8,
     /// What the User-Agent says, when a rule has already read it.
     pub agent: Option<Agent>,
-}
-
-impl<'a> Visit<'a> {
-    /// The password the visitor sent: the form's, or else the header's.
-    pub fn password(&self) -> Option<&'a [u8]> {
-        self.password.or_else(|| {
-            self.headers
-                .and_then(|h| h.get(X_LINK_PASSWORD))
-                .map(axum::http::HeaderValue::as_bytes)
-        })
-    }
 }
 
 /// The header an API client sends a link's password in.
