@@ -139,11 +139,7 @@ impl Application {
             )),
             None => None,
         };
-        let service = http::app(
-            links.clone(),
-            &settings.http,
-            listener.local_addr()?,
-        );
+        let service = http::app(links.clone(), &settings.http, listener.local_addr()?);
         Ok(Self {
             listener,
             links,

@@ -336,32 +336,6 @@ const HISTORY_ENTRIES: usize = 200_000;
 /// The longest referrer host or facet value a history may hold.
 const VALUE_BYTES: usize = 253;
 
-/// A link's stored visit counts as export writes them; `None` when there
-/// are none.
-pub fn history_of(counts: &VisitCounts) -> Option<History> {
-    let start = |units: i64, len: i64| Timestamp::from_millis(units * len).to_string();
-    let h = History {
-        hours: counts
-            .hours
-            .iter()
-            .map(|h| (start(h.hour, HOUR_MS), h.humans, h.bots, h.browsers))
-            .collect(),
-        referrers: counts
-            .referrers
-            .iter()
-            .map(|(day, host, n)| (start(*day, DAY_MS), host.to_string(), *n))
-            .collect(),
-        facets: counts
-            .dimensions()
-            .into_iter()
-            .map(|(day, dim, value, n)| {
-                (start(day, DAY_MS), <&str>::from(dim).to_owned(), value, n)
-            })
-            .collect(),
-    };
-    (h != History::default()).then_some(h)
-}
-
 /// A record's history, checked: whole hours and days, known dimensions,
 /// bounded sizes.
 fn counts_of(h: &History) -> Result<VisitCounts, String> {

@@ -375,7 +375,9 @@ impl FromText for Language {
     fn from_text(text: &str) -> Result<Self, String> {
         let ok = (1..=8).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_alphabetic());
         if !ok {
-            return Err(format!("'{text}' is not a primary language tag such as 'de'"));
+            return Err(format!(
+                "'{text}' is not a primary language tag such as 'de'"
+            ));
         }
         Ok(Self(text.to_ascii_lowercase()))
     }

@@ -7,8 +7,8 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize as _;
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::ser::{SerializeSeq, Serializer};
 use utoipa::openapi::schema::{
     ArrayBuilder, KnownFormat, ObjectBuilder, OneOfBuilder, SchemaFormat, Type,
@@ -204,7 +204,9 @@ pub fn from_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, BodyE
     // serde reads a struct from an array too, by position: a body is an
     // object, and only an object.
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
-    if first.is_some_and(|b| *b != b'{') && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() {
+    if first.is_some_and(|b| *b != b'{')
+        && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
+    {
         return Err(BodyError("body must be a JSON object".into()));
     }
     let mut de = serde_json::Deserializer::from_slice(body);
@@ -372,8 +374,14 @@ mod tests {
             (b"{}", "field 'url' is required"),
             (b"{\"url\":null}", "field 'url' is required"),
             (b"{\"url\":5}", "url: must be a string, not integer `5`"),
-            (b"{\"url\":\"a\",\"x\":1}", "unknown field 'x' (known: url, n, p)"),
-            (b"{\"url\":\"a\",\"url\":\"b\"}", "field 'url' is given twice"),
+            (
+                b"{\"url\":\"a\",\"x\":1}",
+                "unknown field 'x' (known: url, n, p)",
+            ),
+            (
+                b"{\"url\":\"a\",\"url\":\"b\"}",
+                "field 'url' is given twice",
+            ),
         ] {
             let e = from_json::<Body>(body).expect_err("refused");
             assert!(e.0.starts_with(want), "{e} / {want}");

@@ -10,13 +10,12 @@ use serde::{Deserialize, Serialize};
 use super::AppState;
 use super::error::{ApiError, ErrorMessage};
 use super::extract::{
-    Caller, ClientAddr, Code, CodeOn, Json as Body, Key, OnDomain, Operator,
-    PasswordForm,
+    Caller, ClientAddr, Code, CodeOn, Json as Body, Key, OnDomain, Operator, PasswordForm,
 };
+use super::redirect::{self, Asked, Asks, Finishing};
 use crate::domain::{Link, ShortCode, Timestamp};
 use crate::keys::Principal;
 use crate::links::bodies::{LinkPatchBody, LinkView, NewLinkBody};
-use super::redirect::{self, Asked, Asks, Finishing};
 use crate::links::{Asker, CreateRoute, LinkStats, Readiness};
 use crate::visits::{Interval, VisitReport, Window};
 

@@ -302,11 +302,7 @@ fn routes() -> openapi::Routes {
 /// The router with every route and the layers every request passes, and
 /// the hot path in front of it (when on); `listen` is the bound address
 /// (see [`AppState::short_url`]).
-pub fn app(
-    links: Links,
-    settings: &HttpSettings,
-    listen: std::net::SocketAddr,
-) -> Service {
+pub fn app(links: Links, settings: &HttpSettings, listen: std::net::SocketAddr) -> Service {
     let state = AppState {
         stats_public: settings.stats_public,
         max_body_bytes: settings.max_body_bytes,
@@ -330,9 +326,9 @@ pub fn app(
         routes.undocumented()
     );
     let requests = recording.then(|| crate::observability::recording::requests(|| routes.paths()));
-    let hot = settings.hot_path.then(|| {
-        Arc::new(hot::Hot::new(state.clone(), &routes.paths(), requests))
-    });
+    let hot = settings
+        .hot_path
+        .then(|| Arc::new(hot::Hot::new(state.clone(), &routes.paths(), requests)));
     let router = routes
         .into_router()
         .fallback(handlers::not_found_route)

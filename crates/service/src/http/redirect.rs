@@ -109,7 +109,14 @@ pub fn answer<B: Send + 'static>(state: &AppState, mut asked: Asked<B>) -> Answe
         // counted; a link whose rules or password need it goes on later,
         // which always works it out.
         let peer = asked.peer.filter(|_| asked.counting);
-        use_of(state, &method, &asked.req, &sent, peer, asked.password.as_ref())
+        use_of(
+            state,
+            &method,
+            &asked.req,
+            &sent,
+            peer,
+            asked.password.as_ref(),
+        )
     } else {
         Use::Look
     };
@@ -361,7 +368,6 @@ impl<'a> Sent<'a> {
         }
         sent
     }
-
 }
 
 /// The request's header map, emptied, to carry the answer's headers.

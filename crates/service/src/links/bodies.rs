@@ -157,18 +157,42 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(body.url.as_str(), "https://example.com/");
-        assert_eq!(body.code.map(|a| a.0.to_string()).as_deref(), Some("my-link"));
+        assert_eq!(
+            body.code.map(|a| a.0.to_string()).as_deref(),
+            Some("my-link")
+        );
         assert_eq!(body.max_visits, Some(3));
         assert_eq!(body.rules.map(|r| r.0.len()), Some(1));
         for (raw, want) in [
             (&br#"{"url": ""}"#[..], "url: url must not be empty"),
-            (br#"{"url": "ftp://x.y"}"#, "url: url scheme must be http or https"),
-            (br#"{"url": "https://a.b/", "code": "app"}"#, "code: code 'app' is reserved"),
-            (br#"{"url": "https://a.b/", "max_visits": 0}"#, "max_visits: must be a whole"),
-            (br#"{"url": "https://a.b/", "max_visits": "1"}"#, "max_visits: must be"),
-            (br#"{"url": "https://a.b/", "expires_at": "soon"}"#, "expires_at: 'soon' is not"),
-            (br#"{"url": "https://a.b/", "password": ""}"#, "password: must be 1 to 1024"),
-            (br#"{"url": "https://a.b/", "expire_at": 1}"#, "unknown field 'expire_at'"),
+            (
+                br#"{"url": "ftp://x.y"}"#,
+                "url: url scheme must be http or https",
+            ),
+            (
+                br#"{"url": "https://a.b/", "code": "app"}"#,
+                "code: code 'app' is reserved",
+            ),
+            (
+                br#"{"url": "https://a.b/", "max_visits": 0}"#,
+                "max_visits: must be a whole",
+            ),
+            (
+                br#"{"url": "https://a.b/", "max_visits": "1"}"#,
+                "max_visits: must be",
+            ),
+            (
+                br#"{"url": "https://a.b/", "expires_at": "soon"}"#,
+                "expires_at: 'soon' is not",
+            ),
+            (
+                br#"{"url": "https://a.b/", "password": ""}"#,
+                "password: must be 1 to 1024",
+            ),
+            (
+                br#"{"url": "https://a.b/", "expire_at": 1}"#,
+                "unknown field 'expire_at'",
+            ),
         ] {
             let e = from_json::<NewLinkBody>(raw).expect_err("refused");
             assert!(e.0.starts_with(want), "{e} / {want}");

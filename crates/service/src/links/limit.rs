@@ -63,7 +63,11 @@ impl CreateLimiter {
     }
 
     /// Takes a token for one create, or says when to come back (429).
-    pub fn check(&self, client: Option<Client>, caller: Option<&Principal>) -> Result<(), LinksError> {
+    pub fn check(
+        &self,
+        client: Option<Client>,
+        caller: Option<&Principal>,
+    ) -> Result<(), LinksError> {
         let outcome = match caller {
             Some(p) => match &self.keys {
                 Some(limiter) => limiter.check_key(&p.id),
@@ -133,7 +137,6 @@ async fn forget_full_buckets(limiter: std::sync::Weak<CreateLimiter>) {
         }
     }
 }
-
 
 #[cfg(test)]
 mod tests {

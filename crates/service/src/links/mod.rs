@@ -23,9 +23,9 @@ use crate::passwords::{PasswordError, Passwords};
 use crate::store::{
     LinkPatch, LinkStore, ListPage, ListQuery, NewLink, StoreError, StoreStats, VisitScope,
 };
+use crate::visits::{Visit, VisitStats, Visits};
 use bodies::{LinkPatchBody, LinkView, NewLinkBody};
 use limit::{Client, CreateLimiter};
-use crate::visits::{Visit, VisitStats, Visits};
 use strum::{Display, EnumString, VariantNames};
 
 /// What `/stats` shows of the store and the cache: the store's fields at
@@ -580,7 +580,11 @@ impl Links {
 
     /// `link` as the management API shows it, at `short_url`.
     pub fn view(&self, link: Link, short_url: String) -> LinkView {
-        let domain = self.inner.domains.host_of(link.domain).map(|h| h.to_string());
+        let domain = self
+            .inner
+            .domains
+            .host_of(link.domain)
+            .map(|h| h.to_string());
         LinkView::new(link, domain, short_url)
     }
 
@@ -675,7 +679,10 @@ impl Links {
         if let Patch::Set(at) = body.expires_at {
             future(Some(at))?;
         }
-        let rules = body.rules.into_option().map(|r| r.map(|r| r.0).unwrap_or_default());
+        let rules = body
+            .rules
+            .into_option()
+            .map(|r| r.map(|r| r.0).unwrap_or_default());
         if let Some(rules) = &rules {
             self.check_rules(rules, asker.host)?;
         }

@@ -348,6 +348,52 @@ pub struct History {
     pub facets: Vec<(String, String, String, u64)>,
 }
 
+impl History {
+    /// A link's stored visit counts as export writes them; `None` when there
+    /// are none.
+    pub fn of(counts: &VisitCounts) -> Option<History> {
+        let start = |units: i64, len: i64| Timestamp::from_millis(units * len).to_string();
+        let h = History {
+            hours: counts
+                .hours
+                .iter()
+                .map(|h| {
+                    (
+                        start(h.hour, crate::domain::visit::HOUR_MS),
+                        h.humans,
+                        h.bots,
+                        h.browsers,
+                    )
+                })
+                .collect(),
+            referrers: counts
+                .referrers
+                .iter()
+                .map(|(day, host, n)| {
+                    (
+                        start(*day, crate::domain::visit::DAY_MS),
+                        host.to_string(),
+                        *n,
+                    )
+                })
+                .collect(),
+            facets: counts
+                .dimensions()
+                .into_iter()
+                .map(|(day, dim, value, n)| {
+                    (
+                        start(day, crate::domain::visit::DAY_MS),
+                        <&str>::from(dim).to_owned(),
+                        value,
+                        n,
+                    )
+                })
+                .collect(),
+        };
+        (h != History::default()).then_some(h)
+    }
+}
+
 /// A record checked for import, with the line it came from.
 #[derive(Debug, Clone)]
 pub struct ImportRow {

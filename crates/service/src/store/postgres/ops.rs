@@ -775,7 +775,7 @@ pub(super) async fn export(
                     .get::<_, Option<String>>(12)
                     .map(|json| history_of_json(&json))
                     .transpose()?
-                    .and_then(|counts| crate::transfer::history_of(&counts)),
+                    .and_then(|counts| crate::store::History::of(&counts)),
             };
             each(record).map_err(|e| StoreError::Task(format!("writing the export: {e}")))?;
             n += 1;

@@ -402,7 +402,7 @@ impl Readers {
                     visits: Some(r.get::<_, i64>(7)?.max(0) as u64),
                     // Only a counted link has any: one lookup a link that has.
                     history: if r.get::<_, i64>(7)? > 0 {
-                        crate::transfer::history_of(&counts_of(conn, r.get(9)?)?)
+                        crate::store::History::of(&counts_of(conn, r.get(9)?)?)
                     } else {
                         None
                     },
