@@ -12,18 +12,25 @@
 //! domain/      ShortCode, TargetUrl (parsed once, canonical), TargetPolicy, CodeGenerator,
 //!              Codebook, Host, DomainId, LinkKey (a code on a domain); visit counts, and
 //!              classify: a Referer's host, a User-Agent's class, device, OS and browser;
-//!              rules: a link's password hash, targeted redirects and expired target
+//!              rules: a link's password hash, targeted redirects and expired target;
+//!              wire: how each value reads itself from JSON (FromText) and describes
+//!              itself in the OpenAPI document; from_json and its messages, Patch
 //! domains      short domains in use: the domain a Host names, each domain's redirects
-//!              (reloaded every second)
+//!              (reloaded every second); the domain bodies (NewDomainBody, DomainView)
 //! geo          a visitor's country from its address (header, MaxMind file, built-in table)
 //! http/        fn app() -> Service: the Router (routes(): the one route table) with the hot
-//!              path in front of it (hot); finish: what every answer carries, written once;
-//!              server: connections (accept loop, cap, timeouts, drain) for any hyper service;
-//!              extract, handlers, schema (bodies as documented), openapi (the document,
-//!              checked against the table), error (ApiError), request_id, limit (rate limits),
-//!              locked (a link's password form and its 401)
-//! links        the application service: who may create and manage what, cache then store,
-//!              a link's rules and password on the way (LinksError)
+//!              path in front of it (hot); redirect: the one answer to a request for a code,
+//!              which the hot path and the router's handlers call; finish: what every answer
+//!              carries, written once; server: connections (accept loop, cap, timeouts,
+//!              drain) for any hyper service; extract (Json<T>, keys, codes, domains),
+//!              handlers, openapi (the document, generated from the bodies the handlers
+//!              read and checked against the table), error (ApiError), request_id, limit
+//!              (who the client is behind proxies), locked (a link's password form and its
+//!              401), prometheus (/metrics)
+//! links/       the application service and every rule of the game: who may create and
+//!              manage what, which targets a link may have, cache then store, a link's rules
+//!              and password on the way (LinksError); bodies (NewLinkBody, LinkPatchBody,
+//!              LinkView: what a client sends and is shown); limit (rate limits on creates)
 //! passwords    link passwords: Argon2id on the blocking pool, guesses bounded
 //! keys         API keys: making them, and recognising them (reloaded every second)
 //! cache/       the LinkCache trait; none, memory, valkey (one server or a cluster), tiered;
@@ -41,17 +48,20 @@
 //!
 //! A read: `http::server` hands each request to `http::hot::Service`, which
 //! answers `GET|HEAD /{code}`, `/link/{code}` and `/heart-beat` itself and
-//! everything else through the router (whose handlers, such as
-//! `handlers::redirect`, take the same steps) -> the domain its `Host` names
-//! (`domains`) -> `Links::resolve_now` ->
+//! everything else through the router (whose handlers `redirect`, `unlock`
+//! and `get_link` call the same `http::redirect::answer`) -> the domain its
+//! `Host` names (`domains`) -> `Links::resolve_now` ->
 //! `LinkCache::get_now` (an in-process tier answers at once, inside hyper's
 //! service call: no future, no timer) -> or else, boxed and under the
 //! request timeout, `Links::resolve_later` -> `LinkCache::get_rest` -> (on a
 //! miss) `LinkStore::get` -> `sqlite::readers`; the visit is counted in
 //! memory (`visits::tally`), and a flush every second hands the tallies to
 //! the writer. Both paths end in `http::finish::finish`.
-//! A create: `handlers::create_link` (body checked by `extract::NewLinkBody`;
-//! `Links::may_create`) -> `Links::create` -> `LinkStore::create` -> the
+//! A create: `handlers::create_link` (the body read as a
+//! `links::bodies::NewLinkBody` by `extract::Json`, each value parsing
+//! itself) -> `Links::create` (who may create, the rate limit, the targets
+//! against the server's policy, the domain, the password's hash) ->
+//! `LinkStore::create` -> the
 //! writer's queue (`store::queue`) -> a batch committed (and, at full
 //! durability, synced by `walsync`) -> the 201, then the cache is written
 //! through. An edit or delete goes `Links` (may this key manage it?) -> the

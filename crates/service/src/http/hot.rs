@@ -1,12 +1,12 @@
 //! The hot path: [`Service`], what the server serves, answers
 //! `GET|HEAD /{code}`, `GET|HEAD /link/{code}` and `GET|HEAD /heart-beat`
-//! in front of the router, and hands everything else to it. What the
-//! router's layers do for every answer it does too: the request timeout
-//! (armed only when the answer is not ready at once, i.e. not on a cache
-//! hit) and [`super::finish::finish`], which both call. A cache hit is
-//! answered inside the service call ([`Answer::Now`]), so hyper keeps no
-//! future for it; only the rest of a miss is a (boxed) future. These
-//! routes too go to the router when debug logging wants its trace spans.
+//! in front of the router, and hands everything else to it. The answer is
+//! [`super::redirect::answer`], the same function the router's handlers
+//! call; here it also finishes the answer as the router's layers would. A
+//! cache hit is answered inside the service call ([`Answered::Now`]), so
+//! hyper keeps no future for it; only the rest of a miss is a (boxed)
+//! future. These routes too go to the router when debug logging wants its
+//! trace spans.
 //!
 //! Which requests it takes is decided from the route table itself
 //! ([`super::routes`]): a one-segment path is a code unless a fixed

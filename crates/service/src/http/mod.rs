@@ -1,6 +1,9 @@
 //! The HTTP face of the service: routes, handlers, extractors, errors, and
-//! serving with graceful shutdown. A new route is a handler in
-//! `handlers.rs`, its `#[utoipa::path]`, and one line in [`routes`].
+//! serving with graceful shutdown. A handler turns HTTP into one call of
+//! the links service and its result into HTTP; the bodies it reads are the
+//! service's own types, which are also the document's schemas. A new route
+//! is a handler in `handlers.rs`, its `#[utoipa::path]`, and one line in
+//! [`routes`].
 
 mod domains;
 mod error;
