@@ -40,7 +40,11 @@ pub enum PasswordError {
     Failed(String),
 }
 
-/// Failures in one window.
+/// Failures in one window. Written here rather than with `governor`,
+/// which the create limits use: its buckets take a cell on every check
+/// and cannot be read without taking one, while only a wrong guess may
+/// count, and a guess must be refused before it is hashed; its refill
+/// would also end a lockout in a fifth of the window.
 #[derive(Clone, Copy)]
 struct Window {
     started: Instant,

@@ -6,6 +6,7 @@ use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
+use ipnet::{Ipv4Net, Ipv6Net};
 use url::{Host, Url};
 
 /// Longest target URL accepted, in bytes. 4,096 is twice what every browser
@@ -433,71 +434,64 @@ fn is_private(host: &Host<&str>) -> bool {
 /// The IANA IPv4 special-purpose registry (RFC 6890 and its updates),
 /// every range whole, with multicast and the reserved `240.0.0.0/4`
 /// (which holds the broadcast address).
-const SPECIAL_V4: [(Ipv4Addr, u8); 18] = [
-    (Ipv4Addr::new(0, 0, 0, 0), 8),
-    (Ipv4Addr::new(10, 0, 0, 0), 8),
-    (Ipv4Addr::new(100, 64, 0, 0), 10),
-    (Ipv4Addr::new(127, 0, 0, 0), 8),
-    (Ipv4Addr::new(169, 254, 0, 0), 16),
-    (Ipv4Addr::new(172, 16, 0, 0), 12),
-    (Ipv4Addr::new(192, 0, 0, 0), 24),
-    (Ipv4Addr::new(192, 0, 2, 0), 24),
-    (Ipv4Addr::new(192, 31, 196, 0), 24),
-    (Ipv4Addr::new(192, 52, 193, 0), 24),
-    (Ipv4Addr::new(192, 88, 99, 0), 24),
-    (Ipv4Addr::new(192, 168, 0, 0), 16),
-    (Ipv4Addr::new(192, 175, 48, 0), 24),
-    (Ipv4Addr::new(198, 18, 0, 0), 15),
-    (Ipv4Addr::new(198, 51, 100, 0), 24),
-    (Ipv4Addr::new(203, 0, 113, 0), 24),
-    (Ipv4Addr::new(224, 0, 0, 0), 4),
-    (Ipv4Addr::new(240, 0, 0, 0), 4),
+const SPECIAL_V4: [Ipv4Net; 18] = [
+    Ipv4Net::new_assert(Ipv4Addr::new(0, 0, 0, 0), 8),
+    Ipv4Net::new_assert(Ipv4Addr::new(10, 0, 0, 0), 8),
+    Ipv4Net::new_assert(Ipv4Addr::new(100, 64, 0, 0), 10),
+    Ipv4Net::new_assert(Ipv4Addr::new(127, 0, 0, 0), 8),
+    Ipv4Net::new_assert(Ipv4Addr::new(169, 254, 0, 0), 16),
+    Ipv4Net::new_assert(Ipv4Addr::new(172, 16, 0, 0), 12),
+    Ipv4Net::new_assert(Ipv4Addr::new(192, 0, 0, 0), 24),
+    Ipv4Net::new_assert(Ipv4Addr::new(192, 0, 2, 0), 24),
+    Ipv4Net::new_assert(Ipv4Addr::new(192, 31, 196, 0), 24),
+    Ipv4Net::new_assert(Ipv4Addr::new(192, 52, 193, 0), 24),
+    Ipv4Net::new_assert(Ipv4Addr::new(192, 88, 99, 0), 24),
+    Ipv4Net::new_assert(Ipv4Addr::new(192, 168, 0, 0), 16),
+    Ipv4Net::new_assert(Ipv4Addr::new(192, 175, 48, 0), 24),
+    Ipv4Net::new_assert(Ipv4Addr::new(198, 18, 0, 0), 15),
+    Ipv4Net::new_assert(Ipv4Addr::new(198, 51, 100, 0), 24),
+    Ipv4Net::new_assert(Ipv4Addr::new(203, 0, 113, 0), 24),
+    Ipv4Net::new_assert(Ipv4Addr::new(224, 0, 0, 0), 4),
+    Ipv4Net::new_assert(Ipv4Addr::new(240, 0, 0, 0), 4),
 ];
 
 /// The IANA IPv6 special-purpose registry, multicast, and the deprecated
 /// site-local and IPv4-compatible ranges. The ranges that carry an IPv4
 /// address are not here: [`embedded_v4`] unwraps them.
-const SPECIAL_V6: [(Ipv6Addr, u8); 12] = [
-    (Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 0), 128),
-    (Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 1), 128),
-    (Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0), 48),
-    (Ipv6Addr::new(0x100, 0, 0, 0, 0, 0, 0, 0), 64),
-    (Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0), 23),
-    (Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0), 32),
-    (Ipv6Addr::new(0x3fff, 0, 0, 0, 0, 0, 0, 0), 20),
-    (Ipv6Addr::new(0x5f00, 0, 0, 0, 0, 0, 0, 0), 16),
-    (Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0), 7),
-    (Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10),
-    (Ipv6Addr::new(0xfec0, 0, 0, 0, 0, 0, 0, 0), 10),
-    (Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0), 8),
+const SPECIAL_V6: [Ipv6Net; 12] = [
+    Ipv6Net::new_assert(Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 0), 128),
+    Ipv6Net::new_assert(Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 1), 128),
+    Ipv6Net::new_assert(Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0), 48),
+    Ipv6Net::new_assert(Ipv6Addr::new(0x100, 0, 0, 0, 0, 0, 0, 0), 64),
+    Ipv6Net::new_assert(Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0), 23),
+    Ipv6Net::new_assert(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0), 32),
+    Ipv6Net::new_assert(Ipv6Addr::new(0x3fff, 0, 0, 0, 0, 0, 0, 0), 20),
+    Ipv6Net::new_assert(Ipv6Addr::new(0x5f00, 0, 0, 0, 0, 0, 0, 0), 16),
+    Ipv6Net::new_assert(Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0), 7),
+    Ipv6Net::new_assert(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10),
+    Ipv6Net::new_assert(Ipv6Addr::new(0xfec0, 0, 0, 0, 0, 0, 0, 0), 10),
+    Ipv6Net::new_assert(Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0), 8),
 ];
 
 fn private_v4(ip: Ipv4Addr) -> bool {
-    let ip = u32::from(ip);
-    SPECIAL_V4
-        .iter()
-        .any(|&(net, len)| (ip ^ u32::from(net)) >> (32 - u32::from(len)) == 0)
+    SPECIAL_V4.iter().any(|net| net.contains(&ip))
 }
 
 fn private_v6(ip: Ipv6Addr) -> bool {
     if let Some(v4) = embedded_v4(ip) {
         return private_v4(v4);
     }
-    let ip = u128::from(ip);
-    SPECIAL_V6.iter().any(|&(net, len)| {
-        let len = u32::from(len);
-        (ip ^ u128::from(net)).checked_shr(128 - len).unwrap_or(0) == 0
-    })
+    SPECIAL_V6.iter().any(|net| net.contains(&ip))
 }
 
 /// The IPv4 address an IPv6 one carries: mapped (`::ffff:0:0/96`),
-/// compatible (`::/96`, past `::` and `::1`), NAT64 (`64:ff9b::/96`) and
-/// 6to4 (`2002::/16`).
+/// translated (`::ffff:0:0:0/96`, RFC 2765), compatible (`::/96`, past
+/// `::` and `::1`), NAT64 (`64:ff9b::/96`) and 6to4 (`2002::/16`).
 fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
     let s = ip.segments();
     let low = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
     match s {
-        [0, 0, 0, 0, 0, 0xffff, ..] => Some(low),
+        [0, 0, 0, 0, 0, 0xffff, ..] | [0, 0, 0, 0, 0xffff, 0, ..] => Some(low),
         [0, 0, 0, 0, 0, 0, 0, 0 | 1] => None,
         [0, 0, 0, 0, 0, 0, ..] | [0x64, 0xff9b, 0, 0, 0, 0, ..] => Some(low),
         [0x2002, hi, lo, ..] => Some(Ipv4Addr::new(
@@ -703,6 +697,9 @@ mod tests {
             "http://[2002:c0a8:101::]/",
             "http://[::ffff:0:0]/",
             "http://[::ffff:10.1.1.1]/",
+            // IPv4-translated (RFC 2765).
+            "http://[::ffff:0:127.0.0.1]/",
+            "http://[::ffff:0:169.254.169.254]/",
             "http://[fec0::1]/",
             "http://[ff02::1]/",
             "http://[2001::1]/",
@@ -736,6 +733,7 @@ mod tests {
             "http://223.255.255.255/",
             "http://[2606:4700::1111]/",
             "http://[::ffff:8.8.8.8]/",
+            "http://[::ffff:0:8.8.8.8]/",
             "http://[64:ff9b::8.8.8.8]/",
             "http://[2002:808:808::1]/",
         ] {

@@ -1,5 +1,6 @@
-//! `/api/v1/domains`: the short domains of this server. Changing them
-//! needs an admin key; who may read them, `Links::visible_domains` says.
+//! `/api/v1/domains`: the short domains of this server. Who may read and
+//! change them, the links service decides (`Links::domains_for` and its
+//! kin).
 
 use axum::Json;
 use axum::extract::State;
@@ -11,31 +12,15 @@ use super::error::ErrorMessage;
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{Caller, Json as Body, Key, Segment};
-use crate::domain::{DEFAULT_NAME, DomainId};
 use crate::domains::{DomainPatchBody, DomainView, NewDomainBody};
-use crate::keys::Principal;
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct DomainList {
     domains: Vec<DomainView>,
 }
 
-fn admin(caller: &Principal) -> Result<(), ApiError> {
-    if caller.admin {
-        Ok(())
-    } else {
-        Err(ApiError::Forbidden("this needs an admin key".into()))
-    }
-}
-
-/// The domain `{host}` names (a host in either form, or `default`): 404
-/// when there is none.
-fn named(state: &AppState, host: &str) -> Result<DomainId, ApiError> {
-    state
-        .links
-        .domains()
-        .named(host)
-        .ok_or_else(|| ApiError::NotFound(format!("no domain '{host}'")))
+fn no_such(host: &str) -> ApiError {
+    ApiError::NotFound(format!("no domain '{host}'"))
 }
 
 const HOST_PARAM: &str = "A host (in either form), or 'default' for the default domain";
@@ -50,14 +35,9 @@ pub async fn list(
     State(state): State<AppState>,
     Caller(caller): Caller,
 ) -> Result<Json<DomainList>, ApiError> {
-    let only = state.links.visible_domains(caller.as_ref())?;
-    let domains = state.links.domains().list();
+    let domains = state.links.domains_for(caller.as_ref())?;
     Ok(Json(DomainList {
-        domains: domains
-            .into_iter()
-            .filter(|d| only.is_none_or(|id| id == d.domain.id))
-            .map(DomainView::from)
-            .collect(),
+        domains: domains.into_iter().map(DomainView::from).collect(),
     }))
 }
 
@@ -79,12 +59,7 @@ pub async fn create(
     Key(caller): Key,
     Body(body): Body<NewDomainBody>,
 ) -> Result<(StatusCode, Json<DomainView>), ApiError> {
-    admin(&caller)?;
-    let added = state
-        .links
-        .domains()
-        .add(&body.host, body.redirects())
-        .await?;
+    let added = state.links.add_domain(&caller, body).await?;
     Ok((StatusCode::CREATED, Json(added.into())))
 }
 
@@ -102,16 +77,10 @@ pub async fn get(
     Caller(caller): Caller,
     Segment(host): Segment,
 ) -> Result<Json<DomainView>, ApiError> {
-    let only = state.links.visible_domains(caller.as_ref())?;
-    let id = named(&state, &host)?;
-    if only.is_some_and(|own| own != id) {
-        return Err(ApiError::NotFound(format!("no domain '{host}'")));
-    }
     let domain = state
         .links
-        .domains()
-        .get(id)
-        .ok_or_else(|| ApiError::NotFound(format!("no domain '{host}'")))?;
+        .domain_for(caller.as_ref(), &host)?
+        .ok_or_else(|| no_such(&host))?;
     Ok(Json(domain.into()))
 }
 
@@ -135,14 +104,11 @@ pub async fn update(
     Segment(host): Segment,
     Body(body): Body<DomainPatchBody>,
 ) -> Result<Json<DomainView>, ApiError> {
-    admin(&caller)?;
-    let domains = state.links.domains();
-    let id = named(&state, &host)?;
-    let redirects = body.apply(domains.redirects(id));
-    let changed = domains
-        .set(id, redirects)
+    let changed = state
+        .links
+        .change_domain(&caller, &host, body)
         .await?
-        .ok_or_else(|| ApiError::NotFound(format!("no domain '{host}'")))?;
+        .ok_or_else(|| no_such(&host))?;
     Ok(Json(changed.into()))
 }
 
@@ -173,7 +139,6 @@ pub async fn remove(
     Segment(host): Segment,
     params: Result<axum::extract::Query<RemoveParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<StatusCode, ApiError> {
-    admin(&caller)?;
     let axum::extract::Query(params) =
         params.map_err(|e| ApiError::BadRequest(format!("malformed query: {e}")))?;
     let force = match params.force.as_deref() {
@@ -185,14 +150,8 @@ pub async fn remove(
             )));
         }
     };
-    let id = named(&state, &host)?;
-    if id.is_default() {
-        return Err(ApiError::Conflict(format!(
-            "the default domain ('{DEFAULT_NAME}') cannot be removed"
-        )));
-    }
-    match state.links.remove_domain(id, force).await? {
+    match state.links.remove_domain(&caller, &host, force).await? {
         Some(_) => Ok(StatusCode::NO_CONTENT),
-        None => Err(ApiError::NotFound(format!("no domain '{host}'"))),
+        None => Err(no_such(&host)),
     }
 }

@@ -175,6 +175,7 @@ impl From<LinksError> for ApiError {
             LinksError::Forbidden(why) => Self::Forbidden(why.into()),
             LinksError::Store(e) => e.into(),
             LinksError::Invalid(why) => Self::BadRequest(why),
+            LinksError::Conflict(why) => Self::Conflict(why),
             LinksError::RateLimited {
                 message,
                 retry_after,

@@ -17,7 +17,7 @@ use crate::domain::rules::{self, Facts, Rule};
 use crate::domain::wire::Patch;
 use crate::domain::{Country, Facets, Timestamp};
 use crate::domain::{DomainId, Link, LinkKey, Resolved, TargetPolicy, TargetUrl, VisitCounts};
-use crate::domains::DomainRegistry;
+use crate::domains::{DomainPatchBody, DomainRegistry, Named, NewDomainBody};
 use crate::keys::{KeyRegistry, Principal};
 use crate::passwords::{PasswordError, Passwords};
 use crate::store::{
@@ -80,6 +80,9 @@ pub enum LinksError {
     /// unknown domain, a time in the past.
     #[error("{0}")]
     Invalid(String),
+    /// It would undo what must stay (the default domain).
+    #[error("{0}")]
+    Conflict(String),
     /// Too many creates from this client or key.
     #[error("{message}")]
     RateLimited { message: String, retry_after: u32 },
@@ -225,6 +228,15 @@ fn on_domain(caller: &Principal, domain: DomainId) -> bool {
 }
 
 const OTHER_DOMAIN: &str = "this key is limited to another domain";
+
+/// Changing the domains is an admin's to do.
+fn admin(caller: &Principal) -> Result<(), LinksError> {
+    if caller.admin {
+        Ok(())
+    } else {
+        Err(LinksError::Forbidden("this needs an admin key"))
+    }
+}
 
 /// An expiry must be in the future when it is set.
 fn future(at: Option<Timestamp>) -> Result<(), LinksError> {
@@ -775,17 +787,83 @@ impl Links {
         }
     }
 
-    /// Removes an added domain; with `force`, its links go too, from
-    /// every cache tier and every instance, as deletes do. Past
-    /// [`FORGET_ONE_BY_ONE`] links the in-process tier is emptied instead,
-    /// and other instances stop answering on the domain when they next
-    /// read the domains (within a second); its id is never reused, so
-    /// nothing cached under it is found after that.
+    /// Every domain `caller` may read, the default one first.
+    pub fn domains_for(&self, caller: Option<&Principal>) -> Result<Vec<Named>, LinksError> {
+        let only = self.visible_domains(caller)?;
+        Ok(self
+            .inner
+            .domains
+            .list()
+            .into_iter()
+            .filter(|d| only.is_none_or(|id| id == d.domain.id))
+            .collect())
+    }
+
+    /// The domain `name` names, if `caller` may read it (`None` also when
+    /// it may not: a domain-limited key sees only its own).
+    pub fn domain_for(
+        &self,
+        caller: Option<&Principal>,
+        name: &str,
+    ) -> Result<Option<Named>, LinksError> {
+        let only = self.visible_domains(caller)?;
+        Ok(self
+            .inner
+            .domains
+            .named(name)
+            .filter(|id| only.is_none_or(|own| own == *id))
+            .and_then(|id| self.inner.domains.get(id)))
+    }
+
+    /// Adds a domain: an admin's to do.
+    pub async fn add_domain(
+        &self,
+        caller: &Principal,
+        body: NewDomainBody,
+    ) -> Result<Named, LinksError> {
+        admin(caller)?;
+        Ok(self.inner.domains.add(&body.host, body.redirects()).await?)
+    }
+
+    /// Changes the redirects of the domain `name` names: an admin's to do;
+    /// `None` when there is no such domain.
+    pub async fn change_domain(
+        &self,
+        caller: &Principal,
+        name: &str,
+        body: DomainPatchBody,
+    ) -> Result<Option<Named>, LinksError> {
+        admin(caller)?;
+        let Some(id) = self.inner.domains.named(name) else {
+            return Ok(None);
+        };
+        let redirects = body.apply(self.inner.domains.redirects(id));
+        Ok(self.inner.domains.set(id, redirects).await?)
+    }
+
+    /// Removes the added domain `name` names (an admin's to do; never the
+    /// default one); with `force`, its links go too, from every cache tier
+    /// and every instance, as deletes do. Past [`FORGET_ONE_BY_ONE`] links
+    /// the in-process tier is emptied instead, and other instances stop
+    /// answering on the domain when they next read the domains (within a
+    /// second); its id is never reused, so nothing cached under it is
+    /// found after that. `None` when there is no such domain.
     pub async fn remove_domain(
         &self,
-        id: DomainId,
+        caller: &Principal,
+        name: &str,
         force: bool,
     ) -> Result<Option<u64>, LinksError> {
+        admin(caller)?;
+        let Some(id) = self.inner.domains.named(name) else {
+            return Ok(None);
+        };
+        if id.is_default() {
+            return Err(LinksError::Conflict(format!(
+                "the default domain ('{}') cannot be removed",
+                crate::domain::DEFAULT_NAME
+            )));
+        }
         let Some(gone) = self.inner.domains.remove(id, force).await? else {
             return Ok(None);
         };

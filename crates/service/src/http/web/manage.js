@@ -319,7 +319,12 @@ function chart(series) {
   return s;
 }
 
+// Each load's number: an answer to a load that a newer one replaced (a
+// search typed while the list was loading) is dropped, not appended.
+let loads = 0;
+
 async function load(reset) {
+  const mine = ++loads;
   if (reset) {
     cursor = null;
     $("list").replaceChildren();
@@ -333,6 +338,7 @@ async function load(reset) {
   status("Loading…");
   try {
     const page = await api("GET", `/api/v1/links?${params}`);
+    if (mine !== loads) return true;
     for (const link of page.links) $("list").append(render(link));
     cursor = page.next_cursor;
     $("more").hidden = !cursor;
@@ -340,6 +346,7 @@ async function load(reset) {
     status(n ? `${n} link${n === 1 ? "" : "s"} shown.` : "No links.");
     return true;
   } catch (e) {
+    if (mine !== loads) return true;
     if (e.status === 401) {
       forget();
       showKeyError(e.message);
