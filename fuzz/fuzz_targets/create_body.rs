@@ -4,13 +4,12 @@
 
 use libfuzzer_sys::fuzz_target;
 use litelink_service::domain::TargetUrl;
-use litelink_service::domain::wire::from_json;
-use litelink_service::links::bodies::NewLinkBody;
+use litelink_service::links::bodies::read_create;
 
 fuzz_target!(|data: &[u8]| {
-    match from_json::<NewLinkBody>(data) {
-        Ok(body) => {
-            let url = body.url.as_str();
+    match read_create(data) {
+        Ok(url) => {
+            let url = url.as_str();
             assert_eq!(TargetUrl::parse(url).expect("parses").as_str(), url);
         }
         Err(e) => assert!(!e.0.is_empty()),

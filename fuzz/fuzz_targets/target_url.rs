@@ -23,5 +23,5 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(TargetUrl::canonical(stored), None);
     assert!(stored.starts_with("http://") || stored.starts_with("https://"));
     // The private-address check never panics on what was accepted.
-    let _ = TargetPolicy::new(true, None).expect("no file").check(&url);
+    let _ = TargetPolicy::new(true, None).expect("no file").check(&url, None);
 });

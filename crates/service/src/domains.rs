@@ -22,7 +22,7 @@ use crate::domain::{
 use crate::store::{LinkStore, StoreError};
 
 /// How often domains are reloaded from the store.
-pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const REFRESH_EVERY: Duration = Duration::from_secs(1);
 
 /// What a request for a host that is no domain's gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, EnumString, Display, VariantNames)]
@@ -145,13 +145,9 @@ impl DomainRegistry {
         Ok(registry)
     }
 
-    pub fn settings(&self) -> &DomainSettings {
-        &self.settings
-    }
-
     /// The domain a request's `Host` names; `None`: an unknown host that
     /// `--unknown-host reject` refuses.
-    pub fn of_request(&self, host: Option<&[u8]>) -> Option<DomainId> {
+    pub(crate) fn of_request(&self, host: Option<&[u8]>) -> Option<DomainId> {
         if !self.by_host.load(Ordering::Acquire) {
             return Some(DomainId::DEFAULT);
         }
@@ -174,16 +170,11 @@ impl DomainRegistry {
 
     /// The host a domain's short URLs are on: the configured one for the
     /// default domain.
-    pub fn host_of(&self, id: DomainId) -> Option<Host> {
+    pub(crate) fn host_of(&self, id: DomainId) -> Option<Host> {
         if id.is_default() {
             return self.settings.default_host.clone();
         }
         self.table.load().get(id).and_then(|d| d.host.clone())
-    }
-
-    /// Whether any domain was added beside the default one.
-    pub fn several(&self) -> bool {
-        self.table.load().added
     }
 
     /// The domain a user names: a host (in either form, any case), or
@@ -206,11 +197,11 @@ impl DomainRegistry {
             .collect()
     }
 
-    pub fn get(&self, id: DomainId) -> Option<Named> {
+    pub(crate) fn get(&self, id: DomainId) -> Option<Named> {
         self.table.load().get(id).cloned().map(|d| self.describe(d))
     }
 
-    pub fn describe(&self, domain: Domain) -> Named {
+    pub(crate) fn describe(&self, domain: Domain) -> Named {
         let default = domain.id.is_default();
         let host = if default {
             self.settings.default_host.clone()
@@ -257,7 +248,7 @@ impl DomainRegistry {
     }
 
     /// Reloads the domains.
-    pub async fn refresh(&self) -> Result<(), StoreError> {
+    pub(crate) async fn refresh(&self) -> Result<(), StoreError> {
         let domains = self.store.domains().await?;
         // Reloaded every second, changed rarely: the threads' copies are
         // dropped only when something changed.
@@ -297,7 +288,7 @@ impl DomainRegistry {
 
     /// Reloads every [`REFRESH_EVERY`] until the task is aborted; failures
     /// keep the domains loaded and are logged at most once a minute.
-    pub fn spawn_refresher(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+    pub(crate) fn spawn_refresher(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let me = Arc::clone(self);
         crate::store::spawn_reloader(REFRESH_EVERY, "domains", move || {
             let me = Arc::clone(&me);
@@ -381,7 +372,7 @@ impl HostIndex {
 #[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = NewDomain)]
-pub struct NewDomainBody {
+pub(crate) struct NewDomainBody {
     #[serde(deserialize_with = "crate::domain::wire::required")]
     pub host: Host,
     /// Where `GET /` on the domain goes (the page when absent).
@@ -396,7 +387,7 @@ pub struct NewDomainBody {
 }
 
 impl NewDomainBody {
-    pub fn redirects(&self) -> DomainRedirects {
+    pub(crate) fn redirects(&self) -> DomainRedirects {
         DomainRedirects {
             root: self.root_redirect.clone(),
             not_found: self.not_found_redirect.clone(),
@@ -410,7 +401,7 @@ impl NewDomainBody {
 #[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = DomainPatch)]
-pub struct DomainPatchBody {
+pub(crate) struct DomainPatchBody {
     #[serde(default)]
     #[schema(value_type = Option<TargetUrl>)]
     pub root_redirect: Patch<TargetUrl>,
@@ -424,7 +415,7 @@ pub struct DomainPatchBody {
 
 impl DomainPatchBody {
     /// `current` with this patch's redirects set.
-    pub fn apply(self, mut current: DomainRedirects) -> DomainRedirects {
+    pub(crate) fn apply(self, mut current: DomainRedirects) -> DomainRedirects {
         for (slot, patch) in [
             (&mut current.root, self.root_redirect),
             (&mut current.not_found, self.not_found_redirect),
@@ -441,7 +432,7 @@ impl DomainPatchBody {
 /// A short domain as the API shows it.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 #[schema(as = Domain)]
-pub struct DomainView {
+pub(crate) struct DomainView {
     /// The host, lowercase ASCII; null for a default domain without one.
     pub host: Option<String>,
     /// Where `GET /` goes; null: the page.

@@ -35,13 +35,13 @@ pub struct GeoSettings {
 /// A visitor's place: the country, and the city where the database
 /// names one (an English name).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Place {
+pub(crate) struct Place {
     pub country: Country,
     pub city: Option<CompactString>,
 }
 
 impl Place {
-    pub const UNKNOWN: Self = Self {
+    pub(crate) const UNKNOWN: Self = Self {
         country: Country::UNKNOWN,
         city: None,
     };
@@ -52,7 +52,7 @@ struct Loaded {
     modified: Option<SystemTime>,
 }
 
-pub struct Geo {
+pub(crate) struct Geo {
     header: Option<axum::http::HeaderName>,
     path: Option<PathBuf>,
     db: ArcSwapOption<Loaded>,
@@ -62,7 +62,7 @@ pub struct Geo {
 
 /// Why `--geoip-db` or `--country-header` cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub enum GeoError {
+pub(crate) enum GeoError {
     #[error("--country-header: '{0}' is not a header name")]
     Header(String),
     #[error("--geoip-db {path}: {source}")]
@@ -80,7 +80,7 @@ pub enum GeoError {
 impl Geo {
     /// Reads the database, if one is set: a file that cannot be read is an
     /// error at start, so that a typo is not a silent `unknown`.
-    pub fn new(settings: &GeoSettings) -> Result<Self, GeoError> {
+    pub(crate) fn new(settings: &GeoSettings) -> Result<Self, GeoError> {
         let header = settings
             .country_header
             .as_deref()
@@ -102,13 +102,13 @@ impl Geo {
     }
 
     /// The header to read a country from, if any.
-    pub fn header(&self) -> Option<&axum::http::HeaderName> {
+    pub(crate) fn header(&self) -> Option<&axum::http::HeaderName> {
         self.header.as_ref()
     }
 
     /// The place of a visitor at `client`, with the value of the country
     /// header when a trusted proxy sent one.
-    pub fn place(&self, client: Option<IpAddr>, header: Option<&[u8]>) -> Place {
+    pub(crate) fn place(&self, client: Option<IpAddr>, header: Option<&[u8]>) -> Place {
         if let Some(v) = header {
             let country = Country::parse(v.trim_ascii());
             // `XX` (Cloudflare) and `T1` (Tor) name no country.
@@ -140,7 +140,7 @@ impl Geo {
     /// Reads the database file again if it changed since it was read
     /// (`force`: whatever its time says, as on SIGHUP). A file that
     /// cannot be read keeps the one in use, and says why.
-    pub fn reload(&self, force: bool) {
+    pub(crate) fn reload(&self, force: bool) {
         let Some(path) = &self.path else { return };
         let _one = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
         let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
@@ -162,7 +162,7 @@ impl Geo {
     }
 
     /// Whether a database file is set (and so worth watching).
-    pub fn watches_a_file(&self) -> bool {
+    pub(crate) fn watches_a_file(&self) -> bool {
         self.path.is_some()
     }
 }

@@ -18,17 +18,17 @@ use crate::domain::{DomainId, KeyId, Owner, Timestamp};
 use crate::store::{ApiKey, LinkStore, StoreError};
 
 /// How often keys are reloaded from the store.
-pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const REFRESH_EVERY: Duration = Duration::from_secs(1);
 
 /// Least time between two writes of one key's last use.
-pub const TOUCH_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const TOUCH_EVERY: Duration = Duration::from_secs(60);
 
 const PREFIX: &str = "ll_";
 const SECRET_LEN: usize = 32;
 
 /// A caller that presented a valid key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal {
+pub(crate) struct Principal {
     pub id: KeyId,
     pub name: String,
     pub admin: bool,
@@ -38,7 +38,7 @@ pub struct Principal {
 
 impl Principal {
     /// The owner of links this key creates.
-    pub fn owner(&self) -> Owner {
+    pub(crate) fn owner(&self) -> Owner {
         Owner {
             id: self.id,
             name: self.name.clone(),
@@ -49,7 +49,7 @@ impl Principal {
 /// Why a key was refused. Unknown and revoked keys get the same answer:
 /// a different one would confirm that a leaked string was once a key.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum AuthError {
+pub(crate) enum AuthError {
     #[error("invalid API key")]
     Unknown,
     #[error("invalid API key")]
@@ -62,7 +62,7 @@ pub enum AuthError {
 const RELOAD_AT_MOST_EVERY: Duration = Duration::from_millis(100);
 
 /// Longest key name, in bytes.
-pub const MAX_NAME_BYTES: usize = 100;
+pub(crate) const MAX_NAME_BYTES: usize = 100;
 
 /// Whether `name` may name a key: 1 to [`MAX_NAME_BYTES`] bytes, not only
 /// white space, and no control or invisible formatting character (a
@@ -100,11 +100,11 @@ pub fn new_secret() -> (String, [u8; 32]) {
     (secret, hash)
 }
 
-pub fn hash(secret: &str) -> [u8; 32] {
+pub(crate) fn hash(secret: &str) -> [u8; 32] {
     Sha256::digest(secret.as_bytes()).into()
 }
 
-pub struct KeyRegistry {
+pub(crate) struct KeyRegistry {
     store: Arc<dyn LinkStore>,
     keys: RwLock<Arc<Vec<ApiKey>>>,
     /// Keys used since their last use was written, and when.
@@ -116,7 +116,7 @@ pub struct KeyRegistry {
 }
 
 impl KeyRegistry {
-    pub async fn load(store: Arc<dyn LinkStore>) -> Result<Self, StoreError> {
+    pub(crate) async fn load(store: Arc<dyn LinkStore>) -> Result<Self, StoreError> {
         let keys = store.keys().await?;
         Ok(Self {
             store,
@@ -128,7 +128,7 @@ impl KeyRegistry {
     }
 
     /// Whether any key exists (revoked or not).
-    pub fn any(&self) -> bool {
+    pub(crate) fn any(&self) -> bool {
         !self.snapshot().is_empty()
     }
 
@@ -138,7 +138,7 @@ impl KeyRegistry {
 
     /// The key `secret` names. Every stored hash is compared in constant
     /// time, so the answer's timing says nothing about near misses.
-    pub fn authenticate(&self, secret: &str) -> Result<Principal, AuthError> {
+    pub(crate) fn authenticate(&self, secret: &str) -> Result<Principal, AuthError> {
         let presented = hash(secret);
         let keys = self.snapshot();
         let mut found = None;
@@ -168,7 +168,7 @@ impl KeyRegistry {
     /// (reloads for unknown keys run one at a time, at most once in
     /// [`RELOAD_AT_MOST_EVERY`], so a request waits that long at most for
     /// its turn). A store that cannot be read leaves the keys loaded.
-    pub async fn authenticate_fresh(&self, secret: &str) -> Result<Principal, AuthError> {
+    pub(crate) async fn authenticate_fresh(&self, secret: &str) -> Result<Principal, AuthError> {
         match self.authenticate(secret) {
             Err(AuthError::Unknown) => {}
             known => return known,
@@ -193,7 +193,7 @@ impl KeyRegistry {
     }
 
     /// Reloads the keys, and writes last uses that are due.
-    pub async fn refresh(&self) -> Result<(), StoreError> {
+    pub(crate) async fn refresh(&self) -> Result<(), StoreError> {
         let keys = self.store.keys().await?;
         *self.keys.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(keys);
         self.flush(false).await
@@ -201,7 +201,7 @@ impl KeyRegistry {
 
     /// Writes the last uses not written for [`TOUCH_EVERY`] (all of them
     /// when `all`, at shutdown).
-    pub async fn flush(&self, all: bool) -> Result<(), StoreError> {
+    pub(crate) async fn flush(&self, all: bool) -> Result<(), StoreError> {
         let due: Vec<(KeyId, Timestamp)> = {
             let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
             let mut touched = self.touched.lock().unwrap_or_else(|e| e.into_inner());
@@ -224,7 +224,7 @@ impl KeyRegistry {
 
     /// Reloads every [`REFRESH_EVERY`] until the task is aborted; failures
     /// keep the keys already loaded and are logged at most once a minute.
-    pub fn spawn_refresher(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+    pub(crate) fn spawn_refresher(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let me = Arc::clone(self);
         crate::store::spawn_reloader(REFRESH_EVERY, "API keys", move || {
             let me = Arc::clone(&me);

@@ -17,12 +17,12 @@ use tokio::sync::Semaphore;
 use crate::domain::{LinkKey, PasswordHash};
 
 /// Failed guesses one client may make on one link within [`WINDOW`].
-pub const PER_CLIENT: u32 = 5;
+pub(crate) const PER_CLIENT: u32 = 5;
 /// Failed guesses everyone together may make on one link within [`WINDOW`].
-pub const PER_LINK: u32 = 100;
-pub const WINDOW: Duration = Duration::from_secs(15 * 60);
+pub(crate) const PER_LINK: u32 = 100;
+pub(crate) const WINDOW: Duration = Duration::from_secs(15 * 60);
 /// Hashes computed at once.
-pub const HASHING: usize = 2;
+pub(crate) const HASHING: usize = 2;
 /// Links and clients whose failures are remembered; past it, expired
 /// windows are dropped, and a new client is bounded by its link's limit
 /// alone.
@@ -31,7 +31,7 @@ const REMEMBERED: usize = 65_536;
 const BUSY_RETRY_SECS: u32 = 1;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum PasswordError {
+pub(crate) enum PasswordError {
     #[error("too many wrong passwords for this link; try again later")]
     TooManyGuesses { retry_after: u32 },
     #[error("too many passwords are being checked; try again shortly")]
@@ -76,7 +76,7 @@ impl Failures {
     }
 }
 
-pub struct Passwords {
+pub(crate) struct Passwords {
     hashing: Arc<Semaphore>,
     failures: Mutex<Failures>,
     argon2: Argon2<'static>,
@@ -89,13 +89,13 @@ impl Default for Passwords {
 }
 
 impl Passwords {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::with_params(Params::default())
     }
 
     /// With other Argon2id costs than OWASP's (19 MiB, two passes), which
     /// hashing uses; a check always uses the hash's own.
-    pub fn with_params(params: Params) -> Self {
+    pub(crate) fn with_params(params: Params) -> Self {
         Self {
             hashing: Arc::new(Semaphore::new(HASHING)),
             failures: Mutex::default(),
@@ -126,7 +126,10 @@ impl Passwords {
     }
 
     /// Hashes a new password, with a fresh salt.
-    pub async fn hash(self: &Arc<Self>, password: String) -> Result<PasswordHash, PasswordError> {
+    pub(crate) async fn hash(
+        self: &Arc<Self>,
+        password: String,
+    ) -> Result<PasswordHash, PasswordError> {
         let phc = self
             .hashing(move |argon2| {
                 argon2
@@ -142,7 +145,7 @@ impl Passwords {
     /// Whether `guess` is the password of the link `key`, whose hash is
     /// `hash`, for `client`. A refused guess is not hashed; a wrong one
     /// counts against the client and the link.
-    pub async fn check(
+    pub(crate) async fn check(
         self: &Arc<Self>,
         key: &LinkKey,
         client: Option<IpAddr>,

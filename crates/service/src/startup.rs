@@ -48,7 +48,10 @@ impl Application {
     }
 
     /// As [`build`](Self::build), on a listener that is already bound.
-    pub async fn build_on(listener: TcpListener, mut settings: Settings) -> anyhow::Result<Self> {
+    pub(crate) async fn build_on(
+        listener: TcpListener,
+        mut settings: Settings,
+    ) -> anyhow::Result<Self> {
         settings.derive();
         let codes = CodeGenerator::new(settings.codes)?;
         let store = store::open(&settings.store, codes, Purpose::Serve).await?;
@@ -151,11 +154,6 @@ impl Application {
             reloader,
             flusher,
         })
-    }
-
-    /// The metrics listener's address, with `--metrics-listen`.
-    pub fn metrics_addr(&self) -> Option<SocketAddr> {
-        self.metrics.as_ref().and_then(|(l, _)| l.local_addr().ok())
     }
 
     /// The address actually bound (the port is real when 0 was asked for).

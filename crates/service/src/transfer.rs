@@ -26,7 +26,7 @@ pub enum Format {
 /// The CSV columns, in order; also its header line. Files with only the
 /// first six (written before visits) or eight (before domains) are read
 /// too. An empty `domain` is the default domain.
-pub const CSV_COLUMNS: [&str; 9] = [
+pub(crate) const CSV_COLUMNS: [&str; 9] = [
     "code",
     "url",
     "created_at",

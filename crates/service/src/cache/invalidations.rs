@@ -99,7 +99,7 @@ fn parse(payload: &str) -> Option<(Option<LinkKey>, Option<u64>)> {
 
 /// `/stats` of the invalidation channel.
 #[derive(Debug, Clone, Serialize)]
-pub struct InvalidationStats {
+pub(crate) struct InvalidationStats {
     pub subscribed: bool,
     pub published: u64,
     pub publish_failures: u64,
@@ -110,7 +110,7 @@ pub struct InvalidationStats {
 }
 
 /// The publishing side, and the handle of the subscriber task.
-pub struct Invalidations {
+pub(crate) struct Invalidations {
     channel: String,
     publisher: ConnectionManager,
     counters: Arc<Counters>,
@@ -122,7 +122,7 @@ impl Invalidations {
     /// Connects the publisher and starts the subscriber, which keeps
     /// `cache`'s in-process tier off (and `store`'s replica unread) until
     /// it is subscribed.
-    pub async fn start(
+    pub(crate) async fn start(
         url: &str,
         channel: String,
         cache: Arc<dyn LinkCache>,
@@ -161,7 +161,7 @@ impl Invalidations {
     /// is counted, logged (at a limited rate) and retried every 100 ms
     /// until Valkey takes it; meanwhile another instance may serve the old
     /// version from its in-process tier.
-    pub async fn publish(&self, code: &LinkKey, position: Option<u64>) {
+    pub(crate) async fn publish(&self, code: &LinkKey, position: Option<u64>) {
         let message = message(&code.wire(), position);
         if let Err(why) = send(&self.publisher, &self.channel, &message).await {
             self.counters.failed(&why);
@@ -182,7 +182,7 @@ impl Invalidations {
         }
     }
 
-    pub fn stats(&self) -> InvalidationStats {
+    pub(crate) fn stats(&self) -> InvalidationStats {
         let c = &self.counters;
         let pending = {
             let p = c.pending.lock().unwrap_or_else(|e| e.into_inner());

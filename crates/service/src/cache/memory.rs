@@ -48,7 +48,7 @@ pub struct MemoryStats {
 /// quick_cache's sharded S3-FIFO map: bounded by entry count, lock-sharded
 /// so concurrent readers rarely meet, and it keeps frequently read codes
 /// through a scan of one-off ones.
-pub struct MemoryCache {
+pub(crate) struct MemoryCache {
     map: quick_cache::sync::Cache<LinkKey, Entry>,
     negative_ttl: Duration,
     capacity: usize,
@@ -66,7 +66,7 @@ pub struct MemoryCache {
 }
 
 impl MemoryCache {
-    pub fn new(capacity: usize, negative_ttl: Duration) -> Self {
+    pub(crate) fn new(capacity: usize, negative_ttl: Duration) -> Self {
         Self {
             map: quick_cache::sync::Cache::new(capacity.max(1)),
             negative_ttl,
@@ -82,7 +82,7 @@ impl MemoryCache {
 
     /// While other instances cannot be heard, entries are served for `ttl`
     /// after they were put here (zero: none is served).
-    pub fn with_unheard_ttl(mut self, ttl: Duration) -> Self {
+    pub(crate) fn with_unheard_ttl(mut self, ttl: Duration) -> Self {
         self.unheard_ttl = ttl;
         self
     }

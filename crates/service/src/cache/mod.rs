@@ -6,7 +6,7 @@
 //! A new tier is one file here implementing [`LinkCache`], a [`CacheMode`]
 //! and a line in [`build`].
 
-pub mod invalidations;
+pub(crate) mod invalidations;
 mod memory;
 mod none;
 mod tiered;
@@ -21,9 +21,9 @@ use strum::{Display, EnumString, VariantNames};
 
 use crate::domain::{LinkKey, Resolved};
 
-pub use memory::{MemoryCache, MemoryStats};
-pub use none::NoCache;
-pub use tiered::TieredCache;
+pub(crate) use memory::{MemoryCache, MemoryStats};
+pub(crate) use none::NoCache;
+pub(crate) use tiered::TieredCache;
 pub use valkey::{ValkeyCache, ValkeyError, ValkeySettings, ValkeyStats};
 
 /// Which cache sits in front of the store.

@@ -6,7 +6,7 @@ use super::{CacheMode, CacheStats, LinkCache, Lookup};
 use crate::domain::{LinkKey, Resolved};
 
 #[derive(Debug, Default)]
-pub struct NoCache;
+pub(crate) struct NoCache;
 
 #[async_trait]
 impl LinkCache for NoCache {

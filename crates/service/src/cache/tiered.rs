@@ -6,13 +6,13 @@ use async_trait::async_trait;
 use super::{CacheMode, CacheStats, LinkCache, Lookup, MemoryCache, ValkeyCache};
 use crate::domain::{LinkKey, Resolved};
 
-pub struct TieredCache {
+pub(crate) struct TieredCache {
     memory: MemoryCache,
     valkey: ValkeyCache,
 }
 
 impl TieredCache {
-    pub fn new(memory: MemoryCache, valkey: ValkeyCache) -> Self {
+    pub(crate) fn new(memory: MemoryCache, valkey: ValkeyCache) -> Self {
         Self { memory, valkey }
     }
 }

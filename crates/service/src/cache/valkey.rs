@@ -265,7 +265,7 @@ enum CallError {
 impl ValkeyCache {
     /// Connects lazily: litelink starts, and serves from SQLite, even when
     /// Valkey is not up yet.
-    pub fn new(config: ValkeySettings, negative_ttl: Duration) -> Result<Self, ValkeyError> {
+    pub(crate) fn new(config: ValkeySettings, negative_ttl: Duration) -> Result<Self, ValkeyError> {
         let nodes = config.nodes();
         let connect_timeout = config.timeout.max(Duration::from_millis(200));
         let url_error = |source| ValkeyError::Url {
@@ -565,7 +565,7 @@ fn redact(urls: &str) -> String {
 
 impl ValkeySettings {
     /// The URLs `url` names.
-    pub fn nodes(&self) -> Vec<String> {
+    pub(crate) fn nodes(&self) -> Vec<String> {
         self.url
             .split(',')
             .map(str::trim)
@@ -575,7 +575,7 @@ impl ValkeySettings {
     }
 
     /// A cluster: asked for, or several nodes named.
-    pub fn is_cluster(&self) -> bool {
+    pub(crate) fn is_cluster(&self) -> bool {
         self.cluster || self.nodes().len() > 1
     }
 }

@@ -9,7 +9,7 @@ use super::visit::{AgentClass, BROWSER_FAMILIES, DIRECT_HOST, Device, OS_FAMILIE
 
 /// The longest `User-Agent` looked at: a longer one is classed by its
 /// first bytes.
-pub const AGENT_MAX_BYTES: usize = 512;
+pub(crate) const AGENT_MAX_BYTES: usize = 512;
 
 /// The known-bot patterns, compiled once per process.
 static BOTS: LazyLock<isbot::Bots> = LazyLock::new(isbot::Bots::default);
@@ -59,7 +59,7 @@ const REFERER_BYTES: [u8; 256] = {
 /// over the authority after `scheme://` finds its end, drops user info,
 /// and checks that what is left is made of host characters; then the port
 /// goes.
-pub fn referrer_host(referer: Option<&[u8]>) -> Cow<'_, str> {
+pub(crate) fn referrer_host(referer: Option<&[u8]>) -> Cow<'_, str> {
     let Some(raw) = referer.map(<[u8]>::trim_ascii).filter(|r| !r.is_empty()) else {
         return Cow::Borrowed(DIRECT_HOST);
     };
@@ -121,7 +121,7 @@ pub fn referrer_host(referer: Option<&[u8]>) -> Cow<'_, str> {
 
 /// The part of a `User-Agent` that is classed: trimmed, at most
 /// [`AGENT_MAX_BYTES`]; `None` when there is nothing.
-pub fn agent_key(user_agent: Option<&[u8]>) -> Option<&[u8]> {
+pub(crate) fn agent_key(user_agent: Option<&[u8]>) -> Option<&[u8]> {
     let ua = user_agent
         .map(<[u8]>::trim_ascii)
         .filter(|u| !u.is_empty())?;
@@ -129,7 +129,7 @@ pub fn agent_key(user_agent: Option<&[u8]>) -> Option<&[u8]> {
 }
 
 /// The class of a non-empty `User-Agent`, by the `isbot` patterns first.
-pub fn class_of(ua: &[u8]) -> AgentClass {
+pub(crate) fn class_of(ua: &[u8]) -> AgentClass {
     let ua = String::from_utf8_lossy(ua);
     if BOTS.is_bot(&ua) {
         AgentClass::Bot
@@ -144,7 +144,7 @@ pub fn class_of(ua: &[u8]) -> AgentClass {
 /// OS family and browser family (indexes into `OS_FAMILIES` and
 /// `BROWSER_FAMILIES`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Agent {
+pub(crate) struct Agent {
     pub class: AgentClass,
     pub device: Device,
     pub os: u8,
@@ -153,7 +153,7 @@ pub struct Agent {
 
 impl Agent {
     /// No `User-Agent` at all.
-    pub const NONE: Self = Self {
+    pub(crate) const NONE: Self = Self {
         class: AgentClass::Other,
         device: Device::Other,
         os: 0,
@@ -174,7 +174,7 @@ fn family(names: &[&str], name: &str) -> u8 {
 
 /// Classes a non-empty `User-Agent`: bots by the `isbot` patterns and
 /// woothee's crawler list, the rest by woothee's parse.
-pub fn agent_of(ua: &[u8]) -> Agent {
+pub(crate) fn agent_of(ua: &[u8]) -> Agent {
     let text = String::from_utf8_lossy(ua);
     let class = class_of(ua);
     let parsed = PARSER.parse(&text);

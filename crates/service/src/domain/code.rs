@@ -4,7 +4,7 @@ use rand::distr::{Alphanumeric, SampleString};
 
 /// The longest code accepted on the read path. Generated codes are shorter;
 /// the headroom is for custom aliases.
-pub const MAX_CODE_LEN: usize = 64;
+pub(crate) const MAX_CODE_LEN: usize = 64;
 
 /// A short code as it appears in `/{code}` and `/link/{code}`.
 ///
@@ -30,7 +30,7 @@ pub enum ShortCodeError {
 
 /// Names that are, or will be, routes or files of litelink's own: never an
 /// alias and never a generated code, so that no route ever shadows a link.
-pub const RESERVED: &[&str] = &[
+pub(crate) const RESERVED: &[&str] = &[
     "admin",
     "api",
     "app",
@@ -58,7 +58,7 @@ pub fn is_reserved(code: &str) -> bool {
 }
 
 /// Shortest custom alias.
-pub const MIN_ALIAS_LEN: usize = 3;
+pub(crate) const MIN_ALIAS_LEN: usize = 3;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AliasError {
@@ -100,7 +100,7 @@ impl ShortCode {
         Ok(Self(raw.into()))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
@@ -170,13 +170,13 @@ pub struct CodeGenerator {
 
 /// Consecutive creates that share one prefix: few enough that the bucket's
 /// index entries (about 20 bytes each) fit on a handful of 4 KiB pages.
-pub const LOCALITY_RUN: u64 = 1024;
+pub(crate) const LOCALITY_RUN: u64 = 1024;
 /// Characters of bucket prefix: 62^2 buckets, so prefixes repeat only
 /// every 3.9 million creates.
-pub const LOCALITY_PREFIX: usize = 2;
+pub(crate) const LOCALITY_PREFIX: usize = 2;
 /// Shorter codes stay fully random: their few random characters are all
 /// the protection they have.
-pub const MIN_LOCALITY_LEN: usize = 8;
+pub(crate) const MIN_LOCALITY_LEN: usize = 8;
 
 pub(crate) const ALPHABET: &[u8; 62] =
     b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
@@ -212,7 +212,7 @@ impl Default for CodeSettings {
 pub struct CodeLengthError(pub usize);
 
 impl CodeGenerator {
-    pub fn new(settings: CodeSettings) -> Result<Self, CodeLengthError> {
+    pub(crate) fn new(settings: CodeSettings) -> Result<Self, CodeLengthError> {
         let CodeSettings { length, locality } = settings;
         if !(MIN_GENERATED_LEN..=MAX_GENERATED_LEN).contains(&length) {
             return Err(CodeLengthError(length));
@@ -220,25 +220,25 @@ impl CodeGenerator {
         Ok(Self { length, locality })
     }
 
-    pub fn length(&self) -> usize {
+    pub(crate) fn length(&self) -> usize {
         self.length
     }
 
     /// Whether codes are drawn at random (`--code-locality on`) rather than
     /// made from row ids by the store's codebook (domain/codebook.rs).
-    pub fn draws_random(&self) -> bool {
+    pub(crate) fn draws_random(&self) -> bool {
         self.locality
     }
 
     /// Whether generated codes start with a bucket prefix.
-    pub fn has_locality(&self) -> bool {
+    pub(crate) fn has_locality(&self) -> bool {
         self.locality && self.length >= MIN_LOCALITY_LEN
     }
 
     /// A fresh code for the `sequence`-th create: the store numbers its
     /// creates so that consecutive ones share a bucket, also across restarts.
     /// Never a reserved word (a 6-character code could be `health`).
-    pub fn generate(&self, sequence: u64) -> ShortCode {
+    pub(crate) fn generate(&self, sequence: u64) -> ShortCode {
         loop {
             let code = self.draw(sequence);
             if !is_reserved(code.as_str()) {

@@ -14,11 +14,11 @@ use fpe::ff1::{FF1, NumeralString, Operations};
 use super::code::{ALPHABET, MAX_GENERATED_LEN, MIN_GENERATED_LEN, ShortCode, is_reserved};
 
 /// The secret of a codebook: whoever holds it can list every code.
-pub type CodeKey = [u8; 16];
+pub(crate) type CodeKey = [u8; 16];
 
 /// Encrypts row ids into codes of one length, and codes of any generated
 /// length back into row ids.
-pub struct Codebook {
+pub(crate) struct Codebook {
     ff1: FF1<aes::Aes128>,
     length: usize,
     /// Codes decrypted by [`Codebook::id_of_recent`], and their ids.
@@ -41,7 +41,7 @@ impl std::fmt::Debug for Codebook {
 
 impl Codebook {
     /// `length` must be a generated length (checked by `CodeGenerator`).
-    pub fn new(key: &CodeKey, length: usize) -> Self {
+    pub(crate) fn new(key: &CodeKey, length: usize) -> Self {
         debug_assert!((MIN_GENERATED_LEN..=MAX_GENERATED_LEN).contains(&length));
         Self {
             // Radix 62 is in FF1's range (2..=2^16): this cannot fail.
@@ -51,14 +51,10 @@ impl Codebook {
         }
     }
 
-    pub fn length(&self) -> usize {
-        self.length
-    }
-
     /// The code of row `id`, or `None` when it has none: the id does not fit
     /// in `length` digits, or its code is a reserved word (the id is then
     /// skipped, so that no route ever shadows a link).
-    pub fn code_of(&self, id: u64) -> Option<ShortCode> {
+    pub(crate) fn code_of(&self, id: u64) -> Option<ShortCode> {
         let plain = Digits::of_number(u128::from(id), self.length)?;
         let code = self.ff1.encrypt(&[], &plain).ok()?.to_code();
         (!is_reserved(code.as_str())).then_some(code)
@@ -67,7 +63,7 @@ impl Codebook {
     /// The row id that `code` is the code of, if a code of its length and
     /// characters can be generated at all; whether that row has this code
     /// is for the store to check.
-    pub fn id_of(&self, code: &str) -> Option<u64> {
+    pub(crate) fn id_of(&self, code: &str) -> Option<u64> {
         let cipher = Digits::of_code(code)?;
         let plain = self.ff1.decrypt(&[], &cipher).ok()?;
         u64::try_from(plain.number()?).ok()
@@ -78,7 +74,7 @@ impl Codebook {
     /// a decryption (FF1's ten AES rounds) costs about 7,000 instructions,
     /// a fifth of what writing the link's counts does. A code's id never
     /// changes, so what is remembered is never stale.
-    pub fn id_of_recent(&self, code: &ShortCode) -> Option<u64> {
+    pub(crate) fn id_of_recent(&self, code: &ShortCode) -> Option<u64> {
         if let Some(id) = self.recent.get(code) {
             return id;
         }

@@ -65,7 +65,7 @@ impl Host {
     /// What a request's `Host` header names, in the stored form: the port
     /// stripped, case folded, an internationalised name in either form.
     /// `None`: not a host name at all.
-    pub fn of_request(raw: &[u8]) -> Option<Self> {
+    pub(crate) fn of_request(raw: &[u8]) -> Option<Self> {
         let text = std::str::from_utf8(raw).ok()?;
         let name = match text.rsplit_once(':') {
             Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
@@ -75,11 +75,11 @@ impl Host {
     }
 
     /// A host read back from the store, which was checked on the way in.
-    pub fn from_trusted(stored: &str) -> Self {
+    pub(crate) fn from_trusted(stored: &str) -> Self {
         Self(stored.to_owned())
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -131,7 +131,7 @@ impl Serialize for Host {
 pub struct DomainId(pub i64);
 
 impl DomainId {
-    pub const DEFAULT: DomainId = DomainId(0);
+    pub(crate) const DEFAULT: DomainId = DomainId(0);
 
     pub fn is_default(self) -> bool {
         self == Self::DEFAULT
@@ -146,7 +146,7 @@ pub struct LinkKey {
 }
 
 impl LinkKey {
-    pub fn new(domain: DomainId, code: ShortCode) -> Self {
+    pub(crate) fn new(domain: DomainId, code: ShortCode) -> Self {
         Self { domain, code }
     }
 
@@ -159,7 +159,7 @@ impl LinkKey {
     /// The key as an outside cache and the invalidation channel write it:
     /// the code alone on the default domain (as before domains), else
     /// `ID/code` (`/` is never in a code).
-    pub fn wire(&self) -> String {
+    pub(crate) fn wire(&self) -> String {
         if self.domain.is_default() {
             self.code.as_str().to_owned()
         } else {
@@ -168,7 +168,7 @@ impl LinkKey {
     }
 
     /// The inverse of [`LinkKey::wire`].
-    pub fn parse_wire(raw: &str) -> Option<Self> {
+    pub(crate) fn parse_wire(raw: &str) -> Option<Self> {
         match raw.split_once('/') {
             None => Some(Self::default_domain(ShortCode::parse(raw).ok()?)),
             Some((id, code)) => {

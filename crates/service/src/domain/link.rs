@@ -22,24 +22,24 @@ impl Timestamp {
     /// The system clock, in milliseconds. Read as a duration since the
     /// epoch, not as a calendar date: the date's fields cost about 300
     /// instructions a call, and a redirect reads the clock for its visit.
-    pub fn now() -> Self {
+    pub(crate) fn now() -> Self {
         let since_epoch = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
         Self(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX))
     }
 
-    pub fn from_millis(ms: i64) -> Self {
+    pub(crate) fn from_millis(ms: i64) -> Self {
         Self(ms)
     }
 
-    pub fn millis(self) -> i64 {
+    pub(crate) fn millis(self) -> i64 {
         self.0
     }
 
     /// An RFC 3339 time. A leap second (`23:59:60`) is refused wherever a
     /// time is read: Unix time, which every stored time is, has none.
-    pub fn parse(raw: &str) -> Result<Self, TimestampError> {
+    pub(crate) fn parse(raw: &str) -> Result<Self, TimestampError> {
         // `YYYY-MM-DDTHH:MM:SS`: the seconds are bytes 17 and 18.
         if raw.get(17..19) == Some("60") {
             return Err(TimestampError(raw.into()));
@@ -114,7 +114,7 @@ pub struct Resolved {
 impl Resolved {
     /// Whether the link has expired at `now`. Links without an expiry
     /// never read the clock.
-    pub fn is_expired(&self) -> bool {
+    pub(crate) fn is_expired(&self) -> bool {
         self.expires_at.is_some_and(|e| e <= Timestamp::now())
     }
 }
@@ -142,11 +142,11 @@ pub struct Link {
 
 impl Link {
     /// What the link is found by.
-    pub fn key(&self) -> LinkKey {
+    pub(crate) fn key(&self) -> LinkKey {
         LinkKey::new(self.domain, self.code.clone())
     }
 
-    pub fn resolved(&self) -> Resolved {
+    pub(crate) fn resolved(&self) -> Resolved {
         Resolved {
             target: self.target.clone(),
             expires_at: self.expires_at,

@@ -1,27 +1,27 @@
 //! The vocabulary of the service: short codes and target URLs, each parsed
 //! and checked once at the edge so that the layers below never see raw input.
 
-pub mod classify;
+pub(crate) mod classify;
 pub mod code;
-pub mod codebook;
+pub(crate) mod codebook;
 mod host;
 mod link;
-pub mod rules;
+pub(crate) mod rules;
 mod target;
-pub mod visit;
+pub(crate) mod visit;
 pub mod wire;
 
 pub use code::{
     Alias, AliasError, CodeGenerator, CodeLengthError, CodeSettings, ShortCode, ShortCodeError,
     is_reserved,
 };
-pub use codebook::{CodeKey, Codebook};
+pub(crate) use codebook::{CodeKey, Codebook};
 pub use host::{
     DEFAULT_NAME, Domain, DomainId, DomainRedirects, Host, HostError, LinkKey, MAX_HOST_LEN,
 };
 pub use link::{KeyId, Link, Owner, Resolved, Timestamp, TimestampError, extra_of};
-pub use rules::{LinkRules, Password, PasswordHash, Rules};
+pub(crate) use rules::{LinkRules, Password, PasswordHash, Rules};
 pub use target::{
     DenyListError, MAX_URL_BYTES, TargetPolicy, TargetUrl, TargetUrlError, is_private_ip,
 };
-pub use visit::{AgentClass, Country, Device, Dim, Facets, HourCount, VisitCounts};
+pub(crate) use visit::{AgentClass, Country, Dim, Facets, HourCount, VisitCounts};

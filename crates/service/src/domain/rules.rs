@@ -17,13 +17,13 @@ use super::wire::{FromText, MAX_VALUES, one_or_many};
 use super::{TargetUrl, Timestamp};
 
 /// Most rules one link carries.
-pub const MAX_RULES: usize = 16;
+pub(crate) const MAX_RULES: usize = 16;
 /// Most targets one split chooses among.
-pub const MAX_SPLIT: usize = 16;
+pub(crate) const MAX_SPLIT: usize = 16;
 /// Largest weight of a split's target.
-pub const MAX_WEIGHT: u64 = 1_000_000;
+pub(crate) const MAX_WEIGHT: u64 = 1_000_000;
 /// Longest password, in bytes.
-pub const MAX_PASSWORD_BYTES: usize = 1024;
+pub(crate) const MAX_PASSWORD_BYTES: usize = 1024;
 
 /// An Argon2id hash in PHC form (`$argon2id$v=19$...`). Never printed.
 #[derive(Clone, PartialEq, Eq)]
@@ -31,11 +31,11 @@ pub struct PasswordHash(String);
 
 impl PasswordHash {
     /// A stored hash, checked to be a PHC string of Argon2id.
-    pub fn from_stored(phc: &str) -> Option<Self> {
+    pub(crate) fn from_stored(phc: &str) -> Option<Self> {
         phc.starts_with("$argon2id$").then(|| Self(phc.to_owned()))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -72,7 +72,7 @@ impl DeviceIs {
     }
 
     /// Whether a visitor of `agent` is this device; a bot is none.
-    pub fn holds(self, agent: &Agent) -> bool {
+    pub(crate) fn holds(self, agent: &Agent) -> bool {
         if agent.class.is_bot() || agent.device == Device::Bot {
             return false;
         }
@@ -114,13 +114,13 @@ pub struct LinkRules {
 }
 
 impl LinkRules {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.password.is_none() && self.rules.is_empty() && self.expired_url.is_none()
     }
 }
 
 /// What rules may ask of a visit: each is worked out only if a rule asks.
-pub trait Facts {
+pub(crate) trait Facts {
     fn agent(&mut self) -> Agent;
     /// The primary tag of the most preferred language, in any case.
     fn language(&mut self) -> Option<&str>;
@@ -182,7 +182,10 @@ impl Rule {
 }
 
 /// The first rule that holds, and its target; `None` when none does.
-pub fn choose<'r>(rules: &'r [Rule], facts: &mut dyn Facts) -> Option<(usize, &'r TargetUrl)> {
+pub(crate) fn choose<'r>(
+    rules: &'r [Rule],
+    facts: &mut dyn Facts,
+) -> Option<(usize, &'r TargetUrl)> {
     let (index, rule) = rules.iter().enumerate().find(|(_, r)| r.holds(facts))?;
     let target = match &rule.then {
         Then::Url(u) => u,
@@ -216,7 +219,7 @@ fn pick(targets: &[(TargetUrl, u32)], mut draw: u64) -> &TargetUrl {
 /// value, as sent (in any case): highest q-value, the first among equals;
 /// `*`, `q=0` and malformed entries are skipped. One pass over the bytes:
 /// splitting a `str` by `char` patterns cost several times as much.
-pub fn preferred_language(header: &[u8]) -> Option<&str> {
+pub(crate) fn preferred_language(header: &[u8]) -> Option<&str> {
     // Browsers put their first choice first, without a q-value: q=1 is
     // the highest there is, and the first among equals wins, so that item
     // is the answer and the rest need not be read.
@@ -298,14 +301,14 @@ fn parse_q(v: &[u8]) -> Option<u32> {
 /// A link's password in clear, as its owner sets it or a visitor types
 /// it: 1 to [`MAX_PASSWORD_BYTES`] bytes. Never printed.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Password(String);
+pub(crate) struct Password(String);
 
 impl Password {
-    pub fn as_bytes(&self) -> &[u8] {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
         self.0.as_bytes()
     }
 
-    pub fn into_string(self) -> String {
+    pub(crate) fn into_string(self) -> String {
         self.0
     }
 }
@@ -364,7 +367,8 @@ impl fmt::Display for DeviceIs {
 pub struct Language(String);
 
 impl Language {
-    pub fn as_str(&self) -> &str {
+    #[cfg(test)]
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -522,7 +526,7 @@ pub struct Conditions {
 /// One target of a split, chosen with the chance weight / sum of weights.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct SplitTarget {
+pub(crate) struct SplitTarget {
     pub url: TargetUrl,
     #[serde(deserialize_with = "weight")]
     #[schema(minimum = 1, maximum = 1000000)]
@@ -547,7 +551,7 @@ fn weight<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
 #[derive(Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = Rule)]
-pub struct RuleSpec {
+pub(crate) struct RuleSpec {
     #[serde(rename = "if", default)]
     when: Option<Conditions>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -604,7 +608,7 @@ impl From<Rule> for RuleSpec {
 /// A link's rules: at most [`MAX_RULES`], tried in order; `null` or `[]`
 /// is none.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Rules(pub Vec<Rule>);
+pub(crate) struct Rules(pub Vec<Rule>);
 
 impl<'de> Deserialize<'de> for Rules {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -643,14 +647,14 @@ impl<'de> Deserialize<'de> for Rules {
 
 impl Rules {
     /// The rules as a store keeps them: their JSON, or `None` for none.
-    pub fn column(rules: &[Rule]) -> Option<String> {
+    pub(crate) fn column(rules: &[Rule]) -> Option<String> {
         (!rules.is_empty())
             .then(|| serde_json::to_string(rules).ok())
             .flatten()
     }
 
     /// Rules a store kept (as [`Rules::column`] wrote them).
-    pub fn from_column(json: &str) -> Result<Vec<Rule>, String> {
+    pub(crate) fn from_column(json: &str) -> Result<Vec<Rule>, String> {
         serde_json::from_str::<Rules>(json)
             .map(|r| r.0)
             .map_err(|e| e.to_string())
@@ -658,7 +662,7 @@ impl Rules {
 
     /// Every target with where it stands (`rules[1].split[0].url`), for
     /// the checks that depend on the server's state.
-    pub fn targets(rules: &[Rule]) -> impl Iterator<Item = (String, &TargetUrl)> {
+    pub(crate) fn targets(rules: &[Rule]) -> impl Iterator<Item = (String, &TargetUrl)> {
         rules.iter().enumerate().flat_map(|(i, r)| {
             let targets: Vec<(String, &TargetUrl)> = match &r.then {
                 Then::Url(u) => vec![(format!("rules[{i}].url"), u)],

@@ -128,13 +128,14 @@ impl TargetUrl {
     /// The URL as a `Location` value sharing its bytes (a reference-count
     /// bump, no copy, no second check), or `None` if it may not stand in a
     /// header (a stored value that no parse made).
-    pub fn location(&self) -> Option<axum::http::HeaderValue> {
+    #[cfg(test)]
+    pub(crate) fn location(&self) -> Option<axum::http::HeaderValue> {
         self.clone().into_location()
     }
 
     /// [`TargetUrl::location`], taking the URL: its bytes move into the
     /// value, with no reference-count bump now and no drop later.
-    pub fn into_location(self) -> Option<axum::http::HeaderValue> {
+    pub(crate) fn into_location(self) -> Option<axum::http::HeaderValue> {
         // SAFETY: `header_safe` says every byte passed the check
         // `HeaderValue::from_maybe_shared` would make, and the bytes never
         // change after `of` checked them. Checking again cost 175
@@ -271,7 +272,7 @@ impl TargetPolicy {
     }
 
     /// Reads the deny list again; on an error the old list stays.
-    pub fn reload(&self) -> Result<usize, DenyListError> {
+    pub(crate) fn reload(&self) -> Result<usize, DenyListError> {
         let Some(path) = &self.deny_file else {
             return Ok(0);
         };
@@ -282,7 +283,7 @@ impl TargetPolicy {
         Ok(n)
     }
 
-    pub fn has_deny_list(&self) -> bool {
+    pub(crate) fn has_deny_list(&self) -> bool {
         self.deny_file.is_some()
     }
 
@@ -364,7 +365,7 @@ impl TargetPolicy {
     /// Whether the deny list blocks `url` now: checked on every redirect,
     /// from the store or from any cache. One atomic load without a list;
     /// with one, a hashed lookup of the host and of each parent domain.
-    pub fn blocks(&self, url: &TargetUrl) -> bool {
+    pub(crate) fn blocks(&self, url: &TargetUrl) -> bool {
         if !self.denying.load(Ordering::Acquire) {
             return false;
         }

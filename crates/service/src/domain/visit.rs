@@ -9,17 +9,17 @@ use strum::{Display, EnumString, IntoStaticStr};
 
 use super::Timestamp;
 
-pub const HOUR_MS: i64 = 3_600_000;
-pub const DAY_MS: i64 = 24 * HOUR_MS;
+pub(crate) const HOUR_MS: i64 = 3_600_000;
+pub(crate) const DAY_MS: i64 = 24 * HOUR_MS;
 
 /// Referrer hosts kept per link and day; the rest count as [`OTHER_HOST`].
 /// Bounds what an attacker sending random `Referer`s can make us store.
-pub const REFERRER_HOSTS_PER_DAY: usize = 50;
+pub(crate) const REFERRER_HOSTS_PER_DAY: usize = 50;
 
 /// The referrer "host" of visits whose host was not kept.
-pub const OTHER_HOST: &str = "(other)";
+pub(crate) const OTHER_HOST: &str = "(other)";
 /// The referrer "host" of visits without a `Referer`.
-pub const DIRECT_HOST: &str = "(direct)";
+pub(crate) const DIRECT_HOST: &str = "(direct)";
 
 /// What sent a visit, from its `User-Agent`.
 #[derive(
@@ -39,7 +39,7 @@ pub const DIRECT_HOST: &str = "(direct)";
 )]
 #[serde(rename_all = "lowercase")]
 #[strum(serialize_all = "lowercase")]
-pub enum AgentClass {
+pub(crate) enum AgentClass {
     /// A web browser that is not a known bot.
     Browser,
     /// A known bot or crawler (the `isbot` crate's list).
@@ -49,7 +49,7 @@ pub enum AgentClass {
 }
 
 impl AgentClass {
-    pub fn is_bot(self) -> bool {
+    pub(crate) fn is_bot(self) -> bool {
         self == Self::Bot
     }
 }
@@ -81,7 +81,7 @@ pub enum Device {
 
 /// Operating system families a visit is counted under; anything else is
 /// `other`, and no `User-Agent` is `unknown`.
-pub const OS_FAMILIES: [&str; 14] = [
+pub(crate) const OS_FAMILIES: [&str; 14] = [
     "unknown",
     "other",
     "Windows",
@@ -99,7 +99,7 @@ pub const OS_FAMILIES: [&str; 14] = [
 ];
 
 /// Browser families a visit is counted under, as [`OS_FAMILIES`].
-pub const BROWSER_FAMILIES: [&str; 13] = [
+pub(crate) const BROWSER_FAMILIES: [&str; 13] = [
     "unknown",
     "other",
     "Chrome",
@@ -120,13 +120,13 @@ pub const BROWSER_FAMILIES: [&str; 13] = [
 pub struct Country([u8; 2]);
 
 impl Country {
-    pub const UNKNOWN: Self = Self(*b"--");
-    pub const UNKNOWN_NAME: &str = "unknown";
+    pub(crate) const UNKNOWN: Self = Self(*b"--");
+    pub(crate) const UNKNOWN_NAME: &str = "unknown";
 
     /// Two ASCII letters in either case; anything else is unknown (`XX`,
     /// `T1` and the like that CDNs send for no country are letters or
     /// digits that name none: `XX` stays, a digit makes it unknown).
-    pub fn parse(code: &[u8]) -> Self {
+    pub(crate) fn parse(code: &[u8]) -> Self {
         match code {
             [a, b] if a.is_ascii_alphabetic() && b.is_ascii_alphabetic() => {
                 Self([a.to_ascii_uppercase(), b.to_ascii_uppercase()])
@@ -135,11 +135,11 @@ impl Country {
         }
     }
 
-    pub fn is_known(self) -> bool {
+    pub(crate) fn is_known(self) -> bool {
         self != Self::UNKNOWN
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         if self.is_known() {
             // Two ASCII letters, checked by `parse`.
             std::str::from_utf8(&self.0).unwrap_or(Self::UNKNOWN_NAME)
@@ -165,35 +165,27 @@ pub struct Facets {
 }
 
 impl Facets {
-    /// A visit with no `User-Agent` and no known country.
-    pub const UNKNOWN: Self = Self {
-        country: Country::UNKNOWN,
-        device: Device::Other,
-        os: 0,
-        browser: 0,
-        rule: Self::NO_RULES,
-    };
     /// The link has no rules: nothing is counted by rule.
-    pub const NO_RULES: u8 = 0;
+    pub(crate) const NO_RULES: u8 = 0;
     /// No rule held: the link's own URL served the visit.
-    pub const FELL_THROUGH: u8 = u8::MAX;
+    pub(crate) const FELL_THROUGH: u8 = u8::MAX;
 
     /// The rule value of a visit served by rule `index` (`None`: none held).
-    pub fn rule_of(index: Option<usize>) -> u8 {
+    pub(crate) fn rule_of(index: Option<usize>) -> u8 {
         index
             .and_then(|i| u8::try_from(i + 1).ok())
             .filter(|r| *r != Self::FELL_THROUGH)
             .unwrap_or(Self::FELL_THROUGH)
     }
 
-    pub fn os_name(&self) -> &'static str {
+    pub(crate) fn os_name(&self) -> &'static str {
         OS_FAMILIES
             .get(usize::from(self.os))
             .copied()
             .unwrap_or("other")
     }
 
-    pub fn browser_name(&self) -> &'static str {
+    pub(crate) fn browser_name(&self) -> &'static str {
         BROWSER_FAMILIES
             .get(usize::from(self.browser))
             .copied()
@@ -202,7 +194,7 @@ impl Facets {
 }
 
 /// A tally's count of one facet combination: `(day, facets, city, count)`.
-pub type FacetCount = (i64, Option<Facets>, Option<CompactString>, u64);
+pub(crate) type FacetCount = (i64, Option<Facets>, Option<CompactString>, u64);
 
 /// The dimensions a link's visits are counted by per day, besides
 /// referrers (which keep their own table).
@@ -222,7 +214,7 @@ pub enum Dim {
 }
 
 impl Dim {
-    pub const ALL: [Dim; 6] = [
+    pub(crate) const ALL: [Dim; 6] = [
         Dim::Country,
         Dim::City,
         Dim::Device,
@@ -233,23 +225,23 @@ impl Dim {
 }
 
 /// The rule dimension's value for visits no rule served.
-pub const NO_RULE_VALUE: &str = "default";
+pub(crate) const NO_RULE_VALUE: &str = "default";
 
 /// Distinct values kept per link, day and dimension; the rest count as
 /// [`OTHER_HOST`] (`(other)`).
-pub const VALUES_PER_DAY: usize = 50;
+pub(crate) const VALUES_PER_DAY: usize = 50;
 
 /// Distinct facet combinations one link keeps in memory between flushes;
 /// past it, visits count under `(other)` in every dimension.
-pub const FACETS_PER_TALLY: usize = 256;
+pub(crate) const FACETS_PER_TALLY: usize = 256;
 
 /// Hours since the Unix epoch (UTC) of `t`.
-pub fn hour_of(t: Timestamp) -> i64 {
+pub(crate) fn hour_of(t: Timestamp) -> i64 {
     t.millis().div_euclid(HOUR_MS)
 }
 
 /// Days since the Unix epoch (UTC) of `t`.
-pub fn day_of(t: Timestamp) -> i64 {
+pub(crate) fn day_of(t: Timestamp) -> i64 {
     t.millis().div_euclid(DAY_MS)
 }
 
@@ -266,7 +258,7 @@ pub struct HourCount {
 }
 
 impl HourCount {
-    pub fn others(&self) -> u64 {
+    pub(crate) fn others(&self) -> u64 {
         self.humans.saturating_sub(self.browsers)
     }
 }
@@ -290,13 +282,13 @@ pub struct VisitCounts {
 }
 
 impl VisitCounts {
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.hours.iter().map(|h| h.humans + h.bots).sum()
     }
 
     /// Counts one visit. Vectors, not maps: between two flushes a link
     /// almost always has one hour, one day and a handful of hosts.
-    pub fn add(&mut self, at: Timestamp, class: AgentClass, referrer: &str) {
+    pub(crate) fn add(&mut self, at: Timestamp, class: AgentClass, referrer: &str) {
         self.add_n(hour_of(at), class, referrer, 1);
     }
 
@@ -346,7 +338,7 @@ impl VisitCounts {
     }
 
     /// Counts one visit's facets (its city where one is known).
-    pub fn add_facets(&mut self, at: Timestamp, facets: Facets, city: Option<&str>) {
+    pub(crate) fn add_facets(&mut self, at: Timestamp, facets: Facets, city: Option<&str>) {
         self.add_facets_n(day_of(at), Some(facets), city, 1);
     }
 
@@ -368,7 +360,7 @@ impl VisitCounts {
 
     /// Every dimension's counts: those read from the store and those
     /// counted in memory, summed per `(day, dimension, value)`.
-    pub fn dimensions(&self) -> Vec<(i64, Dim, String, u64)> {
+    pub(crate) fn dimensions(&self) -> Vec<(i64, Dim, String, u64)> {
         let mut out: std::collections::BTreeMap<(i64, Dim, String), u64> = Default::default();
         for (day, dim, value, n) in &self.dims {
             *out.entry((*day, *dim, value.clone())).or_default() += n;
@@ -384,7 +376,7 @@ impl VisitCounts {
     }
 
     /// Adds every count of `other` to these.
-    pub fn merge(&mut self, other: VisitCounts) {
+    pub(crate) fn merge(&mut self, other: VisitCounts) {
         for h in other.hours {
             self.add_hour(h);
         }
@@ -400,7 +392,7 @@ impl VisitCounts {
 
 /// The value of each dimension a facet combination is counted under
 /// (`(other)` in each for `None`); a city only where one is known.
-pub fn facet_values(facets: Option<&Facets>, city: Option<&str>) -> Vec<(Dim, String)> {
+pub(crate) fn facet_values(facets: Option<&Facets>, city: Option<&str>) -> Vec<(Dim, String)> {
     let Some(f) = facets else {
         return Dim::ALL
             .into_iter()

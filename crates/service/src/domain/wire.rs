@@ -16,7 +16,7 @@ use utoipa::openapi::schema::{
 use utoipa::openapi::{RefOr, Schema};
 
 /// A value read from one JSON string.
-pub trait FromText: Sized {
+pub(crate) trait FromText: Sized {
     /// What the value is, for an error that found something else
     /// (`must be a URL string, not integer 5`).
     const EXPECTING: &'static str;
@@ -25,7 +25,7 @@ pub trait FromText: Sized {
 }
 
 /// Reads a [`FromText`] value from a JSON string.
-pub fn text<'de, D: Deserializer<'de>, T: FromText>(d: D) -> Result<T, D::Error> {
+pub(crate) fn text<'de, D: Deserializer<'de>, T: FromText>(d: D) -> Result<T, D::Error> {
     d.deserialize_str(TextVisitor::<T>(PhantomData))
 }
 
@@ -73,19 +73,21 @@ impl FromText for String {
 }
 
 /// Most values one list of [`one_or_many`] holds.
-pub const MAX_VALUES: usize = 32;
+pub(crate) const MAX_VALUES: usize = 32;
 
 /// A condition's values: one value as itself, or an array of 1 to
 /// [`MAX_VALUES`] of them (`"ios"` or `["ios", "android"]`). Written back
 /// the same way: one value as itself.
-pub mod one_or_many {
+pub(crate) mod one_or_many {
     use super::*;
 
-    pub fn deserialize<'de, D: Deserializer<'de>, T: FromText>(d: D) -> Result<Vec<T>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>, T: FromText>(
+        d: D,
+    ) -> Result<Vec<T>, D::Error> {
         d.deserialize_any(Many::<T>(PhantomData))
     }
 
-    pub fn serialize<S: Serializer, T: fmt::Display>(
+    pub(crate) fn serialize<S: Serializer, T: fmt::Display>(
         values: &[T],
         s: S,
     ) -> Result<S::Ok, S::Error> {
@@ -130,7 +132,7 @@ pub mod one_or_many {
     }
 
     /// The schema of a condition's values: a string, or an array of them.
-    pub fn schema() -> RefOr<Schema> {
+    pub(crate) fn schema() -> RefOr<Schema> {
         let one = || ObjectBuilder::new().schema_type(Type::String);
         OneOfBuilder::new()
             .item(one())
@@ -145,7 +147,7 @@ pub mod one_or_many {
 }
 
 /// A string's schema, as each value describes itself.
-pub struct StringSchema {
+pub(crate) struct StringSchema {
     pub format: Option<&'static str>,
     pub min_length: Option<usize>,
     pub max_length: Option<usize>,
@@ -154,7 +156,7 @@ pub struct StringSchema {
 }
 
 impl StringSchema {
-    pub fn build(self) -> RefOr<Schema> {
+    pub(crate) fn build(self) -> RefOr<Schema> {
         let format = self.format.map(|f| match f {
             "date-time" => SchemaFormat::KnownFormat(KnownFormat::DateTime),
             other => SchemaFormat::Custom(other.to_owned()),
@@ -224,7 +226,7 @@ pub fn from_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, BodyE
 
 /// Reads `value`, found under `field` of a record, as a `T`: its errors
 /// name the place as [`from_json`]'s do (`rules[0].url: ...`).
-pub fn from_value<T: serde::de::DeserializeOwned>(
+pub(crate) fn from_value<T: serde::de::DeserializeOwned>(
     field: &str,
     value: &serde_json::Value,
 ) -> Result<T, BodyError> {
@@ -308,14 +310,14 @@ fn message(path: &str, inner: &str) -> String {
 }
 
 /// A field that must be given, and not as `null`.
-pub fn required<'de, D: Deserializer<'de>, T: serde::Deserialize<'de>>(
+pub(crate) fn required<'de, D: Deserializer<'de>, T: serde::Deserialize<'de>>(
     d: D,
 ) -> Result<T, D::Error> {
     Option::<T>::deserialize(d)?.ok_or_else(|| de::Error::custom(REQUIRED))
 }
 
 /// [`required`], for a field that may be left out (a PATCH's).
-pub fn not_null<'de, D: Deserializer<'de>, T: serde::Deserialize<'de>>(
+pub(crate) fn not_null<'de, D: Deserializer<'de>, T: serde::Deserialize<'de>>(
     d: D,
 ) -> Result<Option<T>, D::Error> {
     required(d).map(Some)
@@ -323,7 +325,7 @@ pub fn not_null<'de, D: Deserializer<'de>, T: serde::Deserialize<'de>>(
 
 /// A field of a PATCH: left out, `null` (cleared), or set.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum Patch<T> {
+pub(crate) enum Patch<T> {
     #[default]
     Keep,
     Clear,
@@ -332,7 +334,7 @@ pub enum Patch<T> {
 
 impl<T> Patch<T> {
     /// `None` to keep, `Some(None)` to clear, `Some(Some(v))` to set.
-    pub fn into_option(self) -> Option<Option<T>> {
+    pub(crate) fn into_option(self) -> Option<Option<T>> {
         match self {
             Patch::Keep => None,
             Patch::Clear => Some(None),

@@ -15,7 +15,7 @@ use super::extract::{Caller, Json as Body, Key, Segment};
 use crate::domains::{DomainPatchBody, DomainView, NewDomainBody};
 
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct DomainList {
+pub(crate) struct DomainList {
     domains: Vec<DomainView>,
 }
 
@@ -31,7 +31,7 @@ const HOST_PARAM: &str = "A host (in either form), or 'default' for the default 
         (status = 401, description = "No valid key, where creating links needs one", body = ErrorMessage),
     ),
     security((), ("bearer" = []), ("api_key" = [])))]
-pub async fn list(
+pub(crate) async fn list(
     State(state): State<AppState>,
     Caller(caller): Caller,
 ) -> Result<Json<DomainList>, ApiError> {
@@ -54,7 +54,7 @@ pub async fn list(
         (status = 503, description = "Cannot store now", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []), ("api_key" = [])))]
-pub async fn create(
+pub(crate) async fn create(
     State(state): State<AppState>,
     Key(caller): Key,
     Body(body): Body<NewDomainBody>,
@@ -72,7 +72,7 @@ pub async fn create(
         (status = 404, description = "No such domain, or not the one a domain-limited key has", body = ErrorMessage),
     ),
     security((), ("bearer" = []), ("api_key" = [])))]
-pub async fn get(
+pub(crate) async fn get(
     State(state): State<AppState>,
     Caller(caller): Caller,
     Segment(host): Segment,
@@ -98,7 +98,7 @@ pub async fn get(
         (status = 503, description = "Cannot store now", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []), ("api_key" = [])))]
-pub async fn update(
+pub(crate) async fn update(
     State(state): State<AppState>,
     Key(caller): Key,
     Segment(host): Segment,
@@ -114,7 +114,7 @@ pub async fn update(
 
 /// Query of `DELETE /api/v1/domains/{host}`.
 #[derive(Deserialize)]
-pub struct RemoveParams {
+pub(crate) struct RemoveParams {
     force: Option<String>,
 }
 
@@ -133,7 +133,7 @@ pub struct RemoveParams {
         (status = 503, description = "Cannot store now", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []), ("api_key" = [])))]
-pub async fn remove(
+pub(crate) async fn remove(
     State(state): State<AppState>,
     Key(caller): Key,
     Segment(host): Segment,

@@ -24,7 +24,7 @@ static UNAVAILABLE: LazyLock<Throttle> = LazyLock::new(|| Throttle::new(Duration
 static CORRUPT: std::sync::Once = std::sync::Once::new();
 
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     #[error("{0}")]
     BadRequest(String),
     #[error("{0}")]
@@ -61,7 +61,7 @@ pub enum ApiError {
 /// Every error answer's body.
 #[derive(Serialize, utoipa::ToSchema)]
 #[schema(as = Error)]
-pub struct ErrorMessage {
+pub(crate) struct ErrorMessage {
     /// What was wrong, in words; never an internal detail.
     pub error: String,
 }
@@ -76,7 +76,7 @@ pub(super) fn mark(headers: &mut axum::http::HeaderMap) {
 }
 
 impl ApiError {
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized(_) | Self::Locked { .. } => StatusCode::UNAUTHORIZED,
@@ -131,7 +131,7 @@ const TIMED_OUT: &str = "the request took too long; retry later";
 
 /// The answer to a request that ran past the request timeout: what the
 /// router's timeout layer and [`json_for_bodiless_errors`] make of it.
-pub fn timed_out() -> Response {
+pub(crate) fn timed_out() -> Response {
     (
         StatusCode::SERVICE_UNAVAILABLE,
         Json(ErrorMessage {
@@ -144,7 +144,7 @@ pub fn timed_out() -> Response {
 /// Errors made by layers rather than handlers (the request timeout, for
 /// one) come without a body; give them the same JSON shape as every other
 /// error. Responses that already have a content type are left alone.
-pub async fn json_for_bodiless_errors(response: Response) -> Response {
+pub(crate) async fn json_for_bodiless_errors(response: Response) -> Response {
     let status = response.status();
     if !(status.is_client_error() || status.is_server_error())
         || response.headers().contains_key(header::CONTENT_TYPE)

@@ -16,7 +16,7 @@ use crate::keys::{AuthError, Principal};
 /// A JSON body read as a `T` ([`crate::domain::wire::from_json`]): 415
 /// without a JSON content type, 413 over the size limit, 400 naming the
 /// field and its place for anything `T` refuses.
-pub struct Json<T>(pub T);
+pub(crate) struct Json<T>(pub T);
 
 impl<T: serde::de::DeserializeOwned> FromRequest<AppState> for Json<T> {
     type Rejection = ApiError;
@@ -70,7 +70,7 @@ async fn read_body(
 /// as `application/x-www-form-urlencoded`.
 #[derive(utoipa::ToSchema)]
 #[schema(as = UnlockForm)]
-pub struct PasswordForm {
+pub(crate) struct PasswordForm {
     pub password: Password,
 }
 
@@ -112,7 +112,7 @@ impl<S: Send + Sync> FromRequest<S> for PasswordForm {
 
 /// The API key a request presents, if any: `Authorization: Bearer KEY` or
 /// `X-API-Key: KEY`. A key that is sent must be valid (401 otherwise).
-pub struct Caller(pub Option<Principal>);
+pub(crate) struct Caller(pub Option<Principal>);
 
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
@@ -131,7 +131,7 @@ impl FromRequestParts<AppState> for Caller {
 }
 
 /// A request that needs a key: 401 without a valid one.
-pub struct Key(pub Principal);
+pub(crate) struct Key(pub Principal);
 
 impl FromRequestParts<AppState> for Key {
     type Rejection = ApiError;
@@ -149,7 +149,7 @@ impl FromRequestParts<AppState> for Key {
 /// The address of the connection's peer (a proxy's, behind one). Set on
 /// `POST` requests only (see `server::connection`): the rate limits on
 /// creates are its one reader.
-pub struct ClientAddr(pub Option<std::net::SocketAddr>);
+pub(crate) struct ClientAddr(pub Option<std::net::SocketAddr>);
 
 impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
     type Rejection = std::convert::Infallible;
@@ -167,7 +167,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
 /// A request for the operator's views (`/stats`): open while no API key
 /// exists, or with `--stats-public`; otherwise it needs an admin key
 /// (401 without a key, 403 with a key that is not an admin's).
-pub struct Operator;
+pub(crate) struct Operator;
 
 impl FromRequestParts<AppState> for Operator {
     type Rejection = ApiError;
@@ -232,7 +232,7 @@ fn is_json_content_type(headers: &HeaderMap) -> bool {
 }
 
 /// The `{code}` of a path, checked: 400 when malformed.
-pub struct Code(pub ShortCode);
+pub(crate) struct Code(pub ShortCode);
 
 impl<S: Send + Sync> FromRequestParts<S> for Code {
     type Rejection = ApiError;
@@ -250,7 +250,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Code {
 /// The domain a management route names: `?domain=HOST` (a host in either
 /// form, or `default`), `None` when absent. 400 for a domain that is not
 /// in use.
-pub struct OnDomain(pub Option<DomainId>);
+pub(crate) struct OnDomain(pub Option<DomainId>);
 
 impl FromRequestParts<AppState> for OnDomain {
     type Rejection = ApiError;
@@ -265,7 +265,7 @@ impl FromRequestParts<AppState> for OnDomain {
 
 /// The domain a request means for `caller` when it names none: a key
 /// limited to a domain works on its own, any other on the default domain.
-pub fn domain_or_own(named: Option<DomainId>, caller: Option<&Principal>) -> DomainId {
+pub(crate) fn domain_or_own(named: Option<DomainId>, caller: Option<&Principal>) -> DomainId {
     named
         .or_else(|| caller.and_then(|c| c.domain))
         .unwrap_or(DomainId::DEFAULT)
@@ -285,14 +285,14 @@ pub(super) fn domain_param(query: Option<&str>) -> Result<Option<String>, ApiErr
 /// A code on the domain `?domain=` names: what `/api/v1/links/{code}`
 /// and its visits route work on. Without `?domain=`, the caller's own
 /// domain (`CodeOn::key`).
-pub struct CodeOn {
+pub(crate) struct CodeOn {
     code: ShortCode,
     domain: Option<DomainId>,
 }
 
 impl CodeOn {
     /// The link `caller` means.
-    pub fn key(self, caller: &Principal) -> LinkKey {
+    pub(crate) fn key(self, caller: &Principal) -> LinkKey {
         LinkKey::new(domain_or_own(self.domain, Some(caller)), self.code)
     }
 }
@@ -309,7 +309,7 @@ impl FromRequestParts<AppState> for CodeOn {
 
 /// A route's one path parameter as text (`{host}`, `{file}`): 400 as
 /// JSON, like every other error, when it is not UTF-8 once decoded.
-pub struct Segment(pub String);
+pub(crate) struct Segment(pub String);
 
 impl<S: Send + Sync> FromRequestParts<S> for Segment {
     type Rejection = ApiError;
@@ -324,7 +324,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Segment {
 
 /// The domain a request's `Host` names, for `/`, `/{code}` and the QR
 /// routes: 404 for an unknown host under `--unknown-host reject`.
-pub struct HostDomain(pub DomainId);
+pub(crate) struct HostDomain(pub DomainId);
 
 impl FromRequestParts<AppState> for HostDomain {
     type Rejection = ApiError;
@@ -341,7 +341,7 @@ impl FromRequestParts<AppState> for HostDomain {
 
 /// The domain `?domain=` names, else the one the `Host` names (the QR
 /// routes: the page asks for a link of any domain's code on its own host).
-pub struct AskedDomain(pub DomainId);
+pub(crate) struct AskedDomain(pub DomainId);
 
 impl FromRequestParts<AppState> for AskedDomain {
     type Rejection = ApiError;

@@ -24,7 +24,7 @@ use crate::observability::recording::{Recording, Requests};
 
 /// Adds what every answer carries to `response` (see the module
 /// documentation), and counts it.
-pub fn finish<B>(response: &mut Response<B>, id: HeaderValue, recording: Option<Recording>) {
+pub(crate) fn finish<B>(response: &mut Response<B>, id: HeaderValue, recording: Option<Recording>) {
     let status = response.status();
     let headers = response.headers_mut();
     headers.insert(
@@ -40,13 +40,13 @@ pub fn finish<B>(response: &mut Response<B>, id: HeaderValue, recording: Option<
 /// [`finish`] for every answer of the service it wraps: outermost, so that
 /// every log line of the request can name its id.
 #[derive(Clone, Copy)]
-pub struct FinishLayer {
+pub(crate) struct FinishLayer {
     requests: Option<&'static Requests>,
 }
 
 impl FinishLayer {
     /// `requests`: where requests are counted; `None` when metrics are off.
-    pub fn new(requests: Option<&'static Requests>) -> Self {
+    pub(crate) fn new(requests: Option<&'static Requests>) -> Self {
         Self { requests }
     }
 }
@@ -63,7 +63,7 @@ impl<S> Layer<S> for FinishLayer {
 }
 
 #[derive(Clone)]
-pub struct Finishing<S> {
+pub(crate) struct Finishing<S> {
     inner: S,
     requests: Option<&'static Requests>,
 }
@@ -99,7 +99,7 @@ where
 }
 
 pin_project_lite::pin_project! {
-    pub struct Finished<F> {
+    pub(crate) struct Finished<F> {
         #[pin]
         inner: tokio::task::futures::TaskLocalFuture<HeaderValue, F>,
         finish: Option<(HeaderValue, Option<Recording>)>,

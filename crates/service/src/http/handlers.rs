@@ -20,20 +20,20 @@ use crate::links::{Asker, CreateRoute, LinkStats, Readiness};
 use crate::visits::{Interval, VisitReport, Window};
 
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct HeartBeat {
+pub(crate) struct HeartBeat {
     #[serde(rename = "OK")]
     ok: bool,
 }
 
 #[utoipa::path(get, path = "/heart-beat", tag = "seed",
     responses((status = 200, description = "The server answers", body = HeartBeat)))]
-pub async fn heart_beat() -> Json<HeartBeat> {
+pub(crate) async fn heart_beat() -> Json<HeartBeat> {
     Json(HeartBeat { ok: true })
 }
 
 /// The seed route's answer to a create.
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct Created {
+pub(crate) struct Created {
     short_link: String,
     /// The full short URL (see `AppState::short_url`).
     short_url: String,
@@ -102,7 +102,7 @@ enum CreateErrors {
         CreateErrors,
     ),
     security((), ("bearer" = []), ("api_key" = [])))]
-pub async fn create_link(
+pub(crate) async fn create_link(
     State(state): State<AppState>,
     client: ClientAddr,
     headers: HeaderMap,
@@ -130,7 +130,7 @@ pub async fn create_link(
         CreateErrors,
     ),
     security((), ("bearer" = []), ("api_key" = [])))]
-pub async fn api_create(
+pub(crate) async fn api_create(
     State(state): State<AppState>,
     client: ClientAddr,
     headers: HeaderMap,
@@ -155,7 +155,7 @@ fn not_found(code: &ShortCode) -> ApiError {
         (status = 404, description = "No such link, or deleted", body = ErrorMessage),
         (status = 410, description = "Expired, out of visits, or its target blocked", body = ErrorMessage),
     ))]
-pub async fn get_link(
+pub(crate) async fn get_link(
     State(state): State<AppState>,
     Code(code): Code,
     request: axum::extract::Request,
@@ -189,7 +189,7 @@ pub async fn get_link(
         (status = 429, description = "Too many wrong passwords for this link", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
         (status = 503, description = "Too many passwords being checked, or the request took too long", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
     ))]
-pub async fn redirect(
+pub(crate) async fn redirect(
     State(state): State<AppState>,
     Code(code): Code,
     request: axum::extract::Request,
@@ -222,7 +222,7 @@ pub async fn redirect(
         (status = 429, description = "Too many wrong passwords", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
         (status = 503, description = "Too many passwords being checked", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
     ))]
-pub async fn unlock(
+pub(crate) async fn unlock(
     State(state): State<AppState>,
     Code(code): Code,
     ClientAddr(peer): ClientAddr,
@@ -256,7 +256,7 @@ fn peer_of<B>(req: &axum::http::Request<B>) -> Option<std::net::SocketAddr> {
         (status = 404, description = "No such link, or not one this key may manage", body = ErrorMessage),
     ),
     security(("bearer" = []), ("api_key" = [])))]
-pub async fn api_get(
+pub(crate) async fn api_get(
     State(state): State<AppState>,
     headers: HeaderMap,
     Key(caller): Key,
@@ -283,7 +283,7 @@ pub async fn api_get(
         (status = 503, description = "Cannot store now", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []), ("api_key" = [])))]
-pub async fn api_update(
+pub(crate) async fn api_update(
     State(state): State<AppState>,
     headers: HeaderMap,
     Key(caller): Key,
@@ -309,7 +309,7 @@ pub async fn api_update(
         (status = 503, description = "Cannot store now", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []), ("api_key" = [])))]
-pub async fn api_delete(
+pub(crate) async fn api_delete(
     State(state): State<AppState>,
     Key(caller): Key,
     code: CodeOn,
@@ -326,7 +326,7 @@ pub async fn api_delete(
 #[derive(utoipa::ToSchema)]
 #[schema(as = Interval)]
 #[allow(dead_code)]
-pub enum IntervalParam {
+pub(crate) enum IntervalParam {
     #[schema(rename = "hour")]
     Hour,
     #[schema(rename = "day")]
@@ -335,7 +335,7 @@ pub enum IntervalParam {
 
 /// Query of `GET /api/v1/links/{code}/visits`, as sent.
 #[derive(Deserialize)]
-pub struct VisitParams {
+pub(crate) struct VisitParams {
     from: Option<String>,
     to: Option<String>,
     interval: Option<String>,
@@ -362,7 +362,7 @@ pub struct VisitParams {
         (status = 404, description = "No such link, or not one this key may manage", body = ErrorMessage),
     ),
     security(("bearer" = []), ("api_key" = [])))]
-pub async fn api_visits(
+pub(crate) async fn api_visits(
     State(state): State<AppState>,
     Key(caller): Key,
     code: CodeOn,
@@ -397,7 +397,7 @@ pub async fn api_visits(
         (status = 403, description = "The key is limited to another domain", body = ErrorMessage),
     ),
     security(("bearer" = []), ("api_key" = [])))]
-pub async fn api_visit_totals(
+pub(crate) async fn api_visit_totals(
     State(state): State<AppState>,
     Key(caller): Key,
     OnDomain(domain): OnDomain,
@@ -474,7 +474,7 @@ impl ReportAsked {
 /// Query of `GET /api/v1/links`, as sent: checked in [`api_list`] so that
 /// each mistake gets its own message.
 #[derive(Deserialize)]
-pub struct ListParams {
+pub(crate) struct ListParams {
     domain: Option<String>,
     limit: Option<String>,
     cursor: Option<String>,
@@ -482,11 +482,11 @@ pub struct ListParams {
 }
 
 /// Links per page unless `limit` says otherwise; at most [`MAX_LIMIT`].
-pub const DEFAULT_LIMIT: usize = 50;
-pub const MAX_LIMIT: usize = 1000;
+pub(crate) const DEFAULT_LIMIT: usize = 50;
+pub(crate) const MAX_LIMIT: usize = 1000;
 
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct LinkList {
+pub(crate) struct LinkList {
     links: Vec<LinkView>,
     next_cursor: Option<String>,
 }
@@ -505,7 +505,7 @@ pub struct LinkList {
         (status = 403, description = "The key is limited to another domain", body = ErrorMessage),
     ),
     security(("bearer" = []), ("api_key" = [])))]
-pub async fn api_list(
+pub(crate) async fn api_list(
     State(state): State<AppState>,
     headers: HeaderMap,
     Key(caller): Key,
@@ -551,7 +551,7 @@ pub async fn api_list(
 
 /// `/stats`: the service's counters and the HTTP layer's own facts.
 #[derive(Serialize)]
-pub struct Stats {
+pub(crate) struct Stats {
     #[serde(flatten)]
     links: LinkStats,
     version: &'static str,
@@ -586,7 +586,7 @@ impl RuntimeFacts {
         (status = 403, description = "The key is not an admin key", body = ErrorMessage),
     ),
     security((), ("bearer" = []), ("api_key" = [])))]
-pub async fn stats(State(state): State<AppState>, _: Operator) -> Json<Stats> {
+pub(crate) async fn stats(State(state): State<AppState>, _: Operator) -> Json<Stats> {
     Json(Stats {
         links: state.links.stats(),
         version: env!("CARGO_PKG_VERSION"),
@@ -606,7 +606,10 @@ pub async fn stats(State(state): State<AppState>, _: Operator) -> Json<Stats> {
         (status = 404, description = "Metrics are off, or served on --metrics-listen", body = ErrorMessage),
     ),
     security((), ("bearer" = []), ("api_key" = [])))]
-pub async fn metrics(State(state): State<AppState>, _: Operator) -> Result<Response, ApiError> {
+pub(crate) async fn metrics(
+    State(state): State<AppState>,
+    _: Operator,
+) -> Result<Response, ApiError> {
     match state.metrics {
         Some(handle) => Ok(super::prometheus::answer(handle, &state.links)),
         None => Err(ApiError::NotFound(
@@ -618,7 +621,7 @@ pub async fn metrics(State(state): State<AppState>, _: Operator) -> Result<Respo
 /// `GET /health/live`: the process serves.
 #[utoipa::path(get, path = "/health/live", tag = "operations",
     responses((status = 200, description = "The process serves", body = Health)))]
-pub async fn live() -> Json<Health> {
+pub(crate) async fn live() -> Json<Health> {
     Json(Health {
         status: "ok",
         reason: None,
@@ -632,7 +635,7 @@ pub async fn live() -> Json<Health> {
         (status = 200, description = "ok, or degraded (Valkey down: reads and writes still work)", body = Health),
         (status = 503, description = "Writes cannot succeed: stopped, the disk full, the database file gone", body = Health),
     ))]
-pub async fn ready(State(state): State<AppState>) -> (StatusCode, Json<Health>) {
+pub(crate) async fn ready(State(state): State<AppState>) -> (StatusCode, Json<Health>) {
     let (status, health, reason) = match state.links.readiness().await {
         Readiness::Ready => (StatusCode::OK, "ok", None),
         Readiness::Degraded(why) => (StatusCode::OK, "degraded", Some(why)),
@@ -648,7 +651,7 @@ pub async fn ready(State(state): State<AppState>) -> (StatusCode, Json<Health>) 
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct Health {
+pub(crate) struct Health {
     /// `ok`, `degraded` or `unavailable`.
     #[schema(value_type = String, pattern = "^(ok|degraded|unavailable)$")]
     status: &'static str,
@@ -656,10 +659,10 @@ pub struct Health {
     reason: Option<String>,
 }
 
-pub async fn not_found_route(method: Method, uri: Uri) -> ApiError {
+pub(crate) async fn not_found_route(method: Method, uri: Uri) -> ApiError {
     ApiError::NotFound(format!("no route for {method} {}", uri.path()))
 }
 
-pub async fn method_not_allowed() -> ApiError {
+pub(crate) async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
 }

@@ -42,7 +42,7 @@ const HEART_BEAT: &[u8] = br#"{"OK":true}"#;
 
 /// A request the hot path answers.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Route {
+pub(crate) enum Route {
     HeartBeat,
     Link(ShortCode),
     Redirect(ShortCode),
@@ -56,7 +56,7 @@ struct Labels {
     redirect: usize,
 }
 
-pub struct Hot {
+pub(crate) struct Hot {
     state: AppState,
     table: Table,
     metrics: Option<(&'static Requests, Labels)>,
@@ -123,7 +123,7 @@ impl Hot {
 
     /// The route of a request the hot path answers, or `None` for the
     /// router.
-    pub fn route<B>(&self, req: &Request<B>) -> Option<Route> {
+    pub(crate) fn route<B>(&self, req: &Request<B>) -> Option<Route> {
         if !matches!(*req.method(), Method::GET | Method::HEAD)
             || tracing::level_enabled!(tracing::Level::DEBUG)
         {
@@ -134,7 +134,7 @@ impl Hot {
 
     /// The answer to `req` on `route`, with everything the router's layers
     /// add (see the module documentation).
-    pub fn answer<B: Send + 'static>(
+    pub(crate) fn answer<B: Send + 'static>(
         &self,
         route: Route,
         mut req: Request<B>,
@@ -179,7 +179,7 @@ impl Hot {
 /// What the server serves: the hot path (when on) in front of the router,
 /// one per connection, knowing its peer.
 #[derive(Clone)]
-pub struct Service {
+pub(crate) struct Service {
     router: Router,
     hot: Option<Arc<Hot>>,
     peer: Option<SocketAddr>,
@@ -188,7 +188,7 @@ pub struct Service {
 }
 
 impl Service {
-    pub fn new(router: Router, hot: Option<Arc<Hot>>, peer_on_gets: bool) -> Self {
+    pub(crate) fn new(router: Router, hot: Option<Arc<Hot>>, peer_on_gets: bool) -> Self {
         Self {
             router,
             hot,
@@ -240,7 +240,7 @@ impl hyper::service::Service<Request<Incoming>> for Service {
 /// The answer to a request: one made at once (so that the future hyper
 /// keeps for a request is no larger than the answer), the boxed rest of a
 /// hot answer, or the router's.
-pub enum Answer {
+pub(crate) enum Answer {
     Now(Option<Response<Body>>),
     Later(Pin<Box<dyn Future<Output = Response<Body>> + Send>>),
     Routed(Pin<Box<RouteFuture<Infallible>>>),

@@ -78,7 +78,7 @@ impl std::fmt::Display for TrustProxy {
 impl TrustProxy {
     /// The client of a create, as its rate limit counts it: `None`
     /// without a peer (a test's in-process request).
-    pub fn creator(&self, peer: Option<SocketAddr>, headers: &HeaderMap) -> Option<Client> {
+    pub(crate) fn creator(&self, peer: Option<SocketAddr>, headers: &HeaderMap) -> Option<Client> {
         let peer = unmapped(peer?.ip());
         let (ip, forwarded) = self.client(peer, headers);
         Some(Client { ip, forwarded })
@@ -147,7 +147,7 @@ impl TrustProxy {
     /// header's value when the connection's peer is a proxy this server
     /// trusts (from anyone else it is ignored: a client could name any
     /// country).
-    pub fn visitor<'a>(
+    pub(crate) fn visitor<'a>(
         &self,
         peer: Option<SocketAddr>,
         headers: &'a HeaderMap,
@@ -183,7 +183,7 @@ fn unmapped(ip: IpAddr) -> IpAddr {
 
 impl RateLimitSettings {
     /// The buckets' sizes, for the links service's limiter.
-    pub fn quotas(&self) -> Quotas {
+    pub(crate) fn quotas(&self) -> Quotas {
         Quotas {
             anonymous_per_minute: self.anonymous_per_minute,
             anonymous_burst: self.anonymous_burst,

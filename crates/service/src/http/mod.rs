@@ -8,17 +8,17 @@
 mod domains;
 mod error;
 mod extract;
-pub mod finish;
+pub(crate) mod finish;
 mod handlers;
-pub mod hot;
+pub(crate) mod hot;
 pub mod limit;
 mod locked;
 mod openapi;
 mod prometheus;
 mod qr;
 mod redirect;
-pub mod request_id;
-pub mod server;
+pub(crate) mod request_id;
+pub(crate) mod server;
 pub mod shutdown;
 mod web;
 
@@ -34,8 +34,7 @@ use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 pub use crate::links::CreateAuth;
-pub use error::ApiError;
-pub use openapi::ApiDoc;
+pub(crate) use error::ApiError;
 
 /// Status of `GET /{code}`.
 #[derive(
@@ -53,7 +52,7 @@ pub enum RedirectStatus {
 }
 
 impl RedirectStatus {
-    pub fn status(self) -> StatusCode {
+    pub(crate) fn status(self) -> StatusCode {
         match self {
             Self::MovedPermanently => StatusCode::MOVED_PERMANENTLY,
             Self::Found => StatusCode::FOUND,
@@ -248,10 +247,10 @@ fn metrics_handle(
         .flatten()
 }
 
-pub use hot::Service;
+pub(crate) use hot::Service;
 
 /// `/metrics` alone, without a key, for `--metrics-listen`.
-pub fn metrics_app(links: Links) -> Router {
+pub(crate) fn metrics_app(links: Links) -> Router {
     let handle = crate::observability::recording::install();
     Router::new()
         .route(
@@ -305,7 +304,7 @@ fn routes() -> openapi::Routes {
 /// The router with every route and the layers every request passes, and
 /// the hot path in front of it (when on); `listen` is the bound address
 /// (see [`AppState::short_url`]).
-pub fn app(links: Links, settings: &HttpSettings, listen: std::net::SocketAddr) -> Service {
+pub(crate) fn app(links: Links, settings: &HttpSettings, listen: std::net::SocketAddr) -> Service {
     let state = AppState {
         stats_public: settings.stats_public,
         max_body_bytes: settings.max_body_bytes,

@@ -69,7 +69,7 @@ use super::{domains, handlers, qr, web};
         (name = "web", description = "The web page"),
     )
 )]
-pub struct ApiDoc;
+pub(crate) struct ApiDoc;
 
 /// An API key goes in `Authorization: Bearer KEY` or in `X-API-Key: KEY`.
 struct KeySchemes;
@@ -161,7 +161,7 @@ fn add_create_links(doc: &mut serde_json::Value) {
 /// `GET /openapi.json`.
 #[utoipa::path(get, path = "/openapi.json", tag = "operations",
     responses((status = 200, description = "This document", content_type = "application/json")))]
-pub async fn openapi_json() -> Response {
+pub(crate) async fn openapi_json() -> Response {
     (
         [(
             header::CONTENT_TYPE,
@@ -173,14 +173,14 @@ pub async fn openapi_json() -> Response {
 }
 
 /// The router, built one route at a time, with a record of each.
-pub struct Routes {
+pub(crate) struct Routes {
     router: Router<AppState>,
     table: Vec<(Method, &'static str)>,
 }
 
 macro_rules! method {
     ($name:ident, $method:ident, $routing:ident) => {
-        pub fn $name<H, T>(mut self, path: &'static str, handler: H) -> Self
+        pub(crate) fn $name<H, T>(mut self, path: &'static str, handler: H) -> Self
         where
             H: Handler<T, AppState>,
             T: 'static,
@@ -193,7 +193,7 @@ macro_rules! method {
 }
 
 impl Routes {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             router: Router::new(),
             table: Vec::new(),
@@ -206,7 +206,7 @@ impl Routes {
     method!(delete, DELETE, delete);
 
     /// The distinct paths, in the order they were added (for metric labels).
-    pub fn paths(&self) -> Vec<&'static str> {
+    pub(crate) fn paths(&self) -> Vec<&'static str> {
         let mut seen = BTreeSet::new();
         self.table
             .iter()
@@ -217,7 +217,7 @@ impl Routes {
 
     /// Routes the document lacks, and documented operations the router
     /// lacks, as `METHOD /path`. A `HEAD` is served by its `GET` route.
-    pub fn undocumented(&self) -> Vec<String> {
+    pub(crate) fn undocumented(&self) -> Vec<String> {
         let doc = ApiDoc::openapi();
         let mut documented = BTreeSet::new();
         for (path, item) in &doc.paths.paths {
@@ -252,7 +252,7 @@ impl Routes {
         gaps
     }
 
-    pub fn into_router(self) -> Router<AppState> {
+    pub(crate) fn into_router(self) -> Router<AppState> {
         self.router
     }
 }

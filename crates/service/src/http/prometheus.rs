@@ -8,7 +8,10 @@ use axum::response::{IntoResponse, Response};
 use crate::links::{LinkStats, Links};
 
 /// The Prometheus text exposition of `links`'s metrics.
-pub fn answer(handle: &metrics_exporter_prometheus::PrometheusHandle, links: &Links) -> Response {
+pub(crate) fn answer(
+    handle: &metrics_exporter_prometheus::PrometheusHandle,
+    links: &Links,
+) -> Response {
     export(&links.stats());
     let body = crate::observability::recording::render(handle);
     (

@@ -15,9 +15,9 @@ use super::{ApiError, AppState};
 use crate::domain::LinkKey;
 use crate::links::{Resolution, Use};
 
-pub const DEFAULT_PNG_SIZE: u32 = 256;
-pub const MIN_PNG_SIZE: u32 = 64;
-pub const MAX_PNG_SIZE: u32 = 2048;
+pub(crate) const DEFAULT_PNG_SIZE: u32 = 256;
+pub(crate) const MIN_PNG_SIZE: u32 = 64;
+pub(crate) const MAX_PNG_SIZE: u32 = 2048;
 /// Longest Host header a QR code is made for: a DNS name (253) or an IPv6
 /// literal, and a port.
 const MAX_HOST_BYTES: usize = 300;
@@ -78,7 +78,7 @@ fn image(content_type: &'static str, body: impl IntoResponse) -> Response {
         (status = 404, description = "No such link, or an unknown host refused", body = super::error::ErrorMessage),
         (status = 410, description = "Expired, out of visits, or its target blocked", body = super::error::ErrorMessage),
     ))]
-pub async fn svg(
+pub(crate) async fn svg(
     State(state): State<AppState>,
     headers: HeaderMap,
     AskedDomain(domain): AskedDomain,
@@ -95,7 +95,7 @@ pub async fn svg(
 }
 
 #[derive(Deserialize)]
-pub struct PngParams {
+pub(crate) struct PngParams {
     size: Option<String>,
 }
 
@@ -111,7 +111,7 @@ pub struct PngParams {
         (status = 404, description = "No such link, or an unknown host refused", body = super::error::ErrorMessage),
         (status = 410, description = "Expired, out of visits, or its target blocked", body = super::error::ErrorMessage),
     ))]
-pub async fn png(
+pub(crate) async fn png(
     State(state): State<AppState>,
     headers: HeaderMap,
     AskedDomain(domain): AskedDomain,

@@ -27,17 +27,17 @@ use crate::observability::recording::Recording;
 use crate::visits::{Visit, X_LINK_PASSWORD};
 
 /// What both paths answer with: flat bodies made here, or the router's.
-pub type Body = Either<Full<Bytes>, axum::body::Body>;
+pub(crate) type Body = Either<Full<Bytes>, axum::body::Body>;
 
 /// An answer: made at once, or the boxed rest of one.
-pub enum Answered {
+pub(crate) enum Answered {
     Now(Response<Body>),
     Later(Pin<Box<dyn Future<Output = Response<Body>> + Send>>),
 }
 
 impl Answered {
     /// The answer, waited for.
-    pub async fn wait(self) -> Response<Body> {
+    pub(crate) async fn wait(self) -> Response<Body> {
         match self {
             Answered::Now(r) => r,
             Answered::Later(f) => f.await,
@@ -47,7 +47,7 @@ impl Answered {
 
 /// What a request for a code asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Asks {
+pub(crate) enum Asks {
     /// `GET|HEAD /{code}` on the domain its `Host` names, or the form's
     /// `POST /{code}`: a redirect (a GET or POST is a visit).
     Redirect,
@@ -59,13 +59,13 @@ pub enum Asks {
 /// Who finishes an answer ([`finish`]: the request's id, `nosniff`, its
 /// count in the metrics): the router's layers, or this module, for the hot
 /// path, which has none.
-pub enum Finishing {
+pub(crate) enum Finishing {
     ByLayers,
     Here(Option<Recording>),
 }
 
 /// Everything a request for a code carries in.
-pub struct Asked<B> {
+pub(crate) struct Asked<B> {
     pub asks: Asks,
     pub code: ShortCode,
     pub req: Request<B>,
@@ -83,7 +83,7 @@ pub struct Asked<B> {
 /// The answer to `asked`: made at once when the cache knows the code, so
 /// that a hit builds no future at all; otherwise the rest runs boxed,
 /// under the request timeout.
-pub fn answer<B: Send + 'static>(state: &AppState, mut asked: Asked<B>) -> Answered {
+pub(crate) fn answer<B: Send + 'static>(state: &AppState, mut asked: Asked<B>) -> Answered {
     let sent = Sent::of(asked.req.headers());
     let id = match &asked.finishing {
         Finishing::Here(_) => Some(request_id::from(sent.id)),

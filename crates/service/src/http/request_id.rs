@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::http::{HeaderName, HeaderValue};
 
-pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub(crate) static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Longest id taken from a client; a longer one is replaced.
 const MAX_ID_LEN: usize = 64;
@@ -57,7 +57,7 @@ fn hex(mut n: u64, out: &mut [u8]) {
 }
 
 /// The id of a request whose `x-request-id` is `sent`.
-pub fn from(sent: Option<&HeaderValue>) -> HeaderValue {
+pub(crate) fn from(sent: Option<&HeaderValue>) -> HeaderValue {
     match sent {
         Some(v) if accept(v) => v.clone(),
         _ => make(),

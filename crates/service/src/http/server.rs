@@ -62,7 +62,7 @@ const DRAIN_TIME: Duration = Duration::from_secs(2);
 
 /// Raises this process's open-file limit to its hard maximum and returns
 /// the limit now in force.
-pub fn raise_file_limit() -> u64 {
+pub(crate) fn raise_file_limit() -> u64 {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -88,7 +88,7 @@ pub fn raise_file_limit() -> u64 {
 
 /// The connection cap: `--max-connections` when set, else what the
 /// (raised) file limit leaves after [`RESERVED_FILES`].
-pub fn connection_limit(settings: &HttpSettings) -> usize {
+pub(crate) fn connection_limit(settings: &HttpSettings) -> usize {
     let files = raise_file_limit();
     settings.max_connections.unwrap_or_else(|| {
         files
@@ -100,7 +100,7 @@ pub fn connection_limit(settings: &HttpSettings) -> usize {
 /// Serves `service` on `listener` until `shutdown` resolves, and returns
 /// once the connections are drained; see the module documentation for
 /// the limits.
-pub async fn serve<S, B>(
+pub(crate) async fn serve<S, B>(
     listener: TcpListener,
     service: S,
     settings: &HttpSettings,
@@ -424,7 +424,7 @@ struct Tracked<S> {
 /// A service as one connection gets it, told the connection's peer (the
 /// hot path reads a visitor's address from it; the router gets it as
 /// axum's `ConnectInfo`).
-pub trait Connected {
+pub(crate) trait Connected {
     fn connected(&self, peer: SocketAddr) -> Self;
 }
 

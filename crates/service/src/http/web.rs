@@ -75,7 +75,7 @@ fn page(body: &'static str) -> Response {
         (status = 302, description = "The domain's root redirect, when it has one", headers(("location" = String, description = "The root redirect"))),
         (status = 404, description = "An unknown host refused (--unknown-host reject)", body = super::error::ErrorMessage),
     ))]
-pub async fn index(
+pub(crate) async fn index(
     State(state): State<AppState>,
     HostDomain(domain): HostDomain,
 ) -> Result<Response, ApiError> {
@@ -103,7 +103,7 @@ pub async fn index(
 /// `GET /manage`: a key holder's links.
 #[utoipa::path(get, path = "/manage", tag = "web",
     responses((status = 200, description = "The page for key holders", content_type = "text/html; charset=utf-8", body = String)))]
-pub async fn manage() -> Response {
+pub(crate) async fn manage() -> Response {
     page(include_str!("web/manage.html"))
 }
 
@@ -117,7 +117,7 @@ pub async fn manage() -> Response {
         (status = 400, description = "A name that is not text", body = super::error::ErrorMessage),
         (status = 404, description = "No such asset", body = super::error::ErrorMessage),
     ))]
-pub async fn asset(Segment(name): Segment) -> Result<Response, ApiError> {
+pub(crate) async fn asset(Segment(name): Segment) -> Result<Response, ApiError> {
     let asset = ASSETS
         .iter()
         .find(|a| a.name == name)

@@ -16,7 +16,7 @@ use crate::domain::{Alias, Link, Password, Rules, TargetUrl, Timestamp};
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = NewLink)]
-pub struct NewLinkBody {
+pub(crate) struct NewLinkBody {
     /// Where the link leads (at most 4,096 bytes).
     #[serde(deserialize_with = "required")]
     pub url: TargetUrl,
@@ -48,13 +48,19 @@ pub struct NewLinkBody {
     pub expired_url: Option<TargetUrl>,
 }
 
+/// A create's body read as the server reads it: its target, or what is
+/// wrong (the fuzz target's way in).
+pub fn read_create(body: &[u8]) -> Result<TargetUrl, crate::domain::wire::BodyError> {
+    crate::domain::wire::from_json::<NewLinkBody>(body).map(|b| b.url)
+}
+
 /// The body of an edit (`PATCH /api/v1/links/{code}`): any of its fields;
 /// `null` clears an expiry, a visit limit, the password, the rules or the
 /// expired target.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = LinkPatch)]
-pub struct LinkPatchBody {
+pub(crate) struct LinkPatchBody {
     /// A new target, checked as a create's.
     #[serde(default, deserialize_with = "not_null")]
     pub url: Option<TargetUrl>,
@@ -97,7 +103,7 @@ fn max_visits_patch<'de, D: Deserializer<'de>>(d: D) -> Result<Patch<u64>, D::Er
 /// A link as the management API shows it.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = Link)]
-pub struct LinkView {
+pub(crate) struct LinkView {
     /// The link's domain: its host, or null on a default domain without
     /// one.
     pub domain: Option<String>,
@@ -123,7 +129,7 @@ pub struct LinkView {
 
 impl LinkView {
     /// `link` as shown, on the domain of host `domain`, at `short_url`.
-    pub fn new(link: Link, domain: Option<String>, short_url: String) -> Self {
+    pub(crate) fn new(link: Link, domain: Option<String>, short_url: String) -> Self {
         let expired = link.resolved().is_expired();
         let extra = link.extra.as_deref();
         Self {

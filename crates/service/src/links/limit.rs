@@ -17,14 +17,14 @@ use crate::keys::Principal;
 /// A create's client as the limits count it: its address, and whether a
 /// trusted proxy named it (a forwarded address is never exempt).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Client {
+pub(crate) struct Client {
     pub ip: IpAddr,
     pub forwarded: bool,
 }
 
 /// The buckets' sizes (`--create-rate` and its kin).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Quotas {
+pub(crate) struct Quotas {
     /// Creates without a key per minute and client address (0: no limit).
     pub anonymous_per_minute: u32,
     pub anonymous_burst: u32,
@@ -36,7 +36,7 @@ pub struct Quotas {
 }
 
 /// The buckets; shared by every request.
-pub struct CreateLimiter {
+pub(crate) struct CreateLimiter {
     anonymous: Option<DefaultKeyedRateLimiter<IpAddr>>,
     keys: Option<DefaultKeyedRateLimiter<KeyId>>,
     loopback: bool,
@@ -49,7 +49,7 @@ fn quota(per_minute: u32, burst: u32) -> Option<Quota> {
 }
 
 impl CreateLimiter {
-    pub fn new(s: &Quotas) -> Arc<Self> {
+    pub(crate) fn new(s: &Quotas) -> Arc<Self> {
         let limiter = Arc::new(Self {
             anonymous: quota(s.anonymous_per_minute, s.anonymous_burst)
                 .map(DefaultKeyedRateLimiter::keyed),
@@ -63,7 +63,7 @@ impl CreateLimiter {
     }
 
     /// Takes a token for one create, or says when to come back (429).
-    pub fn check(
+    pub(crate) fn check(
         &self,
         client: Option<Client>,
         caller: Option<&Principal>,

@@ -5,7 +5,7 @@
 //! how often, and which targets a link may have.
 
 pub mod bodies;
-pub mod limit;
+pub(crate) mod limit;
 
 use std::sync::Arc;
 
@@ -31,7 +31,7 @@ use strum::{Display, EnumString, VariantNames};
 /// What `/stats` shows of the store and the cache: the store's fields at
 /// the top level (as they always were), the cache under `cache`.
 #[derive(Debug, Clone, Serialize)]
-pub struct LinkStats {
+pub(crate) struct LinkStats {
     #[serde(flatten)]
     pub store: StoreStats,
     pub cache: CacheStats,
@@ -43,7 +43,7 @@ pub struct LinkStats {
 
 /// What the readiness check reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Readiness {
+pub(crate) enum Readiness {
     Ready,
     /// Serving, but an outside cache is down: reads and writes still work
     /// (from SQLite), so a load balancer should keep sending traffic.
@@ -64,7 +64,7 @@ pub enum CreateAuth {
 
 /// What the links service refuses, or what failed below it.
 #[derive(Debug, thiserror::Error)]
-pub enum LinksError {
+pub(crate) enum LinksError {
     /// This needs an API key, and none was sent.
     #[error("{0}")]
     NeedsKey(&'static str),
@@ -90,7 +90,7 @@ pub enum LinksError {
 
 /// What a redirect finds.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Resolution {
+pub(crate) enum Resolution {
     Found(TargetUrl),
     /// The link has a password, and none was sent: 401.
     Locked,
@@ -110,11 +110,11 @@ pub enum Resolution {
 
 /// What is left of a lookup that [`Links::resolve_now`] could not finish:
 /// what the cache said, if it was asked.
-pub struct Later(Option<Lookup>);
+pub(crate) struct Later(Option<Lookup>);
 
 /// How a lookup uses the link.
 #[derive(Debug, Clone, Copy)]
-pub enum Use<'a> {
+pub(crate) enum Use<'a> {
     /// A redirect that is served: counted as a visit.
     Visit(Visit<'a>),
     /// A look that is not a visit (`HEAD`, `GET /link/{code}`).
@@ -171,12 +171,12 @@ impl Facts for VisitFacts<'_, '_> {
 /// Cheap to clone: one reference count, which every request's copy of
 /// the router state takes and drops.
 #[derive(Clone)]
-pub struct Links {
+pub(crate) struct Links {
     inner: Arc<Parts>,
 }
 
 /// What the links service is made of.
-pub struct Parts {
+pub(crate) struct Parts {
     pub cache: Arc<dyn LinkCache>,
     pub store: Arc<dyn LinkStore>,
     pub keys: Arc<KeyRegistry>,
@@ -196,7 +196,7 @@ pub struct Parts {
 /// Who asks, and from where: what the rules of the game read of a request
 /// that writes.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Asker<'a> {
+pub(crate) struct Asker<'a> {
     /// The key sent, if any.
     pub caller: Option<&'a Principal>,
     /// The client as the rate limits count it; `None` is not limited.
@@ -209,7 +209,7 @@ pub struct Asker<'a> {
 /// default domain on the seed API, and a domain-limited key's own on the
 /// management API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CreateRoute {
+pub(crate) enum CreateRoute {
     Seed,
     Api,
 }
@@ -252,14 +252,14 @@ fn future(at: Option<Timestamp>) -> Result<(), LinksError> {
 const FORGET_ONE_BY_ONE: usize = 10_000;
 
 impl Links {
-    pub fn new(parts: Parts) -> Self {
+    pub(crate) fn new(parts: Parts) -> Self {
         Self {
             inner: Arc::new(parts),
         }
     }
 
     /// Whether this instance can take traffic: see [`Readiness`].
-    pub async fn readiness(&self) -> Readiness {
+    pub(crate) async fn readiness(&self) -> Readiness {
         if let Some(reason) = self.inner.store.unwritable() {
             return Readiness::Unavailable(reason);
         }
@@ -270,21 +270,25 @@ impl Links {
         }
     }
 
-    pub fn keys(&self) -> &Arc<KeyRegistry> {
+    pub(crate) fn keys(&self) -> &Arc<KeyRegistry> {
         &self.inner.keys
     }
 
-    pub fn domains(&self) -> &Arc<DomainRegistry> {
+    pub(crate) fn domains(&self) -> &Arc<DomainRegistry> {
         &self.inner.domains
     }
 
-    pub fn visits(&self) -> &Arc<Visits> {
+    pub(crate) fn visits(&self) -> &Arc<Visits> {
         &self.inner.visits
     }
 
     /// Where `code` leads; a served redirect ([`Use::Visit`]) is counted,
     /// and a link that has served its `max_visits` is [`Resolution::Exhausted`].
-    pub async fn resolve(&self, code: &LinkKey, how: Use<'_>) -> Result<Resolution, LinksError> {
+    pub(crate) async fn resolve(
+        &self,
+        code: &LinkKey,
+        how: Use<'_>,
+    ) -> Result<Resolution, LinksError> {
         match self.resolve_now(code, how) {
             Ok(resolution) => Ok(resolution),
             Err(later) => self.resolve_later(code, how, later).await,
@@ -294,7 +298,7 @@ impl Links {
     /// [`Links::resolve`] as far as it goes without waiting: on a hit of an
     /// in-process cache of a link without a visit limit, the answer;
     /// otherwise what is left for [`Links::resolve_later`].
-    pub fn resolve_now(&self, code: &LinkKey, how: Use<'_>) -> Result<Resolution, Later> {
+    pub(crate) fn resolve_now(&self, code: &LinkKey, how: Use<'_>) -> Result<Resolution, Later> {
         let Some(known) = self.inner.cache.get_now(code) else {
             return Err(Later(None));
         };
@@ -321,7 +325,7 @@ impl Links {
     }
 
     /// The rest of a [`Links::resolve_now`] that could not finish.
-    pub async fn resolve_later(
+    pub(crate) async fn resolve_later(
         &self,
         code: &LinkKey,
         how: Use<'_>,
@@ -486,7 +490,7 @@ impl Links {
     /// a key not limited to a domain, or no key while anyone may create
     /// links and so needs the page's picker), the one it is limited to, or
     /// a refusal without a key where creating needs one.
-    pub fn visible_domains(
+    pub(crate) fn visible_domains(
         &self,
         caller: Option<&Principal>,
     ) -> Result<Option<DomainId>, LinksError> {
@@ -505,7 +509,7 @@ impl Links {
     /// password's hash last, when everything cheap to refuse has been.
     /// Stored durably, then written through to the cache, so the cache
     /// never holds a code the store could lose.
-    pub async fn create(
+    pub(crate) async fn create(
         &self,
         asker: &Asker<'_>,
         body: NewLinkBody,
@@ -583,7 +587,7 @@ impl Links {
 
     /// The domain a user names (a host in either form, or `default`): 400
     /// when no such domain is in use.
-    pub fn domain_named(&self, name: &str) -> Result<DomainId, LinksError> {
+    pub(crate) fn domain_named(&self, name: &str) -> Result<DomainId, LinksError> {
         self.inner
             .domains
             .named(name)
@@ -591,7 +595,7 @@ impl Links {
     }
 
     /// `link` as the management API shows it, at `short_url`.
-    pub fn view(&self, link: Link, short_url: String) -> LinkView {
+    pub(crate) fn view(&self, link: Link, short_url: String) -> LinkView {
         let domain = self
             .inner
             .domains
@@ -602,7 +606,7 @@ impl Links {
 
     /// The link `caller` may manage; `None` also when it may not see it.
     /// Its `visits` include those not yet flushed.
-    pub async fn get(
+    pub(crate) async fn get(
         &self,
         caller: &Principal,
         code: &LinkKey,
@@ -620,7 +624,7 @@ impl Links {
     }
 
     /// Every visit count of a link `caller` may manage, flushed or not.
-    pub async fn visit_counts(
+    pub(crate) async fn visit_counts(
         &self,
         caller: &Principal,
         code: &LinkKey,
@@ -638,7 +642,7 @@ impl Links {
 
     /// The visits of every link `caller` may manage (on `domain`, when
     /// named), summed: what is stored and what waits in memory.
-    pub async fn visit_totals(
+    pub(crate) async fn visit_totals(
         &self,
         caller: &Principal,
         domain: Option<DomainId>,
@@ -675,7 +679,7 @@ impl Links {
     /// include those not yet flushed, as every link object's do.
     /// Each new target is checked as a create's, and a new password is
     /// hashed, only once `caller` is known to manage the link.
-    pub async fn update(
+    pub(crate) async fn update(
         &self,
         asker: &Asker<'_>,
         caller: &Principal,
@@ -729,7 +733,11 @@ impl Links {
     }
 
     /// Deletes a link; gone from every cache tier before this returns.
-    pub async fn delete(&self, caller: &Principal, code: &LinkKey) -> Result<bool, LinksError> {
+    pub(crate) async fn delete(
+        &self,
+        caller: &Principal,
+        code: &LinkKey,
+    ) -> Result<bool, LinksError> {
         if self.get(caller, code).await?.is_none() {
             return Ok(false);
         }
@@ -750,7 +758,7 @@ impl Links {
 
     /// A page of the links `caller` may manage, newest first (on `domain`
     /// only, when given).
-    pub async fn list(
+    pub(crate) async fn list(
         &self,
         caller: &Principal,
         domain: Option<DomainId>,
@@ -778,7 +786,7 @@ impl Links {
         Ok(page)
     }
 
-    pub fn stats(&self) -> LinkStats {
+    pub(crate) fn stats(&self) -> LinkStats {
         LinkStats {
             store: self.inner.store.stats(),
             cache: self.inner.cache.stats(),
@@ -788,7 +796,7 @@ impl Links {
     }
 
     /// Every domain `caller` may read, the default one first.
-    pub fn domains_for(&self, caller: Option<&Principal>) -> Result<Vec<Named>, LinksError> {
+    pub(crate) fn domains_for(&self, caller: Option<&Principal>) -> Result<Vec<Named>, LinksError> {
         let only = self.visible_domains(caller)?;
         Ok(self
             .inner
@@ -801,7 +809,7 @@ impl Links {
 
     /// The domain `name` names, if `caller` may read it (`None` also when
     /// it may not: a domain-limited key sees only its own).
-    pub fn domain_for(
+    pub(crate) fn domain_for(
         &self,
         caller: Option<&Principal>,
         name: &str,
@@ -816,7 +824,7 @@ impl Links {
     }
 
     /// Adds a domain: an admin's to do.
-    pub async fn add_domain(
+    pub(crate) async fn add_domain(
         &self,
         caller: &Principal,
         body: NewDomainBody,
@@ -827,7 +835,7 @@ impl Links {
 
     /// Changes the redirects of the domain `name` names: an admin's to do;
     /// `None` when there is no such domain.
-    pub async fn change_domain(
+    pub(crate) async fn change_domain(
         &self,
         caller: &Principal,
         name: &str,
@@ -848,7 +856,7 @@ impl Links {
     /// answering on the domain when they next read the domains (within a
     /// second); its id is never reused, so nothing cached under it is
     /// found after that. `None` when there is no such domain.
-    pub async fn remove_domain(
+    pub(crate) async fn remove_domain(
         &self,
         caller: &Principal,
         name: &str,
@@ -883,7 +891,7 @@ impl Links {
 
     /// Writes pending visits and key uses, commits what is queued and
     /// closes the store.
-    pub async fn close(&self) {
+    pub(crate) async fn close(&self) {
         if let Err(e) = self.inner.visits.flush().await {
             tracing::error!(error = %e, "could not write the last visit counts");
         }

@@ -16,12 +16,12 @@ pub const TOOL_FILTER: &str = "warn";
 tokio::task_local! {
     /// The id of the request this task is handling (`x-request-id`), set
     /// by the HTTP layer for the request's lifetime.
-    pub static REQUEST_ID: axum::http::HeaderValue;
+    pub(crate) static REQUEST_ID: axum::http::HeaderValue;
 }
 
 /// The id of the request being handled on this task, as log lines name
 /// it: `-` outside a request (a background thread, a flush).
-pub fn request_id() -> String {
+pub(crate) fn request_id() -> String {
     REQUEST_ID
         .try_with(|v| v.to_str().map(str::to_owned).ok())
         .ok()
@@ -74,7 +74,7 @@ pub fn init(default_filter: &str, format: LogFormat) {
 /// ones held back, so that a failing disk or a flood of refused
 /// connections logs a line every few seconds, not one per request.
 #[derive(Debug)]
-pub struct Throttle {
+pub(crate) struct Throttle {
     every_ms: u64,
     /// Milliseconds since `epoch` of the last event let through, plus 1
     /// (0: none yet).
@@ -84,7 +84,7 @@ pub struct Throttle {
 }
 
 impl Throttle {
-    pub fn new(every: std::time::Duration) -> Self {
+    pub(crate) fn new(every: std::time::Duration) -> Self {
         Self {
             every_ms: every.as_millis() as u64,
             last: Default::default(),
@@ -95,7 +95,7 @@ impl Throttle {
 
     /// `Some(n)` when this event should be logged, `n` being how many were
     /// held back since the last one logged; `None` to stay quiet.
-    pub fn allow(&self) -> Option<u64> {
+    pub(crate) fn allow(&self) -> Option<u64> {
         use std::sync::atomic::Ordering::Relaxed;
         let now = self.epoch.elapsed().as_millis() as u64 + 1;
         let last = self.last.load(Relaxed);

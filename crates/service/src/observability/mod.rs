@@ -4,4 +4,4 @@
 //! the gauges read at a scrape).
 
 pub mod logging;
-pub mod recording;
+pub(crate) mod recording;

@@ -30,13 +30,13 @@ static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 static REQUESTS: OnceLock<Requests> = OnceLock::new();
 
 /// The per-request cells for a router with these paths (made once).
-pub fn requests(paths: impl FnOnce() -> Vec<&'static str>) -> &'static Requests {
+pub(crate) fn requests(paths: impl FnOnce() -> Vec<&'static str>) -> &'static Requests {
     REQUESTS.get_or_init(|| Requests::new(paths()))
 }
 
 /// Installs the process-wide recorder (once; later calls reuse it) and
 /// starts its upkeep. `None` if another recorder was installed first.
-pub fn install() -> Option<&'static PrometheusHandle> {
+pub(crate) fn install() -> Option<&'static PrometheusHandle> {
     HANDLE
         .get_or_init(|| {
             let handle = PrometheusBuilder::new()
@@ -75,7 +75,7 @@ pub fn install() -> Option<&'static PrometheusHandle> {
 
 /// The Prometheus text for a scrape: what was recorded, and the gauges
 /// and totals set just before (`LinkStats::export`).
-pub fn render(handle: &PrometheusHandle) -> String {
+pub(crate) fn render(handle: &PrometheusHandle) -> String {
     if let Some(r) = REQUESTS.get() {
         r.export();
     }
@@ -133,7 +133,7 @@ struct Exported {
 /// counters as totals, and each bucket's new samples as one
 /// `record_many` of their mean, which lands in the same bucket, so that
 /// bucket counts and the sum are exact.
-pub struct Requests {
+pub(crate) struct Requests {
     matcher: matchit::Router<usize>,
     /// Routes of one static segment (`/stats`), and the route of one
     /// parameter (`/{code}`), if any: most requests are one segment, and
@@ -150,7 +150,7 @@ pub struct Requests {
 
 impl Requests {
     /// `paths`: the router's routes.
-    pub fn new(mut paths: Vec<&'static str>) -> Self {
+    pub(crate) fn new(mut paths: Vec<&'static str>) -> Self {
         let mut matcher = matchit::Router::new();
         for (i, p) in paths.iter().enumerate() {
             // The router accepted the same paths; a refusal here would
@@ -188,7 +188,7 @@ impl Requests {
         }
     }
 
-    pub fn route(&self, path: &str) -> usize {
+    pub(crate) fn route(&self, path: &str) -> usize {
         if path.len() > 1 && !path[1..].contains('/') {
             if let Some((_, i)) = self.one_segment.iter().find(|(p, _)| *p == path) {
                 return *i;
@@ -274,7 +274,7 @@ impl Requests {
 
 /// One request being counted, from its start until its status is known
 /// (`http::finish` ends it).
-pub struct Recording {
+pub(crate) struct Recording {
     requests: &'static Requests,
     route: usize,
     post: bool,
@@ -283,7 +283,7 @@ pub struct Recording {
 
 impl Recording {
     /// Starts counting a request on `route` (an index of [`Requests`]).
-    pub fn start(requests: &'static Requests, route: usize, post: bool) -> Self {
+    pub(crate) fn start(requests: &'static Requests, route: usize, post: bool) -> Self {
         Self {
             requests,
             route,
@@ -293,7 +293,7 @@ impl Recording {
     }
 
     /// Counts the request as answered with `status`.
-    pub fn done(self, status: u16) {
+    pub(crate) fn done(self, status: u16) {
         self.requests
             .record(self.route, status, self.post, self.started.elapsed());
     }

@@ -4,7 +4,7 @@
 //! folder here (a [`Backend`] and a [`LinkStore`]) and one arm there.
 
 pub mod postgres;
-pub mod queue;
+pub(crate) mod queue;
 pub mod sqlite;
 
 use std::path::PathBuf;
@@ -70,7 +70,7 @@ pub enum BackendChoice {
 }
 
 /// Opens the store `settings` name, for `purpose`.
-pub async fn open(
+pub(crate) async fn open(
     settings: &StoreSettings,
     codes: CodeGenerator,
     purpose: Purpose,
@@ -89,7 +89,7 @@ const IMPORT_CACHE_MIB: u32 = 512;
 impl StoreSettings {
     /// These settings as `purpose` runs them: an import gives SQLite's
     /// writer a large page cache.
-    pub fn for_purpose(&self, purpose: Purpose) -> StoreSettings {
+    pub(crate) fn for_purpose(&self, purpose: Purpose) -> StoreSettings {
         let mut settings = self.clone();
         if purpose == Purpose::Import {
             settings.sqlite.writer_cache_mib = IMPORT_CACHE_MIB;
@@ -145,7 +145,11 @@ pub struct StoreMetrics {
 
 impl StoreStats {
     /// `facts` as `/stats` shows them.
-    pub fn new(backend: &'static str, facts: &impl Serialize, metrics: StoreMetrics) -> Self {
+    pub(crate) fn new(
+        backend: &'static str,
+        facts: &impl Serialize,
+        metrics: StoreMetrics,
+    ) -> Self {
         Self {
             backend,
             facts: serde_json::to_value(facts).unwrap_or_default(),
@@ -169,7 +173,8 @@ pub struct NewLink {
 
 impl NewLink {
     /// The seed API's create: a generated code, no expiry, no owner.
-    pub fn to(target: TargetUrl) -> Self {
+    #[cfg(test)]
+    pub(crate) fn to(target: TargetUrl) -> Self {
         Self {
             domain: DomainId::DEFAULT,
             target,
@@ -197,14 +202,14 @@ pub struct LinkPatch {
 
 /// A link's password, rules and expired target as a store keeps them: three
 /// nullable text columns (the hash's PHC string, the rules' JSON, a URL).
-pub struct ExtraColumns {
+pub(crate) struct ExtraColumns {
     pub password: Option<String>,
     pub rules: Option<String>,
     pub expired_url: Option<String>,
 }
 
 impl ExtraColumns {
-    pub fn of(extra: Option<&LinkRules>) -> Self {
+    pub(crate) fn of(extra: Option<&LinkRules>) -> Self {
         Self {
             password: extra
                 .and_then(|e| e.password.as_ref())
@@ -218,7 +223,7 @@ impl ExtraColumns {
 
     /// What the columns hold, checked as the API checks it; a stored value
     /// that does not parse is an error, never a link served without it.
-    pub fn read(
+    pub(crate) fn read(
         password: Option<&str>,
         rules: Option<&str>,
         expired_url: Option<&str>,
@@ -251,7 +256,7 @@ impl ExtraColumns {
 }
 
 /// The rules' column: their JSON, or NULL for none.
-pub fn rules_column(rules: &[Rule]) -> Option<String> {
+pub(crate) fn rules_column(rules: &[Rule]) -> Option<String> {
     crate::domain::Rules::column(rules)
 }
 
@@ -351,7 +356,7 @@ pub struct History {
 impl History {
     /// A link's stored visit counts as export writes them; `None` when there
     /// are none.
-    pub fn of(counts: &VisitCounts) -> Option<History> {
+    pub(crate) fn of(counts: &VisitCounts) -> Option<History> {
         let start = |units: i64, len: i64| Timestamp::from_millis(units * len).to_string();
         let h = History {
             hours: counts
@@ -560,7 +565,7 @@ pub trait LinkStore: Send + Sync + 'static {
 /// read again from the store (keys, domains) so that a change made beside
 /// them counts within that time. A failure keeps what was loaded and is
 /// logged at most once a minute, naming `what`.
-pub fn spawn_reloader<F, Fut>(
+pub(crate) fn spawn_reloader<F, Fut>(
     period: std::time::Duration,
     what: &'static str,
     mut reload: F,

@@ -15,14 +15,14 @@ use super::StoreError;
 /// [`StoreError::CodeSpaceExhausted`]. With 62^10 codes a second draw is
 /// already astronomically rare; hitting the bound means the code length
 /// is too short for the table.
-pub const MAX_CODE_ATTEMPTS: u32 = 16;
+pub(crate) const MAX_CODE_ATTEMPTS: u32 = 16;
 
 /// Where a writer answers one queued request.
-pub type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
+pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
 /// A writer's counters, kept as it commits.
 #[derive(Debug, Default)]
-pub struct WriteCounters {
+pub(crate) struct WriteCounters {
     commits: AtomicU64,
     rows: AtomicU64,
     largest_batch: AtomicU64,
@@ -44,7 +44,7 @@ pub struct WriteCounts {
 
 impl WriteCounters {
     /// A batch of `rows` new links committed.
-    pub fn committed(&self, rows: u64) {
+    pub(crate) fn committed(&self, rows: u64) {
         self.commits.fetch_add(1, Ordering::Relaxed);
         self.rows.fetch_add(rows, Ordering::Relaxed);
         self.largest_batch.fetch_max(rows, Ordering::Relaxed);
@@ -52,25 +52,25 @@ impl WriteCounters {
     }
 
     /// A transaction of another kind (an edit, a delete) committed.
-    pub fn committed_other(&self) {
+    pub(crate) fn committed_other(&self) {
         self.commits.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A batch rolled back as a whole.
-    pub fn failed(&self) {
+    pub(crate) fn failed(&self) {
         self.failed_batches.fetch_add(1, Ordering::Relaxed);
     }
 
     /// `n` drawn codes were taken and others drawn.
-    pub fn collided(&self, n: u64) {
+    pub(crate) fn collided(&self, n: u64) {
         self.code_collisions.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub fn commits(&self) -> u64 {
+    pub(crate) fn commits(&self) -> u64 {
         self.commits.load(Ordering::Relaxed)
     }
 
-    pub fn counts(&self) -> WriteCounts {
+    pub(crate) fn counts(&self) -> WriteCounts {
         WriteCounts {
             commits: self.commits.load(Ordering::Relaxed),
             rows: self.rows.load(Ordering::Relaxed),
@@ -84,7 +84,7 @@ impl WriteCounters {
 
 /// The queue in front of a writer: messages of type `M`, each carrying
 /// the [`Reply`] its caller waits on.
-pub struct WriteQueue<M> {
+pub(crate) struct WriteQueue<M> {
     tx: mpsc::Sender<M>,
     capacity: usize,
     counters: Arc<WriteCounters>,
@@ -92,7 +92,7 @@ pub struct WriteQueue<M> {
 
 impl<M> WriteQueue<M> {
     /// A queue of `capacity` messages, and its receiving end for the writer.
-    pub fn new(capacity: usize) -> (Self, mpsc::Receiver<M>) {
+    pub(crate) fn new(capacity: usize) -> (Self, mpsc::Receiver<M>) {
         let capacity = capacity.max(1);
         let (tx, rx) = mpsc::channel(capacity);
         let queue = Self {
@@ -106,7 +106,10 @@ impl<M> WriteQueue<M> {
     /// Queues the message `message` makes around a reply and waits for the
     /// answer: [`StoreError::Busy`] at once when the queue is full,
     /// [`StoreError::Closed`] when the writer is gone.
-    pub async fn ask<T>(&self, message: impl FnOnce(Reply<T>) -> M) -> Result<T, StoreError> {
+    pub(crate) async fn ask<T>(
+        &self,
+        message: impl FnOnce(Reply<T>) -> M,
+    ) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
         match self.tx.try_send(message(reply)) {
             Ok(()) => {}
@@ -122,29 +125,30 @@ impl<M> WriteQueue<M> {
 
     /// Queues `message` once there is room (a shutdown: it comes after
     /// everything queued); `false` when the writer is gone.
-    pub async fn send(&self, message: M) -> bool {
+    pub(crate) async fn send(&self, message: M) -> bool {
         self.tx.send(message).await.is_ok()
     }
 
     /// A sender that does not keep the queue open.
-    pub fn downgrade(&self) -> mpsc::WeakSender<M> {
+    pub(crate) fn downgrade(&self) -> mpsc::WeakSender<M> {
         self.tx.downgrade()
     }
 
     /// Messages waiting now.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.capacity - self.tx.capacity()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
 
-    pub fn counters(&self) -> &Arc<WriteCounters> {
+    pub(crate) fn counters(&self) -> &Arc<WriteCounters> {
         &self.counters
     }
 }

@@ -21,7 +21,7 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 impl Visits {
     /// Writes every tally to the store, a chunk of links per transaction,
     /// as fast as the store takes them (at shutdown).
-    pub async fn flush(&self) -> Result<(), StoreError> {
+    pub(crate) async fn flush(&self) -> Result<(), StoreError> {
         self.flush_paced(Duration::ZERO).await
     }
 
@@ -33,7 +33,7 @@ impl Visits {
     /// The gate is held while tallies move (from the shards to `staged`,
     /// and from `staged` into a committed chunk), never in between, so a
     /// reader always finds each count either in memory or in the store.
-    pub async fn flush_paced(&self, spread: Duration) -> Result<(), StoreError> {
+    pub(crate) async fn flush_paced(&self, spread: Duration) -> Result<(), StoreError> {
         {
             let _gate = self.gate.write().await;
             let mut staged = lock(&self.staged);
@@ -137,7 +137,7 @@ impl Visits {
 
     /// Flushes until `stop` changes; a flush that has started always
     /// finishes.
-    pub fn spawn_flusher(self: &Arc<Self>) -> Flusher {
+    pub(crate) fn spawn_flusher(self: &Arc<Self>) -> Flusher {
         let me = Arc::clone(self);
         let (stop, mut stopped) = watch::channel(false);
         let handle = tokio::spawn(async move {
@@ -173,14 +173,14 @@ impl Visits {
 }
 
 /// The background flush task.
-pub struct Flusher {
+pub(crate) struct Flusher {
     stop: watch::Sender<bool>,
     handle: tokio::task::JoinHandle<()>,
 }
 
 impl Flusher {
     /// Stops the task once any flush it is running has finished.
-    pub async fn stop(self) {
+    pub(crate) async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.handle.await;
     }

@@ -11,7 +11,7 @@ use crate::store::StoreError;
 impl Visits {
     /// A redirect of a link limited to `max` visits: counted and `true`,
     /// or `false` once the limit is reached.
-    pub async fn take(
+    pub(crate) async fn take(
         &self,
         code: &LinkKey,
         max: u64,
@@ -27,7 +27,7 @@ impl Visits {
 
     /// Whether a limited link has visits left, without taking one (HEAD,
     /// `GET /link/{code}`).
-    pub async fn left(&self, code: &LinkKey, max: u64) -> Result<bool, StoreError> {
+    pub(crate) async fn left(&self, code: &LinkKey, max: u64) -> Result<bool, StoreError> {
         Ok(self.limit(code).await?.load(Ordering::Acquire) < max)
     }
 

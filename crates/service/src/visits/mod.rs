@@ -19,11 +19,8 @@ mod limits;
 mod report;
 mod tally;
 
-pub use flush::Flusher;
-pub use report::{
-    CityCount, ClassCount, CountryCount, HostCount, Interval, NameCount, REPORT_REFERRERS,
-    REPORT_VALUES, SeriesPoint, VisitReport, Window,
-};
+pub(crate) use flush::Flusher;
+pub(crate) use report::{Interval, VisitReport, Window};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -71,7 +68,7 @@ const AGENTS_PER_SHARD: usize = 1024;
 
 /// What a redirect knows about its visit, from its headers.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Visit<'a> {
+pub(crate) struct Visit<'a> {
     /// The header values as sent: bytes, so that nothing scans them for
     /// UTF-8 on the redirect path.
     pub user_agent: Option<&'a [u8]>,
@@ -95,11 +92,11 @@ pub struct Visit<'a> {
 }
 
 /// The header an API client sends a link's password in.
-pub const X_LINK_PASSWORD: &str = "x-link-password";
+pub(crate) const X_LINK_PASSWORD: &str = "x-link-password";
 
 /// `/stats` figures of visit counting.
 #[derive(Debug, Clone, Serialize)]
-pub struct VisitStats {
+pub(crate) struct VisitStats {
     pub counting: bool,
     pub flush_interval_ms: u64,
     /// Visits counted since start.
@@ -134,7 +131,7 @@ struct Shard {
     counted: u64,
 }
 
-pub struct Visits {
+pub(crate) struct Visits {
     settings: VisitSettings,
     shards: Box<[Mutex<Shard>]>,
     /// Tallies a flush has taken from the shards and not yet written.
@@ -161,7 +158,7 @@ fn shard_index() -> usize {
 }
 
 impl Visits {
-    pub fn new(settings: VisitSettings, store: Arc<dyn LinkStore>, geo: Arc<Geo>) -> Self {
+    pub(crate) fn new(settings: VisitSettings, store: Arc<dyn LinkStore>, geo: Arc<Geo>) -> Self {
         Self {
             settings,
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
@@ -176,11 +173,11 @@ impl Visits {
     }
 
     /// The header a trusted proxy names a visitor's country in, if set.
-    pub fn country_header(&self) -> Option<&axum::http::HeaderName> {
+    pub(crate) fn country_header(&self) -> Option<&axum::http::HeaderName> {
         self.geo.header()
     }
 
-    pub fn stats(&self) -> VisitStats {
+    pub(crate) fn stats(&self) -> VisitStats {
         let c = &self.counters;
         VisitStats {
             counting: self.settings.counting,

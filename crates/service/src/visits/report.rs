@@ -11,7 +11,7 @@ use crate::domain::{AgentClass, Dim, Timestamp, VisitCounts};
 /// Buckets of a visit report's series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::Display)]
 #[strum(serialize_all = "lowercase")]
-pub enum Interval {
+pub(crate) enum Interval {
     Hour,
     Day,
 }
@@ -19,7 +19,7 @@ pub enum Interval {
 /// What a visit report covers: `[from, to)`, all time by default. A bucket
 /// (an hour, or a day for referrers and agents) counts when it overlaps.
 #[derive(Debug, Clone, Copy)]
-pub struct Window {
+pub(crate) struct Window {
     pub from: Option<Timestamp>,
     pub to: Option<Timestamp>,
     pub interval: Interval,
@@ -33,10 +33,10 @@ impl Window {
 }
 
 /// Referrer hosts a report names; the rest are summed as `(other)`.
-pub const REPORT_REFERRERS: usize = 10;
+pub(crate) const REPORT_REFERRERS: usize = 10;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct SeriesPoint {
+pub(crate) struct SeriesPoint {
     /// Start of the hour or day (UTC).
     #[schema(value_type = String, format = DateTime)]
     pub start: Timestamp,
@@ -45,33 +45,33 @@ pub struct SeriesPoint {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct HostCount {
+pub(crate) struct HostCount {
     pub host: String,
     pub count: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct ClassCount {
+pub(crate) struct ClassCount {
     pub class: AgentClass,
     pub count: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct CountryCount {
+pub(crate) struct CountryCount {
     /// ISO 3166-1 alpha-2, `unknown`, or `(other)`.
     pub country: String,
     pub count: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct CityCount {
+pub(crate) struct CityCount {
     pub country: String,
     pub city: String,
     pub count: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct NameCount {
+pub(crate) struct NameCount {
     pub name: String,
     pub count: u64,
 }
@@ -79,21 +79,21 @@ pub struct NameCount {
 /// Visits served by one of a link's rules (`index`), or by none of them
 /// (`null`: the link's own URL).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct RuleCount {
+pub(crate) struct RuleCount {
     pub index: Option<u8>,
     pub count: u64,
 }
 
 /// Values a report names per dimension (countries, cities, devices, OS
 /// and browser families); the rest are summed as `(other)`.
-pub const REPORT_VALUES: usize = 50;
+pub(crate) const REPORT_VALUES: usize = 50;
 
 /// `GET /api/v1/links/{code}/visits`: every figure covers the window.
 /// The series lists buckets with visits only, oldest first. Countries,
 /// cities, devices, systems and browsers are counted per day, as
 /// referrers are; visits counted before they were kept are in no row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct VisitReport {
+pub(crate) struct VisitReport {
     pub total: u64,
     pub humans: u64,
     pub bots: u64,
@@ -141,7 +141,7 @@ fn top(
 }
 
 impl VisitReport {
-    pub fn build(counts: &VisitCounts, window: &Window) -> Self {
+    pub(crate) fn build(counts: &VisitCounts, window: &Window) -> Self {
         use crate::domain::visit::{DAY_MS, HOUR_MS};
         use std::collections::BTreeMap;
         let mut series: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
@@ -275,7 +275,7 @@ impl VisitReport {
     /// The report as one CSV table, `dimension,value,start,humans,bots,count`:
     /// the series first (`series` rows: start, humans, bots and their
     /// sum), then a row per value of each dimension (value and count).
-    pub fn to_csv(&self) -> String {
+    pub(crate) fn to_csv(&self) -> String {
         let mut w = csv::Writer::from_writer(Vec::new());
         let mut row = |fields: [&str; 6]| {
             // Writing to a Vec cannot fail.

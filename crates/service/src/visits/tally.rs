@@ -33,7 +33,7 @@ fn agent_in<'s>(
 
 impl Visits {
     /// Counts a redirect of a link without a limit (when counting is on).
-    pub fn record(&self, code: &LinkKey, visit: Visit<'_>) {
+    pub(crate) fn record(&self, code: &LinkKey, visit: Visit<'_>) {
         if self.settings.counting {
             self.add(code, visit);
         }
@@ -73,18 +73,18 @@ impl Visits {
 
     /// What a `User-Agent` says of its sender, from the worker's shard's
     /// memory when it has seen it: for a link's device rules.
-    pub fn agent(&self, user_agent: Option<&[u8]>) -> Agent {
+    pub(crate) fn agent(&self, user_agent: Option<&[u8]>) -> Agent {
         let shard = &self.shards[shard_index()];
         agent_in(shard, lock(shard), agent_key(user_agent)).0
     }
 
     /// The visitor's country, for a link's country rules.
-    pub fn country(&self, visit: &Visit<'_>) -> Country {
+    pub(crate) fn country(&self, visit: &Visit<'_>) -> Country {
         self.geo.place(visit.client, visit.country).country
     }
 
     /// What waits in memory for `code`.
-    pub fn pending(&self, code: &LinkKey) -> VisitCounts {
+    pub(crate) fn pending(&self, code: &LinkKey) -> VisitCounts {
         let mut out = VisitCounts::default();
         for shard in self.shards.iter() {
             if let Some(c) = lock(shard).tallies.get(code) {
@@ -98,7 +98,7 @@ impl Visits {
     }
 
     /// Everything waiting in memory, per link.
-    pub fn pending_all(&self) -> Vec<(LinkKey, VisitCounts)> {
+    pub(crate) fn pending_all(&self) -> Vec<(LinkKey, VisitCounts)> {
         let mut out: std::collections::HashMap<LinkKey, VisitCounts> = Default::default();
         let shards = self.shards.iter().map(|s| lock(s).tallies.clone());
         for tallies in shards.chain(std::iter::once(lock(&self.staged).clone())) {
@@ -111,12 +111,12 @@ impl Visits {
 
     /// Held while reading stored counts to add [`pending`](Self::pending)
     /// to: no flush moves counts from memory to the store meanwhile.
-    pub async fn read_gate(&self) -> RwLockReadGuard<'_, ()> {
+    pub(crate) async fn read_gate(&self) -> RwLockReadGuard<'_, ()> {
         self.gate.read().await
     }
 
     /// Drops what is counted in memory for a deleted link.
-    pub fn forget(&self, code: &LinkKey) {
+    pub(crate) fn forget(&self, code: &LinkKey) {
         for shard in self.shards.iter() {
             lock(shard).tallies.remove(code);
         }

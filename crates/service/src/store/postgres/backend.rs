@@ -9,12 +9,12 @@ use super::{PostgresSettings, PostgresStore, doctor};
 use crate::domain::CodeGenerator;
 use crate::store::{LinkStore, Purpose};
 
-pub struct Backend {
+pub(crate) struct Backend {
     settings: PostgresSettings,
 }
 
 impl Backend {
-    pub fn new(settings: PostgresSettings) -> Self {
+    pub(crate) fn new(settings: PostgresSettings) -> Self {
         Self { settings }
     }
 }

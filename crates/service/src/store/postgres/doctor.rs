@@ -4,7 +4,7 @@ use super::PostgresSettings;
 
 /// `doctor --store postgres://...`: can this database be reached, which
 /// schema does it hold, and can it be written (not a replica)?
-pub fn run(settings: &PostgresSettings) -> anyhow::Result<bool> {
+pub(crate) fn run(settings: &PostgresSettings) -> anyhow::Result<bool> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

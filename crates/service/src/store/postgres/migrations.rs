@@ -89,7 +89,7 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE links ADD COLUMN expired_url TEXT;",
 ];
 
-pub const LATEST: i32 = MIGRATIONS.len() as i32;
+pub(crate) const LATEST: i32 = MIGRATIONS.len() as i32;
 
 /// Any constant: the lock's key among the database's advisory locks.
 const LOCK: i64 = 0x6c69_7465_6c69_6e6b; // "litelink"
@@ -103,7 +103,7 @@ pub enum MigrationError {
 }
 
 /// Brings the schema up to [`LATEST`]; returns the version it found.
-pub async fn migrate(client: &mut Client) -> Result<i32, MigrationError> {
+pub(crate) async fn migrate(client: &mut Client) -> Result<i32, MigrationError> {
     migrate_to(client, LATEST).await
 }
 

@@ -16,8 +16,8 @@ mod ops;
 mod replica;
 mod writer;
 
-pub use backend::Backend;
-pub use replica::ReplicaStats;
+pub(crate) use backend::Backend;
+pub(crate) use replica::ReplicaStats;
 use replica::{Positions, Replica};
 
 use std::sync::Arc;
@@ -95,7 +95,7 @@ impl PostgresSettings {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum OpenError {
+pub(crate) enum OpenError {
     #[error("invalid PostgreSQL URL: {0}")]
     Url(String),
     #[error("cannot connect to PostgreSQL at {host}: {source}")]
@@ -162,7 +162,7 @@ const LIVE_COUNT_REFRESH: Duration = Duration::from_secs(1);
 /// `/stats` of the PostgreSQL store. Nothing in it names a host, a user or
 /// a database: `/stats` may be public.
 #[derive(Debug, Clone, Serialize)]
-pub struct PostgresStats {
+pub(crate) struct PostgresStats {
     pub server_version: String,
     /// Live links: exact for this instance's writes, others' within a second.
     pub links: u64,
@@ -175,7 +175,7 @@ pub struct PostgresStats {
     pub replica: Option<ReplicaStats>,
 }
 
-pub struct PostgresStore {
+pub(crate) struct PostgresStore {
     inner: Arc<Inner>,
 }
 
@@ -184,7 +184,6 @@ pub(super) struct Inner {
     /// Where this instance's reads may go, and the positions that decide.
     positions: Arc<Positions>,
     replica: Option<Replica>,
-    settings: PostgresSettings,
     writer: writer::Writer,
     server_version: String,
     /// Set while the last write failed for want of the database, cleared by
@@ -316,7 +315,10 @@ async fn open_replica(
 impl PostgresStore {
     /// Connects, migrates (one instance at a time) and starts the writer;
     /// with a read URL, connects to the replica and checks it is one.
-    pub async fn open(settings: PostgresSettings, codes: CodeGenerator) -> Result<Self, OpenError> {
+    pub(crate) async fn open(
+        settings: PostgresSettings,
+        codes: CodeGenerator,
+    ) -> Result<Self, OpenError> {
         let (pool, host) = pool(&settings.url, &settings)?;
         let mut client = pool.get().await.map_err(|source| OpenError::Connect {
             host: host.clone(),
@@ -368,7 +370,6 @@ impl PostgresStore {
                 pool,
                 positions,
                 replica,
-                settings,
                 writer,
                 server_version,
                 failing: std::sync::Mutex::new(None),
@@ -378,11 +379,7 @@ impl PostgresStore {
         })
     }
 
-    pub fn settings(&self) -> &PostgresSettings {
-        &self.inner.settings
-    }
-
-    pub fn postgres_stats(&self) -> PostgresStats {
+    pub(crate) fn postgres_stats(&self) -> PostgresStats {
         let status = self.inner.pool.status();
         PostgresStats {
             server_version: self.inner.server_version.clone(),

@@ -229,7 +229,7 @@ async fn primary_position(client: &impl GenericClient) -> Result<u64, StoreError
 
 /// `/stats` of the read replica. No address: `/stats` may be public.
 #[derive(Debug, Clone, Serialize)]
-pub struct ReplicaStats {
+pub(crate) struct ReplicaStats {
     /// The replica answers and is a standby.
     pub up: bool,
     /// Reads served by the replica.

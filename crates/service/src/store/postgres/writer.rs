@@ -30,7 +30,7 @@ enum Message {
 
 /// The `/stats` view of the writer.
 #[derive(Debug, Clone, Serialize)]
-pub struct WriterCounts {
+pub(crate) struct WriterCounts {
     pub group_commit: bool,
     pub batch_max: usize,
     pub queue_capacity: usize,

@@ -11,13 +11,13 @@ use super::{Durability, SqliteSettings, SqliteStore, build_info, doctor, memstat
 use crate::domain::CodeGenerator;
 use crate::store::{LinkStore, Purpose};
 
-pub struct Backend {
+pub(crate) struct Backend {
     db: PathBuf,
     settings: SqliteSettings,
 }
 
 impl Backend {
-    pub fn new(db: PathBuf, settings: SqliteSettings) -> Self {
+    pub(crate) fn new(db: PathBuf, settings: SqliteSettings) -> Self {
         Self { db, settings }
     }
 }

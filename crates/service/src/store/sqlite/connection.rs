@@ -95,7 +95,7 @@ pub(super) fn enable_wal(conn: &Connection) -> rusqlite::Result<()> {
 /// itself rather than from the settings: `/stats` shows it, so that a
 /// setting that was not applied shows.
 #[derive(Debug, Clone, Serialize)]
-pub struct Applied {
+pub(crate) struct Applied {
     /// `off`, `normal`, `full` or `extra`.
     pub synchronous: &'static str,
     /// Pages (positive) or KiB (negative) of page cache; 0: none.

@@ -12,7 +12,7 @@ use rusqlite::{Connection, OpenFlags};
 use super::{SqliteSettings, build_info, memstatus, migrations};
 
 /// Prints a report and returns whether everything is in order.
-pub fn run(db: &Path, settings: &SqliteSettings, full: bool) -> anyhow::Result<bool> {
+pub(crate) fn run(db: &Path, settings: &SqliteSettings, full: bool) -> anyhow::Result<bool> {
     memstatus::configure(settings.memstatus)?;
     let mut ok = true;
     println!("SQLite version:     {}", build_info::sqlite_version());

@@ -8,7 +8,7 @@ use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
-pub enum LockError {
+pub(crate) enum LockError {
     #[error("{db} is in use by another litelink process{}", pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
     Held { db: PathBuf, pid: Option<u32> },
     #[error(
@@ -25,11 +25,11 @@ pub enum LockError {
 
 /// Held for as long as it lives.
 #[derive(Debug)]
-pub struct DbLock {
+pub(crate) struct DbLock {
     _file: File,
 }
 
-pub fn lock_path(db: &Path) -> PathBuf {
+pub(crate) fn lock_path(db: &Path) -> PathBuf {
     let mut p = db.as_os_str().to_owned();
     p.push("-litelink-lock");
     PathBuf::from(p)
@@ -37,7 +37,7 @@ pub fn lock_path(db: &Path) -> PathBuf {
 
 impl DbLock {
     /// Takes the lock, or says who holds it; never waits.
-    pub fn acquire(db: &Path) -> Result<Self, LockError> {
+    pub(crate) fn acquire(db: &Path) -> Result<Self, LockError> {
         let path = lock_path(db);
         let io = |source| LockError::Io {
             path: path.clone(),

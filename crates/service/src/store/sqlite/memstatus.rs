@@ -14,7 +14,7 @@ use rusqlite::ffi;
 static CONFIGURED: OnceLock<bool> = OnceLock::new();
 
 #[derive(Debug, thiserror::Error)]
-pub enum MemstatusError {
+pub(crate) enum MemstatusError {
     #[error(
         "sqlite3_config(SQLITE_CONFIG_MEMSTATUS) returned {0}: SQLite was already initialised, \
          so MEMSTATUS must be configured before the first connection opens"
@@ -29,7 +29,7 @@ pub enum MemstatusError {
 /// Must run before anything opens a connection: `sqlite3_config` is refused
 /// once SQLite has initialised. Calling it again with the same value is a
 /// no-op, so test harnesses can call it from every test.
-pub fn configure(on: bool) -> Result<(), MemstatusError> {
+pub(crate) fn configure(on: bool) -> Result<(), MemstatusError> {
     let mut result = Ok(());
     let set = *CONFIGURED.get_or_init(|| {
         // SAFETY: sqlite3_config is documented as safe to call before
@@ -61,7 +61,7 @@ fn built_off() -> bool {
 /// with MEMSTATUS off, `sqlite3_memory_used()` stays 0, and any open
 /// connection has allocated memory, so a non-zero count means it is on.
 /// Only meaningful while at least one connection is open.
-pub fn active() -> bool {
+pub(crate) fn active() -> bool {
     // SAFETY: a plain read of a counter; thread-safe in SQLite's API.
     unsafe { ffi::sqlite3_memory_used() > 0 }
 }

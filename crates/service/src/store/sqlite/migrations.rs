@@ -179,7 +179,7 @@ fn codes_by_row_id(tx: &Transaction<'_>) -> rusqlite::Result<()> {
 }
 
 /// The codebook's key, made by migration 5.
-pub fn code_key(conn: &Connection) -> rusqlite::Result<crate::domain::CodeKey> {
+pub(crate) fn code_key(conn: &Connection) -> rusqlite::Result<crate::domain::CodeKey> {
     let key: Vec<u8> =
         conn.query_row("SELECT value FROM meta WHERE name = 'code_key'", [], |r| {
             r.get(0)
@@ -227,12 +227,12 @@ pub enum MigrationError {
     Sqlite(#[from] rusqlite::Error),
 }
 
-pub fn version(conn: &Connection) -> rusqlite::Result<u32> {
+pub(crate) fn version(conn: &Connection) -> rusqlite::Result<u32> {
     conn.pragma_query_value(None, "user_version", |r| r.get(0))
 }
 
 /// Brings the schema up to [`LATEST`]; returns the version it found.
-pub fn migrate(conn: &mut Connection) -> Result<u32, MigrationError> {
+pub(crate) fn migrate(conn: &mut Connection) -> Result<u32, MigrationError> {
     migrate_to(conn, LATEST)
 }
 

@@ -11,15 +11,15 @@
 //! `memstatus` and `build_info` are SQLite's process and build facts.
 
 mod backend;
-pub mod build_info;
+pub(crate) mod build_info;
 mod checkpointer;
-pub mod connection;
+pub(crate) mod connection;
 mod doctor;
 mod fileguard;
 mod find;
-pub mod lock;
+pub(crate) mod lock;
 mod mapped;
-pub mod memstatus;
+pub(crate) mod memstatus;
 pub mod migrations;
 mod names;
 mod ops;
@@ -38,7 +38,7 @@ use async_trait::async_trait;
 use serde::Serialize;
 use strum::{Display, EnumString, VariantNames};
 
-pub use self::backend::Backend;
+pub(crate) use self::backend::Backend;
 use self::checkpointer::Checkpointer;
 use self::connection::Role;
 use self::ops::Op;
@@ -166,12 +166,12 @@ impl SqliteSettings {
     /// Full durability with group commit: the writer syncs the WAL itself,
     /// once for all commits made while creates kept arriving (walsync.rs).
     /// Without group commit, `synchronous=FULL` syncs inside every commit.
-    pub fn grouped_sync(&self) -> bool {
+    pub(crate) fn grouped_sync(&self) -> bool {
         self.durability == Durability::Full && self.batch_max > 1
     }
 
     /// Bytes the WAL is preallocated to, as applied: only at full durability.
-    pub fn wal_preallocate_applied(&self) -> u64 {
+    pub(crate) fn wal_preallocate_applied(&self) -> u64 {
         if self.durability == Durability::Full {
             self.wal_preallocate
         } else {
@@ -201,7 +201,7 @@ impl Default for SqliteSettings {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum OpenError {
+pub(crate) enum OpenError {
     #[error("cannot open SQLite database {path}: {source}")]
     Open {
         path: PathBuf,
@@ -296,7 +296,7 @@ fn quick_check(conn: &Connection, path: &Path) -> Result<(), OpenError> {
 
 /// `/stats` of the SQLite store. The JSON shape is documented in docs/api.md.
 #[derive(Debug, Clone, Serialize)]
-pub struct SqliteStats {
+pub(crate) struct SqliteStats {
     pub file: String,
     pub sqlite_version: &'static str,
     pub compile_options: Vec<String>,
@@ -318,7 +318,7 @@ pub struct SqliteStats {
 /// `PRAGMA`s read back from the writer's connection and from the first
 /// reader connection (`null` until a lookup has opened one).
 #[derive(Debug, Clone, Serialize)]
-pub struct AppliedReport {
+pub(crate) struct AppliedReport {
     pub writer: connection::Applied,
     pub reader: Option<connection::Applied>,
 }
@@ -326,7 +326,7 @@ pub struct AppliedReport {
 /// The `writer` object of [`SqliteStats`]: the writer's settings and the
 /// counters of the writer, its WAL syncs and the checkpointer.
 #[derive(Debug, Clone, Serialize)]
-pub struct WriterReport {
+pub(crate) struct WriterReport {
     pub group_commit: bool,
     pub batch_max: usize,
     pub queue_capacity: usize,
@@ -341,7 +341,7 @@ pub struct WriterReport {
     pub checkpoints: u64,
 }
 
-pub struct SqliteStore {
+pub(crate) struct SqliteStore {
     inner: Arc<Inner>,
     /// The file's one-server lock, when this store serves it.
     _lock: Option<lock::DbLock>,
@@ -384,7 +384,7 @@ fn open_slots(db: &Path) -> Option<Arc<Slots>> {
 impl SqliteStore {
     /// Opens (or creates) the database, migrates it, switches it to WAL and
     /// starts the writer. MEMSTATUS must have been configured before this.
-    pub fn open(
+    pub(crate) fn open(
         path: impl AsRef<Path>,
         settings: SqliteSettings,
         codes: CodeGenerator,
@@ -471,28 +471,28 @@ impl SqliteStore {
         })
     }
 
-    pub fn settings(&self) -> &SqliteSettings {
+    pub(crate) fn settings(&self) -> &SqliteSettings {
         &self.inner.settings
     }
 
     /// Whether SQLite's memory statistics (and their global mutex) are on
     /// in this process, as SQLite reported it when the store opened.
-    pub fn memstatus(&self) -> bool {
+    pub(crate) fn memstatus(&self) -> bool {
         self.inner.memstatus
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.inner.path
     }
 
     /// The store, holding `lock` for as long as it lives.
-    pub fn holding(mut self, lock: Option<lock::DbLock>) -> Self {
+    pub(crate) fn holding(mut self, lock: Option<lock::DbLock>) -> Self {
         self._lock = lock;
         self
     }
 
     /// The typed form of `/stats` for this store.
-    pub fn sqlite_stats(&self) -> SqliteStats {
+    pub(crate) fn sqlite_stats(&self) -> SqliteStats {
         let inner = &self.inner;
         let c = &inner.settings;
         let writes = inner.writer.counts();

@@ -75,7 +75,7 @@ pub(super) struct ReaderStats {
 
 /// The `/stats` view of the readers' counters.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct ReaderCounts {
+pub(crate) struct ReaderCounts {
     pub lookups: u64,
     pub snapshots: u64,
     pub connections_opened: u64,

@@ -187,7 +187,7 @@ pub(super) struct SlotStats {
 
 /// The `slots` object of `/stats`.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct SlotCounts {
+pub(crate) struct SlotCounts {
     /// `building` (lookups read SQLite meanwhile) or `ready`.
     pub state: &'static str,
     /// Row ids whose slots are copied (all of them once `ready`).

@@ -55,7 +55,7 @@ pub(super) fn data_sync() -> Syncer {
 
 /// The `/stats` view of [`SyncStats`].
 #[derive(Debug, Clone, Serialize)]
-pub struct SyncCounts {
+pub(crate) struct SyncCounts {
     pub syncs: u64,
     pub failed_syncs: u64,
     pub writes_stopped: Option<String>,
