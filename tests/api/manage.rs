@@ -159,6 +159,24 @@ async fn both_key_headers_must_name_one_valid_key() {
         }
         let same = send(admin.clone(), admin.clone(), path).await;
         assert_eq!(same.status(), 200, "{path}");
+        // One header twice, naming two keys: refused as two headers are.
+        for header in ["x-api-key", "authorization"] {
+            let value = |k: &str| match header {
+                "authorization" => format!("Bearer {k}"),
+                _ => k.to_owned(),
+            };
+            let mut headers = reqwest::header::HeaderMap::new();
+            headers.append(header, value(&admin).parse().expect("value"));
+            headers.append(header, value("ll_unknown").parse().expect("value"));
+            let r = app
+                .client
+                .get(app.url(path))
+                .headers(headers)
+                .send()
+                .await
+                .expect("request");
+            assert_error(r, 400, "two different API keys").await;
+        }
     }
 }
 
@@ -1127,6 +1145,40 @@ async fn export_and_import_round_trip_in_both_formats() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn import_takes_only_password_hashes_this_server_could_have_made() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("in.jsonl");
+    // A salt and a hash of the right lengths; only the costs differ.
+    let tail = "c2FsdHNhbHRzYWx0c2FsdA$YWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWE";
+    let line = |code: &str, params: &str| {
+        format!(
+            r#"{{"code":"{code}","url":"https://e.com/{code}","created_at":"2026-01-01T00:00:00Z","password_hash":"$argon2id$v=19${params}${tail}"}}"#
+        )
+    };
+    std::fs::write(
+        &file,
+        [
+            line("huge", "m=4194304,t=4294967295,p=1"),
+            line("weak", "m=8,t=1,p=1"),
+            line("own", "m=19456,t=2,p=1"),
+        ]
+        .join("\n"),
+    )
+    .expect("write");
+    let db = dir.path().join("i.db");
+    let out = litelink(&["import", file.to_str().expect("path")], &db);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for needle in [
+        "line 1: password_hash",
+        "line 2: password_hash",
+        "imported 1 links",
+    ] {
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
 }
 
 #[test]

@@ -421,7 +421,8 @@ fn rules() -> Value {
     ])
 }
 
-async fn check_rules(app: &TestApp, mode: &str) {
+/// Checks where each visitor of `/ruled` lands; the number of GETs sent.
+async fn check_rules(app: &TestApp, mode: &str) -> u64 {
     let expect = [
         (vec![("user-agent", IPHONE)], "https://apps.apple.com/app"),
         (vec![("user-agent", IPAD)], "https://apps.apple.com/app"),
@@ -444,6 +445,11 @@ async fn check_rules(app: &TestApp, mode: &str) {
             ],
             "https://example.com/target",
         ),
+        // `*` first: any language, so no language rule holds.
+        (
+            vec![("user-agent", WINDOWS), ("accept-language", "*, de;q=0.5")],
+            "https://example.com/target",
+        ),
         (
             vec![("user-agent", WINDOWS), ("cf-ipcountry", "jp")],
             "https://example.jp/",
@@ -455,12 +461,21 @@ async fn check_rules(app: &TestApp, mode: &str) {
         ),
         (vec![], "https://example.com/target"),
     ];
+    let sent = expect.len() as u64 + 2;
     for (headers, want) in expect {
         assert_eq!(
             lands(app, "/ruled", &headers).await,
             Ok(want.to_owned()),
             "{mode} {headers:?}"
         );
+        // A HEAD names the target the GET goes to, and counts nothing.
+        let mut head = app.client.head(app.url("/ruled"));
+        for (name, value) in &headers {
+            head = head.header(*name, *value);
+        }
+        let r = head.send().await.expect("HEAD");
+        assert_eq!(r.status(), 302, "{mode} HEAD {headers:?}");
+        assert_eq!(r.headers()["location"], want, "{mode} HEAD {headers:?}");
     }
     assert_eq!(
         lands(app, "/ruled?x=1&src=news", &[("user-agent", WINDOWS)]).await,
@@ -472,6 +487,7 @@ async fn check_rules(app: &TestApp, mode: &str) {
         Ok("https://example.com/target".into()),
         "{mode}"
     );
+    sent
 }
 
 #[tokio::test]
@@ -504,8 +520,9 @@ async fn rules_passwords_and_expiry_resolve_in_every_cache_mode() {
         .await;
         assert_eq!(link["rules"].as_array().map(Vec::len), Some(7), "{mode}");
         // Twice: the second from whatever the cache kept.
-        check_rules(&app, mode).await;
-        check_rules(&app, mode).await;
+        let sent = check_rules(&app, mode).await + check_rules(&app, mode).await;
+        // Every GET counted, and no HEAD.
+        assert_eq!(visits(&app, &admin, "ruled").await, sent, "{mode}");
         // An edit reaches every tier at once.
         let r = app
             .api(
@@ -709,6 +726,20 @@ async fn an_invalid_rule_is_refused_naming_its_index_and_field() {
             "rules[0].if.colour",
         ),
         (Value::Array(vec![ok.clone(); 17]), "at most 16"),
+        // Rules that can never hold.
+        (
+            json!([{"if": {"country": "XX"}, "url": "https://e.com/"}]),
+            "rules[0].if.country",
+        ),
+        (
+            json!([{"if": {"language": "x"}, "url": "https://e.com/"}]),
+            "rules[0].if.language",
+        ),
+        (
+            json!([{"if": {"after": "2031-01-01T00:00:00Z", "before": "2030-01-01T00:00:00Z"},
+                    "url": "https://e.com/"}]),
+            "can never hold",
+        ),
         (json!({"url": "https://e.com/"}), "rules"),
     ];
     for (rules, needle) in cases {

@@ -225,6 +225,40 @@ impl Passwords {
     }
 }
 
+/// Whether `phc` is a hash this server could have made: Argon2id, version
+/// 19, its own costs and output length, with a salt. An imported hash
+/// with other costs could take gigabytes and minutes to check (and hold a
+/// hashing permit all that time), or be cheap to guess.
+pub(crate) fn is_servers_own(phc: &str) -> Result<(), String> {
+    let parsed = Phc::new(phc).map_err(|_| "not an Argon2id hash in PHC form".to_owned())?;
+    if parsed.algorithm.as_str() != "argon2id" {
+        return Err(format!("'{}' is not argon2id", parsed.algorithm.as_str()));
+    }
+    if parsed.version != Some(u32::from(Version::V0x13)) {
+        return Err("an Argon2id hash must be of version 19".into());
+    }
+    let params = Params::try_from(&parsed).map_err(|e| format!("its parameters: {e}"))?;
+    let own = Params::default();
+    let same = params.m_cost() == own.m_cost()
+        && params.t_cost() == own.t_cost()
+        && params.p_cost() == own.p_cost()
+        && params.output_len().unwrap_or(Params::DEFAULT_OUTPUT_LEN) == Params::DEFAULT_OUTPUT_LEN;
+    if !same || parsed.salt.is_none() || parsed.hash.is_none() {
+        return Err(format!(
+            "m={},t={},p={} with a salt and a {}-byte hash is what this server makes and \
+             accepts (this one: m={},t={},p={})",
+            own.m_cost(),
+            own.t_cost(),
+            own.p_cost(),
+            Params::DEFAULT_OUTPUT_LEN,
+            params.m_cost(),
+            params.t_cost(),
+            params.p_cost()
+        ));
+    }
+    Ok(())
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -252,6 +286,33 @@ mod tests {
         let k = key("abc");
         assert!(p.check(&k, None, &hash, b"sesame").await.expect("checked"));
         assert!(!p.check(&k, None, &hash, b"Sesame").await.expect("checked"));
+    }
+
+    #[tokio::test]
+    async fn only_a_hash_this_server_could_have_made_is_taken() {
+        let own = Arc::new(Passwords::new())
+            .hash("sesame".into())
+            .await
+            .expect("hashed");
+        assert_eq!(is_servers_own(own.as_str()), Ok(()));
+        let cheap = cheap().hash("sesame".into()).await.expect("hashed");
+        assert!(is_servers_own(cheap.as_str()).is_err(), "m=1024,t=1");
+        let salt_and_hash = own.as_str().rsplitn(3, '$').collect::<Vec<_>>();
+        for params in [
+            "m=4194304,t=4294967295,p=1",
+            "m=8,t=1,p=1",
+            "m=19456,t=2,p=4",
+        ] {
+            let forged = format!(
+                "$argon2id$v=19${params}${}${}",
+                salt_and_hash[1], salt_and_hash[0]
+            );
+            assert!(is_servers_own(&forged).is_err(), "{forged}");
+        }
+        let argon2i = own.as_str().replacen("$argon2id$", "$argon2i$", 1);
+        assert!(is_servers_own(&argon2i).is_err());
+        let old = own.as_str().replacen("v=19", "v=16", 1);
+        assert!(is_servers_own(&old).is_err());
     }
 
     #[tokio::test]

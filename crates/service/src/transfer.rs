@@ -291,10 +291,9 @@ impl Checker {
         let password = match &r.password_hash {
             None => None,
             Some(phc) => {
-                let valid = argon2::password_hash::phc::PasswordHash::new(phc).is_ok();
+                crate::passwords::is_servers_own(phc).map_err(|e| format!("password_hash: {e}"))?;
                 Some(
                     PasswordHash::from_stored(phc)
-                        .filter(|_| valid)
                         .ok_or("password_hash: not an Argon2id hash in PHC form")?,
                 )
             }

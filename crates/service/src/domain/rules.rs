@@ -217,8 +217,9 @@ fn pick(targets: &[(TargetUrl, u32)], mut draw: u64) -> &TargetUrl {
 
 /// The primary tag of the most preferred language in an `Accept-Language`
 /// value, as sent (in any case): highest q-value, the first among equals;
-/// `*`, `q=0` and malformed entries are skipped. One pass over the bytes:
-/// splitting a `str` by `char` patterns cost several times as much.
+/// `q=0` and malformed entries are skipped, and `*` (any language) names
+/// none when it is the most preferred. One pass over the bytes: splitting
+/// a `str` by `char` patterns cost several times as much.
 pub(crate) fn preferred_language(header: &[u8]) -> Option<&str> {
     // Browsers put their first choice first, without a q-value: q=1 is
     // the highest there is, and the first among equals wins, so that item
@@ -227,12 +228,16 @@ pub(crate) fn preferred_language(header: &[u8]) -> Option<&str> {
         .iter()
         .position(|&b| b == b',' || b == b';')
         .map_or(header, |end| &header[..end]);
-    if header.get(first.len()) != Some(&b';')
-        && let Some(tag) = primary_tag(first)
-    {
-        return Some(tag);
+    if header.get(first.len()) != Some(&b';') {
+        if first.trim_ascii() == b"*" {
+            return None;
+        }
+        if let Some(tag) = primary_tag(first) {
+            return Some(tag);
+        }
     }
-    let mut best: Option<(u32, &str)> = None;
+    // The best so far, and its tag (`None`: `*`).
+    let mut best: Option<(u32, Option<&str>)> = None;
     let mut rest = header;
     while !rest.is_empty() {
         let end = rest.iter().position(|&b| b == b',').unwrap_or(rest.len());
@@ -242,15 +247,17 @@ pub(crate) fn preferred_language(header: &[u8]) -> Option<&str> {
             Some(semi) => (&item[..semi], &item[semi + 1..]),
             None => (item, &[][..]),
         };
-        let Some(primary) = primary_tag(tag) else {
-            continue;
+        let primary = match primary_tag(tag) {
+            Some(primary) => Some(primary),
+            None if tag.trim_ascii() == b"*" => None,
+            None => continue,
         };
         let q = q_of(params);
         if q > 0 && best.is_none_or(|(bq, _)| q > bq) {
             best = Some((q, primary));
         }
     }
-    best.map(|(_, tag)| tag)
+    best.and_then(|(_, tag)| tag)
 }
 
 /// The primary tag of a language range (`de` of `de-AT`): 1 to 8 ASCII
@@ -377,7 +384,9 @@ impl FromText for Language {
     const EXPECTING: &'static str = "a string";
 
     fn from_text(text: &str) -> Result<Self, String> {
-        let ok = (1..=8).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_alphabetic());
+        // A primary subtag is 2 to 8 letters; a single letter (`x`, `i`)
+        // starts a private or grandfathered tag, which names no language.
+        let ok = (2..=8).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_alphabetic());
         if !ok {
             return Err(format!(
                 "'{text}' is not a primary language tag such as 'de'"
@@ -398,7 +407,7 @@ impl FromText for Country {
 
     fn from_text(text: &str) -> Result<Self, String> {
         let c = Country::parse(text.as_bytes());
-        if !c.is_known() {
+        if !c.is_known() || c.is_user_assigned() {
             return Err(format!(
                 "'{text}' is not an ISO 3166 alpha-2 country code such as 'DE'"
             ));
@@ -565,6 +574,14 @@ impl TryFrom<RuleSpec> for Rule {
     type Error = String;
 
     fn try_from(spec: RuleSpec) -> Result<Self, String> {
+        if let Some(when) = &spec.when
+            && let (Some(after), Some(before)) = (when.after.iter().min(), when.before.iter().max())
+            && after >= before
+        {
+            return Err(format!(
+                "'if.after' ({after}) is not before 'if.before' ({before}): the rule can never hold"
+            ));
+        }
         let then = match (spec.url, spec.split) {
             (Some(url), None) => Then::Url(url),
             (None, Some(split)) => {
@@ -744,7 +761,9 @@ mod tests {
             ("de-DE,de;q=0.9,en;q=0.8", Some("de")),
             ("en, fr", Some("en")),
             ("fr;q=0.8, en;q=0.8", Some("fr")),
-            ("*, fr;q=0.5", Some("fr")),
+            ("*, fr;q=0.5", None),
+            ("fr;q=0.5, *;q=0.9", None),
+            ("de;q=0.9, *;q=0.5", Some("de")),
             ("de;q=0, en;q=0.1", Some("en")),
             ("EN-gb", Some("EN")),
             ("", None),
@@ -753,7 +772,8 @@ mod tests {
             ("zh-Hant-TW;q=1.000", Some("zh")),
             ("de-DE", Some("de")),
             (" it , de;q=0.9", Some("it")),
-            ("*;q=0.5, fr;q=0.4", Some("fr")),
+            ("*;q=0.5, fr;q=0.4", None),
+            ("*;q=0, fr;q=0.4", Some("fr")),
             ("12, fr;q=0.4", Some("fr")),
         ];
         for (header, want) in cases {
@@ -816,6 +836,20 @@ mod tests {
                 "rules[0].if.query",
             ),
             (json!("x"), "rules"),
+            // Rules that can never hold.
+            (
+                json!([{"if": {"country": "XX"}, "url": "https://a.example/"}]),
+                "rules[0].if.country",
+            ),
+            (
+                json!([{"if": {"language": "x"}, "url": "https://a.example/"}]),
+                "rules[0].if.language",
+            ),
+            (
+                json!([{"if": {"after": "2030-01-01T00:00:00Z", "before": "2029-01-01T00:00:00Z"},
+                        "url": "https://a.example/"}]),
+                "rules[0]: 'if.after'",
+            ),
         ];
         for (raw, at) in cases {
             let e = parse_rules(&raw).expect_err("invalid");

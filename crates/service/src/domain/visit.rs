@@ -139,6 +139,15 @@ impl Country {
         self != Self::UNKNOWN
     }
 
+    /// ISO 3166's user-assigned codes (`AA`, `QM` to `QZ`, `XA` to `XZ`,
+    /// `ZZ`): no country has one, though a CDN may send `XX` for none.
+    pub(crate) fn is_user_assigned(self) -> bool {
+        matches!(
+            self.0,
+            [b'A', b'A'] | [b'Q', b'M'..=b'Z'] | [b'X', _] | [b'Z', b'Z']
+        )
+    }
+
     pub(crate) fn as_str(&self) -> &str {
         if self.is_known() {
             // Two ASCII letters, checked by `parse`.

@@ -193,27 +193,35 @@ impl FromRequestParts<AppState> for Operator {
 /// a valid key in one header never covers a bad one in the other.
 fn presented_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
     let malformed = || ApiError::Unauthorized("malformed API key header".into());
-    let x_api_key = match headers.get("x-api-key") {
-        Some(v) => Some(v.to_str().map(str::trim).map_err(|_| malformed())?),
-        None => None,
-    };
-    let bearer = match headers.get(header::AUTHORIZATION) {
-        Some(v) => match v.to_str().map_err(|_| malformed())?.split_once(' ') {
-            Some((scheme, key)) if scheme.eq_ignore_ascii_case("bearer") => Some(key.trim()),
-            _ => {
-                return Err(ApiError::Unauthorized(
-                    "the Authorization header must be 'Bearer KEY'".into(),
+    let mut sent: Option<&str> = None;
+    // Every value of both headers: each must name the same key, so that a
+    // valid key in one never covers another in a second copy.
+    let x_api_key = headers
+        .get_all("x-api-key")
+        .iter()
+        .map(|v| v.to_str().map(str::trim).map_err(|_| malformed()));
+    let bearer = headers.get_all(header::AUTHORIZATION).iter().map(|v| {
+        match v.to_str().map_err(|_| malformed())?.split_once(' ') {
+            Some((scheme, key)) if scheme.eq_ignore_ascii_case("bearer") => Ok(key.trim()),
+            _ => Err(ApiError::Unauthorized(
+                "the Authorization header must be 'Bearer KEY'".into(),
+            )),
+        }
+    });
+    for key in x_api_key.chain(bearer) {
+        let key = key?;
+        match sent {
+            Some(first) if first != key => {
+                return Err(ApiError::BadRequest(
+                    "two different API keys were sent (X-API-Key and Authorization, \
+                     or either twice)"
+                        .into(),
                 ));
             }
-        },
-        None => None,
-    };
-    match (x_api_key, bearer) {
-        (Some(a), Some(b)) if a != b => Err(ApiError::BadRequest(
-            "two different API keys were sent (X-API-Key and Authorization)".into(),
-        )),
-        (a, b) => Ok(a.or(b)),
+            _ => sent = Some(key),
+        }
     }
+    Ok(sent)
 }
 
 fn is_json_content_type(headers: &HeaderMap) -> bool {

@@ -177,7 +177,8 @@ fn later<B: Send + 'static>(
 }
 
 /// What the request is to the links service: a GET (or a password form's
-/// POST) is a visit, with its headers read in place; a HEAD is a look.
+/// POST) is a visit, with its headers read in place; a HEAD reads the same
+/// headers, for the same rule, and counts nothing.
 fn use_of<'a, B>(
     state: &AppState,
     method: &Method,
@@ -186,14 +187,11 @@ fn use_of<'a, B>(
     peer: Option<SocketAddr>,
     password: Option<&'a crate::domain::Password>,
 ) -> Use<'a> {
-    if method == Method::HEAD {
-        return Use::Look;
-    }
     let (client, country) =
         state
             .trust_proxy
             .visitor(peer, req.headers(), state.country_header.as_ref());
-    Use::Visit(Visit {
+    let visit = Visit {
         user_agent: sent.user_agent.map(HeaderValue::as_bytes),
         referer: sent.referer.map(HeaderValue::as_bytes),
         client,
@@ -205,7 +203,12 @@ fn use_of<'a, B>(
             .or(sent.link_password.map(HeaderValue::as_bytes)),
         rule: 0,
         agent: None,
-    })
+    };
+    if method == Method::HEAD {
+        Use::Head(visit)
+    } else {
+        Use::Visit(visit)
+    }
 }
 
 /// The answer to a resolution: a redirect (or the link's JSON) with its

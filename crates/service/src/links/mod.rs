@@ -117,7 +117,10 @@ pub(crate) struct Later(Option<Lookup>);
 pub(crate) enum Use<'a> {
     /// A redirect that is served: counted as a visit.
     Visit(Visit<'a>),
-    /// A look that is not a visit (`HEAD`, `GET /link/{code}`).
+    /// A `HEAD` of a redirect: the target a GET would get, rules and all,
+    /// but no visit counted.
+    Head(Visit<'a>),
+    /// A look at the link's own URL, not a visit (`GET /link/{code}`).
     Look,
 }
 
@@ -349,6 +352,8 @@ impl Links {
         let mut unlocked = false;
         if let Some(extra) = &link.extra {
             if let Some(hash) = &extra.password {
+                // A HEAD is answered 401 with no guess checked: guessing
+                // goes through a GET or the form.
                 let Use::Visit(visit) = how else {
                     return Ok(Resolution::Locked);
                 };
@@ -365,7 +370,7 @@ impl Links {
                 }
                 unlocked = true;
             }
-            if let Use::Visit(visit) = &mut how {
+            if let Use::Visit(visit) | Use::Head(visit) = &mut how {
                 target = self.choose(&extra.rules, visit).unwrap_or(&link.target);
                 if self.inner.targets.blocks(target) {
                     return Ok(Resolution::Blocked);
@@ -377,9 +382,9 @@ impl Links {
                 self.inner.visits.record(code, visit);
                 true
             }
-            (None, Use::Look) => true,
+            (None, Use::Look | Use::Head(_)) => true,
             (Some(max), Use::Visit(visit)) => self.inner.visits.take(code, max, visit).await?,
-            (Some(max), Use::Look) => self.inner.visits.left(code, max).await?,
+            (Some(max), Use::Look | Use::Head(_)) => self.inner.visits.left(code, max).await?,
         };
         Ok(if served && unlocked {
             Resolution::Unlocked(target.clone())
@@ -399,8 +404,10 @@ impl Links {
         if extra.password.is_some() || link.max_visits.is_some() {
             return None;
         }
-        let Use::Visit(mut visit) = how else {
-            return Some(Resolution::Found(link.target.clone()));
+        let (mut visit, counted) = match how {
+            Use::Visit(visit) => (visit, true),
+            Use::Head(visit) => (visit, false),
+            Use::Look => return Some(Resolution::Found(link.target.clone())),
         };
         let wants_place = extra.rules.iter().any(|r| !r.when.country.is_empty());
         if wants_place && visit.client.is_none() && visit.country.is_none() {
@@ -412,7 +419,9 @@ impl Links {
         if self.inner.targets.blocks(target) {
             return Some(Resolution::Blocked);
         }
-        self.inner.visits.record(code, visit);
+        if counted {
+            self.inner.visits.record(code, visit);
+        }
         Some(Resolution::Found(target.clone()))
     }
 
