@@ -324,3 +324,60 @@ async fn running_out_of_descriptors_neither_spins_nor_floods_the_log() {
     .await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
+
+/// A request says its host once: two `Host` headers, none in HTTP/1.1, or
+/// a port that is no port are a 400 with a JSON body, on the hot path
+/// (`/{code}`) and the router's (`/api/v1/links`) alike, hot path on or off.
+#[tokio::test]
+async fn a_request_names_one_host_with_a_port_in_range() {
+    for hot in [&[][..], &["--hot-path", "off"][..]] {
+        let app = spawn_app(hot).await;
+        let code = app.create_ok("https://example.com/host").await;
+        for path in [
+            format!("/{code}"),
+            "/api/v1/links".to_owned(),
+            "/heart-beat".into(),
+        ] {
+            for (head, why) in [
+                (
+                    format!("GET {path} HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n"),
+                    "one Host header",
+                ),
+                (format!("GET {path} HTTP/1.1\r\n"), "needs a Host header"),
+                (
+                    format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:99999\r\n"),
+                    "port is not a port",
+                ),
+            ] {
+                let answer = exchange(
+                    app.addr,
+                    format!("{head}Connection: close\r\n\r\n").as_bytes(),
+                )
+                .await;
+                assert!(
+                    answer.starts_with("HTTP/1.1 400"),
+                    "{hot:?} {head}: {answer}"
+                );
+                assert!(answer.contains(why), "{hot:?} {head}: {answer}");
+            }
+        }
+        // HTTP/1.0 needs none; an absolute-form target's authority is the host.
+        let answer = exchange(app.addr, format!("GET /{code} HTTP/1.0\r\n\r\n").as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.0 302"), "{answer}");
+        let answer = exchange(
+            app.addr,
+            format!(
+                "POST http://{}/link HTTP/1.1\r\nHost: evil.example\r\nContent-Type: application/json\r\n\
+                 Content-Length: 30\r\nConnection: close\r\n\r\n{{\"url\":\"https://example.com/\"}}",
+                app.addr
+            )
+            .as_bytes(),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+        assert!(
+            answer.contains(&format!("\"short_url\":\"http://{}/", app.addr)),
+            "the authority, not the Host header: {answer}"
+        );
+    }
+}

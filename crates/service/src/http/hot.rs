@@ -149,6 +149,14 @@ impl Hot {
             Route::HeartBeat => {
                 let recording = record(|l| l.heart_beat);
                 let id = request_id::from(req.headers().get(&request_id::X_REQUEST_ID));
+                if let Err(why) = super::host::check(&req) {
+                    let mut r = axum::response::IntoResponse::into_response(ApiError::BadRequest(
+                        why.into(),
+                    ))
+                    .map(Either::Right);
+                    finish(&mut r, id, recording);
+                    return Answered::Now(r);
+                }
                 let mut r = Response::new(Either::Left(Full::new(Bytes::from_static(HEART_BEAT))));
                 *r.headers_mut() = recycled(&mut req);
                 r.headers_mut().insert(
@@ -224,6 +232,14 @@ impl hyper::service::Service<Request<Incoming>> for Service {
                 Answered::Now(answer) => Answer::Now(Some(answer)),
                 Answered::Later(answer) => Answer::Later(answer),
             };
+        }
+        if let Err(why) = super::host::settle(&mut req) {
+            let id = request_id::from(req.headers().get(&request_id::X_REQUEST_ID));
+            let mut response =
+                axum::response::IntoResponse::into_response(ApiError::BadRequest(why.into()))
+                    .map(Either::Right);
+            finish(&mut response, id, None);
+            return Answer::Now(Some(response));
         }
         // Creates read the client's address (rate limits), redirects their
         // visitor's (a country, a password's guesses); an extension costs

@@ -10,6 +10,7 @@ mod error;
 mod extract;
 pub(crate) mod finish;
 mod handlers;
+mod host;
 pub(crate) mod hot;
 pub mod limit;
 mod locked;

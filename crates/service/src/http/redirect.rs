@@ -89,6 +89,12 @@ pub(crate) fn answer<B: Send + 'static>(state: &AppState, mut asked: Asked<B>) -
         Finishing::Here(_) => Some(request_id::from(sent.id)),
         Finishing::ByLayers => None,
     };
+    let req = &asked.req;
+    if let Some(why) = super::host::problem(req.version(), req.uri(), sent.host, sent.host_twice) {
+        let response =
+            axum::response::IntoResponse::into_response(ApiError::BadRequest(why.into()));
+        return Answered::Now(finished(response.map(Either::Right), id, asked.finishing));
+    }
     let redirect = asked.asks == Asks::Redirect;
     // A redirect is on the domain its Host names; the seed API's look
     // is on the default domain.
@@ -346,6 +352,8 @@ pub(super) struct Sent<'a> {
     referer: Option<&'a HeaderValue>,
     accept_language: Option<&'a HeaderValue>,
     link_password: Option<&'a HeaderValue>,
+    /// A second `Host` was sent.
+    host_twice: bool,
 }
 
 impl<'a> Sent<'a> {
@@ -357,6 +365,7 @@ impl<'a> Sent<'a> {
             } else if name == header::REFERER {
                 &mut sent.referer
             } else if name == header::HOST {
+                sent.host_twice |= sent.host.is_some();
                 &mut sent.host
             } else if name == request_id::X_REQUEST_ID {
                 &mut sent.id
