@@ -902,3 +902,71 @@ async fn qr_codes_are_of_the_links_own_short_url() {
     let (status, _) = svg("/qr-one/qr.svg?domain=nope.example", "ex.co").await;
     assert_eq!(status, 400);
 }
+
+/// A domain's redirects are checked as link targets are, when they are
+/// set through the API: private addresses, the server itself, a denied
+/// host and user info are each a 400 naming the field.
+#[tokio::test]
+async fn domain_redirects_are_checked_as_link_targets() {
+    let dir = tempfile::tempdir().expect("dir");
+    let deny = dir.path().join("deny.txt");
+    std::fs::write(&deny, "denied.example\n").expect("deny list");
+    let app = spawn_app(&[
+        "--refuse-private-targets",
+        "--deny-hosts",
+        deny.to_str().expect("utf-8"),
+    ])
+    .await;
+    let admin = app.new_key("admin", true).await;
+    let own = format!("http://{}/loop", app.addr);
+    for (field, url, why) in [
+        ("root_redirect", "http://169.254.169.254/latest", "private"),
+        ("not_found_redirect", "http://[::1]/", "private"),
+        ("expired_redirect", own.as_str(), "points to"),
+        ("root_redirect", "https://www.denied.example/", "deny list"),
+        (
+            "not_found_redirect",
+            "https://u:p@example.com/",
+            "user name",
+        ),
+    ] {
+        let r = app
+            .api(
+                Method::POST,
+                "/api/v1/domains",
+                Some(&admin),
+                Some(json!({"host": "go.example.com", field: url})),
+            )
+            .await;
+        assert_error(r, 400, &format!("{field}: ")).await;
+        let r = app
+            .api(
+                Method::PATCH,
+                "/api/v1/domains/default",
+                Some(&admin),
+                Some(json!({ field: url })),
+            )
+            .await;
+        assert_eq!(r.status(), 400, "{field} {url}");
+        let message = body(r).await["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            message.starts_with(&format!("{field}: ")) && message.contains(why),
+            "{message}"
+        );
+    }
+    let r = app
+        .api(
+            Method::PATCH,
+            "/api/v1/domains/default",
+            Some(&admin),
+            Some(json!({"not_found_redirect": "https://example.com/nf"})),
+        )
+        .await;
+    assert_eq!(
+        body(r).await["not_found_redirect"],
+        "https://example.com/nf"
+    );
+}

@@ -644,3 +644,80 @@ async fn for_any_input_location_is_the_stored_url() {
         "too few generated URLs were valid to say anything"
     );
 }
+
+/// Every target a redirect can send to is checked against the deny list
+/// as it is when the redirect is served: an expired link's `expired_url`
+/// and the domain's not-found redirect stop at a reloaded list too.
+#[tokio::test]
+async fn a_reloaded_deny_list_stops_expired_urls_and_domain_redirects() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("deny.txt");
+    std::fs::write(&list, "# nothing yet\n").unwrap();
+    let db = dir.path().join("d.db");
+    let admin = crate::helpers::run_keys(&db, &["create", "--name", "root"], true);
+    let admin = admin.trim().to_owned();
+    let server = spawn_process(&db, &["--deny-hosts", list.to_str().unwrap()]);
+    let client = crate::helpers::client();
+    let soon = time::OffsetDateTime::now_utc() + time::Duration::seconds(2);
+    let soon = soon
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    let r = client
+        .post(format!("{}/api/v1/links", server.url()))
+        .bearer_auth(&admin)
+        .json(&json!({"url": "https://fine.example/", "code": "brief",
+                      "expires_at": soon, "expired_url": "https://later-bad.example/over"}))
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(r.status(), 201);
+    let r = client
+        .patch(format!("{}/api/v1/domains/default", server.url()))
+        .bearer_auth(&admin)
+        .json(&json!({"not_found_redirect": "https://later-bad.example/nf"}))
+        .send()
+        .await
+        .expect("PATCH");
+    assert_eq!(r.status(), 200);
+    let get = async |path: &str| {
+        let r = client
+            .get(format!("{}{path}", server.url()))
+            .send()
+            .await
+            .expect("GET");
+        (
+            r.status().as_u16(),
+            r.headers()
+                .get("location")
+                .map(|l| l.to_str().unwrap_or_default().to_owned()),
+        )
+    };
+    // Within a second or two the domain's redirect is read, and the link
+    // expires.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let nf = get("/nothing-here").await;
+        let over = get("/brief").await;
+        if nf.1.as_deref() == Some("https://later-bad.example/nf")
+            && over.1.as_deref() == Some("https://later-bad.example/over")
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{nf:?} {over:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    std::fs::write(&list, "later-bad.example\n").unwrap();
+    server.signal(libc::SIGHUP).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (nf, over) = (get("/nothing-here").await, get("/brief").await);
+        if nf == (404, None) && over == (410, None) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "after SIGHUP: {nf:?} {over:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

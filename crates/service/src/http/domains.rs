@@ -4,14 +4,14 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use super::error::ErrorMessage;
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::{Caller, Json as Body, Key, Segment};
+use super::extract::{Caller, ClientAddr, Json as Body, Key, Segment};
 use crate::domains::{DomainPatchBody, DomainView, NewDomainBody};
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -56,10 +56,12 @@ pub(crate) async fn list(
     security(("bearer" = []), ("api_key" = [])))]
 pub(crate) async fn create(
     State(state): State<AppState>,
+    headers: HeaderMap,
     Key(caller): Key,
     Body(body): Body<NewDomainBody>,
 ) -> Result<(StatusCode, Json<DomainView>), ApiError> {
-    let added = state.links.add_domain(&caller, body).await?;
+    let asker = state.asker(Some(&caller), ClientAddr(None), &headers);
+    let added = state.links.add_domain(&asker, &caller, body).await?;
     Ok((StatusCode::CREATED, Json(added.into())))
 }
 
@@ -100,13 +102,15 @@ pub(crate) async fn get(
     security(("bearer" = []), ("api_key" = [])))]
 pub(crate) async fn update(
     State(state): State<AppState>,
+    headers: HeaderMap,
     Key(caller): Key,
     Segment(host): Segment,
     Body(body): Body<DomainPatchBody>,
 ) -> Result<Json<DomainView>, ApiError> {
+    let asker = state.asker(Some(&caller), ClientAddr(None), &headers);
     let changed = state
         .links
-        .change_domain(&caller, &host, body)
+        .change_domain(&asker, &caller, &host, body)
         .await?
         .ok_or_else(|| no_such(&host))?;
     Ok(Json(changed.into()))

@@ -48,7 +48,7 @@ impl AppState {
     }
 
     /// Who a write comes from, as the links service reads it.
-    fn asker<'a>(
+    pub(super) fn asker<'a>(
         &self,
         caller: Option<&'a Principal>,
         client: ClientAddr,

@@ -150,8 +150,8 @@ impl Default for HttpSettings {
     }
 }
 
-use crate::domain::{DomainId, LinkKey};
-use crate::links::{Links, Resolution};
+use crate::domain::LinkKey;
+use crate::links::Links;
 
 /// Everything a handler needs; cheap to clone.
 #[derive(Clone)]
@@ -215,18 +215,6 @@ impl AppState {
             Some(host) => format!("http://{host}/{code}"),
             None => format!("http://{}/{code}", self.listen),
         }
-    }
-
-    /// What a redirect on `domain` serves when there is no link to serve:
-    /// the domain's not-found or expired redirect, when it has one.
-    fn fallback(&self, domain: DomainId, resolution: Resolution) -> Resolution {
-        let redirects = || self.links.domains().redirects(domain);
-        let elsewhere = match resolution {
-            Resolution::Missing => redirects().not_found,
-            Resolution::Expired | Resolution::Exhausted => redirects().expired,
-            _ => None,
-        };
-        elsewhere.map_or(resolution, Resolution::Found)
     }
 
     /// The request's `Host`, when it is `host[:port]` and nothing else.

@@ -233,7 +233,7 @@ fn reply(
 ) -> Response<Body> {
     let unlocked = matches!(found, Resolution::Unlocked(_));
     let found = match asks {
-        Asks::Redirect => state.fallback(key.domain, found),
+        Asks::Redirect => state.links.fallback(key.domain, found),
         Asks::Link => found,
     };
     let made = target_of(&key.code, found).and_then(|target| match asks {

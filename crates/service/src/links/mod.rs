@@ -124,16 +124,6 @@ pub(crate) enum Use<'a> {
     Look,
 }
 
-/// An expired or exhausted link's own `expired_url`, or else `otherwise`
-/// (which the domain's expired redirect may stand in for). Counts no
-/// visit.
-fn expired(link: &Resolved, otherwise: Resolution) -> Resolution {
-    match link.extra.as_deref().and_then(|e| e.expired_url.as_ref()) {
-        Some(url) => Resolution::Found(url.clone()),
-        None => otherwise,
-    }
-}
-
 /// What a link's rules ask of a visit, each worked out once and only when
 /// a rule asks.
 struct VisitFacts<'v, 'a> {
@@ -309,7 +299,9 @@ impl Links {
             Lookup::Found(link) if self.inner.targets.blocks(&link.target) => {
                 Ok(Resolution::Blocked)
             }
-            Lookup::Found(link) if link.is_expired() => Ok(expired(&link, Resolution::Expired)),
+            Lookup::Found(link) if link.is_expired() => {
+                Ok(self.expired(&link, Resolution::Expired))
+            }
             Lookup::Found(link) if link.extra.is_some() => match self.ruled_now(code, &link, how) {
                 Some(resolution) => Ok(resolution),
                 None => Err(Later(Some(Lookup::Found(link)))),
@@ -345,7 +337,7 @@ impl Links {
             return Ok(Resolution::Blocked);
         }
         if link.is_expired() {
-            return Ok(expired(&link, Resolution::Expired));
+            return Ok(self.expired(&link, Resolution::Expired));
         }
         let mut how = how;
         let mut target = &link.target;
@@ -391,7 +383,7 @@ impl Links {
         } else if served {
             Resolution::Found(target.clone())
         } else {
-            expired(&link, Resolution::Exhausted)
+            self.expired(&link, Resolution::Exhausted)
         })
     }
 
@@ -423,6 +415,34 @@ impl Links {
             self.inner.visits.record(code, visit);
         }
         Some(Resolution::Found(target.clone()))
+    }
+
+    /// An expired or exhausted link's own `expired_url`, or else
+    /// `otherwise` (which the domain's expired redirect may stand in for).
+    /// Counts no visit. A target on the deny list as it is now is blocked,
+    /// as a link's own URL is.
+    fn expired(&self, link: &Resolved, otherwise: Resolution) -> Resolution {
+        match link.extra.as_deref().and_then(|e| e.expired_url.as_ref()) {
+            Some(url) if self.inner.targets.blocks(url) => Resolution::Blocked,
+            Some(url) => Resolution::Found(url.clone()),
+            None => otherwise,
+        }
+    }
+
+    /// What a redirect on `domain` serves when there is no link to serve:
+    /// the domain's not-found or expired redirect, when it has one and its
+    /// target is not on the deny list as it is now.
+    pub(crate) fn fallback(&self, domain: DomainId, resolution: Resolution) -> Resolution {
+        let redirects = || self.inner.domains.redirects(domain);
+        let elsewhere = match resolution {
+            Resolution::Missing => redirects().not_found,
+            Resolution::Expired | Resolution::Exhausted => redirects().expired,
+            _ => None,
+        };
+        match elsewhere {
+            Some(url) if !self.inner.targets.blocks(&url) => Resolution::Found(url),
+            _ => resolution,
+        }
     }
 
     /// The target of the first of `rules` that holds for `visit`, with the
@@ -590,6 +610,24 @@ impl Links {
     fn check_rules(&self, rules: &[Rule], host: Option<&str>) -> Result<(), LinksError> {
         for (at, url) in crate::domain::Rules::targets(rules) {
             self.check_target(Some(&at), url, host)?;
+        }
+        Ok(())
+    }
+
+    /// A domain's redirects, each checked as a link's URL is.
+    fn check_redirects(
+        &self,
+        redirects: &crate::domain::DomainRedirects,
+        host: Option<&str>,
+    ) -> Result<(), LinksError> {
+        for (field, url) in [
+            ("root_redirect", &redirects.root),
+            ("not_found_redirect", &redirects.not_found),
+            ("expired_redirect", &redirects.expired),
+        ] {
+            if let Some(url) = url {
+                self.check_target(Some(field), url, host)?;
+            }
         }
         Ok(())
     }
@@ -835,10 +873,12 @@ impl Links {
     /// Adds a domain: an admin's to do.
     pub(crate) async fn add_domain(
         &self,
+        asker: &Asker<'_>,
         caller: &Principal,
         body: NewDomainBody,
     ) -> Result<Named, LinksError> {
         admin(caller)?;
+        self.check_redirects(&body.redirects(), asker.host)?;
         Ok(self.inner.domains.add(&body.host, body.redirects()).await?)
     }
 
@@ -846,6 +886,7 @@ impl Links {
     /// `None` when there is no such domain.
     pub(crate) async fn change_domain(
         &self,
+        asker: &Asker<'_>,
         caller: &Principal,
         name: &str,
         body: DomainPatchBody,
@@ -855,6 +896,7 @@ impl Links {
             return Ok(None);
         };
         let redirects = body.apply(self.inner.domains.redirects(id));
+        self.check_redirects(&redirects, asker.host)?;
         Ok(self.inner.domains.set(id, redirects).await?)
     }
 
