@@ -160,6 +160,23 @@ fn redirects(args: &RedirectArgs, mut current: DomainRedirects) -> anyhow::Resul
     Ok(current)
 }
 
+/// A domain's redirects, each checked as a link's target is (the deny
+/// list, private addresses, this service's own host).
+fn checked(redirects: &DomainRedirects, policy: &TargetPolicy) -> anyhow::Result<()> {
+    for (name, url) in [
+        ("root-redirect", &redirects.root),
+        ("not-found-redirect", &redirects.not_found),
+        ("expired-redirect", &redirects.expired),
+    ] {
+        if let Some(url) = url {
+            policy
+                .check(url, None)
+                .map_err(|e| anyhow::anyhow!("--{name}: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
 pub fn domains(command: DomainsCommand) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async move {
         let store_args = match &command {
@@ -183,12 +200,15 @@ async fn run_domains(
     let show = |t: &Option<TargetUrl>| t.as_ref().map_or("-", |t| t.as_str()).to_owned();
     match command {
         DomainsCommand::Add {
-            host, redirects: r, ..
+            host,
+            redirects: r,
+            targets,
+            ..
         } => {
             let host = Host::parse(&host).map_err(|e| anyhow::anyhow!("{host}: {e}"))?;
-            let added = registry
-                .add(&host, redirects(&r, DomainRedirects::default())?)
-                .await?;
+            let wanted = redirects(&r, DomainRedirects::default())?;
+            checked(&wanted, &targets.policy()?)?;
+            let added = registry.add(&host, wanted).await?;
             eprintln!(
                 "domain '{}' added",
                 added
@@ -219,11 +239,15 @@ async fn run_domains(
             }
         }
         DomainsCommand::Set {
-            host, redirects: r, ..
+            host,
+            redirects: r,
+            targets,
+            ..
         } => {
             let id = named_domain(&registry, &host)?;
-            let current = registry.redirects(id);
-            registry.set(id, redirects(&r, current)?).await?;
+            let wanted = redirects(&r, registry.redirects(id))?;
+            checked(&wanted, &targets.policy()?)?;
+            registry.set(id, wanted).await?;
             eprintln!("domain '{host}' changed");
         }
         DomainsCommand::Remove { host, force, .. } => {
@@ -279,8 +303,7 @@ pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
         let settings = args.store.settings();
         // A SQLite file has one writer, so import takes its lock;
         // PostgreSQL takes imports beside servers.
-        let targets = TargetPolicy::new(args.refuse_private_targets, args.deny_hosts.clone())?
-            .with_own_hosts(args.public_url.as_deref(), None);
+        let targets = args.targets.policy()?;
         let store = open_tool_store(&settings, Purpose::Import).await?;
         let outcome = import_into(&store, args.format, input, targets, args.create_domains).await;
         store.close().await;

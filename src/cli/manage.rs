@@ -58,20 +58,38 @@ pub struct ImportArgs {
     pub format: Format,
     #[command(flatten)]
     pub store: StoreArgs,
-    /// Refuse links to private, loopback and other special-use addresses,
-    /// as `serve --refuse-private-targets` does.
-    #[arg(long, env = "LITELINK_REFUSE_PRIVATE_TARGETS")]
-    pub refuse_private_targets: bool,
-    /// Refuse links to the domains in this file, as `serve --deny-hosts`.
-    #[arg(long, env = "LITELINK_DENY_HOSTS")]
-    pub deny_hosts: Option<PathBuf>,
-    /// Refuse links to this service's public host, as `serve` does.
-    #[arg(long, env = "LITELINK_PUBLIC_URL")]
-    pub public_url: Option<String>,
+    #[command(flatten)]
+    pub targets: TargetArgs,
     /// Add the domains the file names that this database lacks (without
     /// it, a line on an unknown domain is refused).
     #[arg(long)]
     pub create_domains: bool,
+}
+
+/// The targets a tool refuses, as the server does: what an import's links
+/// and a domain's redirects are checked against.
+#[derive(Debug, Clone, Args)]
+pub struct TargetArgs {
+    /// Refuse targets on private, loopback and other special-use
+    /// addresses, as `serve --refuse-private-targets` does.
+    #[arg(long, env = "LITELINK_REFUSE_PRIVATE_TARGETS")]
+    pub refuse_private_targets: bool,
+    /// Refuse targets on the domains in this file, as `serve --deny-hosts`.
+    #[arg(long, env = "LITELINK_DENY_HOSTS")]
+    pub deny_hosts: Option<PathBuf>,
+    /// Refuse targets on this service's public host, as `serve` does.
+    #[arg(long, env = "LITELINK_PUBLIC_URL")]
+    pub public_url: Option<String>,
+}
+
+impl TargetArgs {
+    pub fn policy(&self) -> anyhow::Result<litelink_service::domain::TargetPolicy> {
+        Ok(litelink_service::domain::TargetPolicy::new(
+            self.refuse_private_targets,
+            self.deny_hosts.clone(),
+        )?
+        .with_own_hosts(self.public_url.as_deref(), None))
+    }
 }
 
 /// Where a domain sends what it has no link for; each is a URL, or an
@@ -98,6 +116,8 @@ pub enum DomainsCommand {
         #[command(flatten)]
         redirects: RedirectArgs,
         #[command(flatten)]
+        targets: TargetArgs,
+        #[command(flatten)]
         store: StoreArgs,
     },
     /// Every domain, the default one first.
@@ -110,6 +130,8 @@ pub enum DomainsCommand {
         host: String,
         #[command(flatten)]
         redirects: RedirectArgs,
+        #[command(flatten)]
+        targets: TargetArgs,
         #[command(flatten)]
         store: StoreArgs,
     },

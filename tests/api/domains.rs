@@ -970,3 +970,53 @@ async fn domain_redirects_are_checked_as_link_targets() {
         "https://example.com/nf"
     );
 }
+
+/// `litelink domains add` and `set` check the redirects as the API does,
+/// with the policy flags `serve` takes.
+#[test]
+fn the_domains_command_checks_redirects_as_link_targets() {
+    let dir = tempfile::tempdir().expect("dir");
+    let db = dir.path().join("d.db");
+    let deny = dir.path().join("deny.txt");
+    std::fs::write(&deny, "denied.example\n").expect("deny list");
+    let deny = deny.to_str().expect("utf-8");
+    for (args, why) in [
+        (
+            vec![
+                "--refuse-private-targets",
+                "--root-redirect",
+                "http://169.254.169.254/",
+            ],
+            "--root-redirect: url points to a private",
+        ),
+        (
+            vec![
+                "--deny-hosts",
+                deny,
+                "--not-found-redirect",
+                "https://a.denied.example/",
+            ],
+            "--not-found-redirect: url's host is on the deny list",
+        ),
+        (
+            vec![
+                "--public-url",
+                "https://s.example",
+                "--expired-redirect",
+                "https://s.example/x",
+            ],
+            "--expired-redirect: url points to this service itself",
+        ),
+    ] {
+        let mut add = vec!["domains", "add", "go.example.com"];
+        add.extend(&args);
+        let (ok, said) = run_on(&None, &db, &add, false);
+        assert!(!ok && said.contains(why), "{add:?}: {said}");
+        let mut set = vec!["domains", "set", "default"];
+        set.extend(&args);
+        let (ok, said) = run_on(&None, &db, &set, false);
+        assert!(!ok && said.contains(why), "{set:?}: {said}");
+    }
+    let (_, listed) = run_on(&None, &db, &["domains", "add", "go.example.com"], true);
+    assert!(listed.contains("added"), "{listed}");
+}
