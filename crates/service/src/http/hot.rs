@@ -133,7 +133,9 @@ impl Hot {
     }
 
     /// The answer to `req` on `route`, with everything the router's layers
-    /// add (see the module documentation).
+    /// add (see the module documentation). Inlined into the service's
+    /// call, so that the request is moved once, into [`Asked`].
+    #[inline(always)]
     pub(crate) fn answer<B: Send + 'static>(
         &self,
         route: Route,

@@ -86,6 +86,8 @@ pub(crate) struct Asked<B> {
 /// that a hit builds no future at all; otherwise the rest runs boxed,
 /// under the request timeout.
 pub(crate) fn answer<B: Send + 'static>(state: &AppState, mut asked: Asked<B>) -> Answered {
+    // The request stays in `asked`, used in place: moving it out would
+    // copy it (a few hundred bytes) once more on every redirect.
     let sent = Sent::of(asked.req.headers());
     let id = match &asked.finishing {
         Finishing::Here(_) => Some(request_id::from(sent.id)),
@@ -101,7 +103,7 @@ pub(crate) fn answer<B: Send + 'static>(state: &AppState, mut asked: Asked<B>) -
     // A redirect is on the domain its Host names; the seed API's look
     // is on the default domain.
     let domain = if redirect {
-        let host = request_host(asked.req.uri(), sent.host);
+        let host = request_host(req.uri(), sent.host);
         state.links.domains().of_request(host)
     } else {
         Some(DomainId::DEFAULT)
@@ -110,32 +112,56 @@ pub(crate) fn answer<B: Send + 'static>(state: &AppState, mut asked: Asked<B>) -
         let response = axum::response::IntoResponse::into_response(unknown_host());
         return Answered::Now(finished(response.map(Either::Right), id, asked.finishing));
     };
-    let key = LinkKey::new(domain, asked.code.clone());
-    let method = asked.req.method().clone();
+    let key = LinkKey::new(domain, asked.code);
+    let verb = Verb::of(req.method());
     let how = if redirect {
         // The visitor's address is worked out here only while visits are
         // counted; a link whose rules or password need it goes on later,
         // which always works it out.
         let peer = asked.peer.filter(|_| asked.counting);
-        use_of(
-            state,
-            &method,
-            &asked.req,
-            &sent,
-            peer,
-            asked.password.as_ref(),
-        )
+        use_of(state, verb, req, &sent, peer, asked.password.as_ref())
     } else {
         Use::Look
     };
     let found = match state.links.resolve_now(&key, how) {
         Ok(found) => found,
-        Err(later) => return self::later(state.clone(), asked, key, id, later),
+        Err(later) => {
+            let rest = Rest {
+                asks: asked.asks,
+                req: asked.req,
+                peer: asked.peer,
+                password: asked.password,
+                finishing: asked.finishing,
+            };
+            return self::later(state.clone(), rest, key, id, later);
+        }
     };
     let html = locks(&found) && super::locked::wants_html(asked.req.headers());
     let headers = recycled(&mut asked.req);
-    let response = reply(state, &method, asked.asks, &key, found, headers, html);
+    let response = reply(state, verb, asked.asks, &key, found, headers, html);
     Answered::Now(finished(response, id, asked.finishing))
+}
+
+/// Which method asked: all a redirect's answer depends on, copied so that
+/// the request's headers can be taken for the answer's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verb {
+    Get,
+    Head,
+    /// The password form's `POST`.
+    Post,
+}
+
+impl Verb {
+    fn of(method: &Method) -> Self {
+        if method == Method::HEAD {
+            Self::Head
+        } else if method == Method::POST {
+            Self::Post
+        } else {
+            Self::Get
+        }
+    }
 }
 
 /// Whether a resolution is answered with a locked link's 401.
@@ -143,28 +169,36 @@ fn locks(found: &Resolution) -> bool {
     matches!(found, Resolution::Locked | Resolution::WrongPassword)
 }
 
+/// What the boxed rest of an answer takes on from [`Asked`].
+struct Rest<B> {
+    asks: Asks,
+    req: Request<B>,
+    peer: Option<SocketAddr>,
+    password: Option<crate::domain::Password>,
+    finishing: Finishing,
+}
+
 /// The boxed rest of an answer the cache could not give at once: under
 /// the request timeout, with the request's id known to the log.
 fn later<B: Send + 'static>(
     state: AppState,
-    asked: Asked<B>,
+    rest: Rest<B>,
     key: LinkKey,
     id: Option<HeaderValue>,
     later: Later,
 ) -> Answered {
     Answered::Later(Box::pin(async move {
-        let Asked {
+        let Rest {
             asks,
             req,
             peer,
             password,
             finishing,
-            ..
-        } = asked;
-        let method = req.method().clone();
+        } = rest;
+        let verb = Verb::of(req.method());
         let sent = Sent::of(req.headers());
         let how = match asks {
-            Asks::Redirect => use_of(&state, &method, &req, &sent, peer, password.as_ref()),
+            Asks::Redirect => use_of(&state, verb, &req, &sent, peer, password.as_ref()),
             Asks::Link => Use::Look,
         };
         let found = state.links.resolve_later(&key, how, later);
@@ -173,7 +207,7 @@ fn later<B: Send + 'static>(
         let response = match REQUEST_ID.scope(scope, timed).await {
             Ok(Ok(found)) => {
                 let html = locks(&found) && super::locked::wants_html(req.headers());
-                reply(&state, &method, asks, &key, found, HeaderMap::new(), html)
+                reply(&state, verb, asks, &key, found, HeaderMap::new(), html)
             }
             Ok(Err(e)) => {
                 super::locked::or_error(ApiError::from(e), req.headers()).map(Either::Right)
@@ -189,7 +223,7 @@ fn later<B: Send + 'static>(
 /// headers, for the same rule, and counts nothing.
 fn use_of<'a, B>(
     state: &AppState,
-    method: &Method,
+    verb: Verb,
     req: &'a Request<B>,
     sent: &Sent<'a>,
     peer: Option<SocketAddr>,
@@ -212,7 +246,7 @@ fn use_of<'a, B>(
         rule: 0,
         agent: None,
     };
-    if method == Method::HEAD {
+    if verb == Verb::Head {
         Use::Head(visit)
     } else {
         Use::Visit(visit)
@@ -224,7 +258,7 @@ fn use_of<'a, B>(
 /// link for, or the error; a locked link's 401 as its client wants it.
 fn reply(
     state: &AppState,
-    method: &Method,
+    verb: Verb,
     asks: Asks,
     key: &LinkKey,
     found: Resolution,
@@ -239,7 +273,7 @@ fn reply(
     let made = target_of(&key.code, found).and_then(|target| match asks {
         Asks::Link => Ok((StatusCode::OK, link_answer(&target, &mut headers))),
         Asks::Redirect => {
-            let status = redirect_answer(state, target, method, &mut headers)?;
+            let status = redirect_answer(state, target, verb, &mut headers)?;
             Ok((status, Bytes::new()))
         }
     });
@@ -314,7 +348,7 @@ fn link_answer(target: &TargetUrl, headers: &mut HeaderMap) -> Bytes {
 fn redirect_answer(
     state: &AppState,
     target: TargetUrl,
-    method: &Method,
+    verb: Verb,
     headers: &mut HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     // A parsed URL is always a valid header; a stored value that is not
@@ -334,13 +368,14 @@ fn redirect_answer(
     }
     // Said to a HEAD too, which gets no body for hyper to measure (hyper
     // writes it for a GET's empty body itself).
-    if method == Method::HEAD {
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+    match verb {
+        Verb::Head => {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+            Ok(state.redirect_status)
+        }
+        Verb::Post => Ok(StatusCode::SEE_OTHER),
+        Verb::Get => Ok(state.redirect_status),
     }
-    if method == Method::POST {
-        return Ok(StatusCode::SEE_OTHER);
-    }
-    Ok(state.redirect_status)
 }
 
 /// `X-Link-Password` as a name: compared as one, not through `as_str`,

@@ -56,18 +56,14 @@ impl Visits {
             browser: agent.browser,
             rule: visit.rule,
         };
-        let count = |counts: &mut VisitCounts| {
-            counts.add(now, agent.class, &host);
-            counts.add_facets(now, facets, place.city.as_deref());
+        // Looked up by reference: the key is cloned only for a link's
+        // first visit since the last flush.
+        let counts = match s.tallies.get_mut(code) {
+            Some(counts) => counts,
+            None => s.tallies.entry(code.clone()).or_default(),
         };
-        match s.tallies.get_mut(code) {
-            Some(counts) => count(counts),
-            None => {
-                let mut counts = VisitCounts::default();
-                count(&mut counts);
-                s.tallies.insert(code.clone(), counts);
-            }
-        }
+        counts.add(now, agent.class, &host);
+        counts.add_facets(now, facets, place.city.as_deref());
         s.counted += 1;
     }
 
