@@ -910,3 +910,174 @@ fn count_sum(list: &[Value]) -> u64 {
         .map(|v| v["count"].as_u64().expect("count"))
         .sum()
 }
+
+/// Runs `sql` on the database of a stopped app: its SQLite file, or its
+/// PostgreSQL database.
+async fn run_sql(db: &std::path::Path, store: &Option<String>, sql: &str) {
+    match store {
+        None => rusqlite::Connection::open(db)
+            .and_then(|c| c.execute_batch(sql))
+            .expect("sqlite"),
+        Some(url) => {
+            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                .await
+                .expect("postgres");
+            let task = tokio::spawn(connection);
+            client.batch_execute(sql).await.expect("postgres sql");
+            drop(client);
+            let _ = task.await;
+        }
+    }
+}
+
+crate::on_both_stores! {
+    /// Counts near the largest integer (as an earlier import could write)
+    /// stop at it instead of failing reports or flushes; and a link whose
+    /// counts the store refuses costs the other links of its flush nothing.
+    async fn one_links_counts_never_stop_the_others(store: Store) {
+    let app = spawn_app_in(&store, &["--visits-flush-ms", "200"]).await;
+    let key = app.new_key("owner", true).await;
+    for code in ["plain", "huge", "refused"] {
+        create(&app, &key, json!({"url": "https://example.com/", "code": code})).await;
+    }
+    let (db, url) = (app.db.clone(), app.store.clone());
+    let dir = app.stop().await;
+    let hour = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+        / 3600;
+    let near = i64::MAX;
+    run_sql(
+        &db,
+        &url,
+        &format!(
+            "UPDATE links SET visits = {near} WHERE code = 'huge';
+             INSERT INTO visits_hourly (link, hour, humans, bots, browsers)
+               SELECT id, {hour}, {near}, 0, 0 FROM links WHERE code = 'huge';
+             INSERT INTO visits_hourly (link, hour, humans, bots, browsers)
+               SELECT id, {hour}, {near}, 0, 0 FROM links WHERE code = 'plain';"
+        ),
+    )
+    .await;
+    // The store refuses every write of this one link's counts.
+    let refuse = match url {
+        None => "CREATE TRIGGER refuse BEFORE UPDATE OF visits ON links \
+                 WHEN NEW.code = 'refused' BEGIN SELECT RAISE(ABORT, 'refused'); END;"
+            .to_owned(),
+        Some(_) => "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS \
+                    $$ BEGIN RAISE EXCEPTION 'refused'; END $$;
+                    CREATE TRIGGER refuse BEFORE UPDATE OF visits ON links FOR EACH ROW \
+                    WHEN (NEW.code = 'refused') EXECUTE FUNCTION refuse();"
+            .to_owned(),
+    };
+    run_sql(&db, &url, &refuse).await;
+
+    let app = spawn_app_like(&db, &url, &["--visits-flush-ms", "200"]).await;
+    for code in ["refused", "plain", "huge", "plain"] {
+        assert_eq!(visit(&app, code, Some(CHROME), None).await, 302);
+    }
+    // The three visits of the other links are written all the same.
+    flushed(&app, 3).await;
+    let link = |code: &'static str| {
+        let app = &app;
+        let key = key.clone();
+        async move {
+            let r = app
+                .api(Method::GET, &format!("/api/v1/links/{code}"), Some(&key), None)
+                .await;
+            assert_eq!(r.status(), 200);
+            json(r).await
+        }
+    };
+    assert_eq!(link("plain").await["visits"], 2);
+    assert_eq!(link("huge").await["visits"], i64::MAX, "stops at the largest integer");
+    // The refused link's visit stays in memory, counted, to be retried.
+    assert_eq!(link("refused").await["visits"], 1);
+    // Sums over links stop at the largest integer too, never a 500.
+    let r = app.api(Method::GET, "/api/v1/visits", Some(&key), None).await;
+    assert_eq!(r.status(), 200);
+    let report = json(r).await;
+    assert!(report["total"].as_u64() >= Some(i64::MAX as u64), "{report}");
+    let s = app.stats().await;
+    assert!(s["visits"]["failed_flushes"].as_u64() >= Some(1), "{s}");
+    app.stop().await;
+    drop(dir);
+    }
+}
+
+/// A value a spreadsheet would run as a formula (a referrer host or a
+/// code starting with `-`) is written to CSV with a `'` in front, in the
+/// visits report and in the export; the export's import takes it back as
+/// it was.
+#[tokio::test]
+async fn csv_cells_never_start_a_formula() {
+    let app = spawn_app(&["--visits-flush-ms", "100"]).await;
+    let key = app.new_key("admin", true).await;
+    create(
+        &app,
+        &key,
+        json!({"url": "https://example.com/", "code": "-rm"}),
+    )
+    .await;
+    let r = app
+        .client
+        .get(app.url("/-rm"))
+        .header("referer", "http://-cmd.example/x")
+        .send()
+        .await
+        .expect("visit");
+    assert_eq!(r.status(), 302);
+    let r = app
+        .api(
+            Method::GET,
+            "/api/v1/links/-rm/visits?format=csv",
+            Some(&key),
+            None,
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let csv = r.text().await.expect("csv");
+    assert!(csv.contains("referrer,'-cmd.example,"), "{csv}");
+    for line in csv.lines() {
+        for cell in line.split(',') {
+            assert!(!cell.starts_with(['=', '+', '-', '@']), "{cell} in {csv}");
+        }
+    }
+    flushed(&app, 1).await;
+    let db = app.db.clone();
+    let dir = app.stop().await.expect("its directory");
+    let file = dir.path().join("out.csv");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_litelink"))
+        .args(["export", "--format", "csv", "--out"])
+        .arg(&file)
+        .arg("--db")
+        .arg(&db)
+        .output()
+        .expect("export");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&file).expect("export");
+    assert!(text.lines().any(|l| l.starts_with("'-rm,")), "{text}");
+    let again = dir.path().join("again.db");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_litelink"))
+        .args(["import", "--format", "csv"])
+        .arg(&file)
+        .arg("--db")
+        .arg(&again)
+        .output()
+        .expect("import");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let app = spawn_app_on(&again, &[]).await;
+    let r = app.client.get(app.url("/-rm")).send().await.expect("visit");
+    assert_eq!(r.status(), 302, "the code comes back as it was");
+    app.stop().await;
+    drop(dir);
+}

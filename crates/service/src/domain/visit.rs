@@ -292,7 +292,11 @@ pub struct VisitCounts {
 
 impl VisitCounts {
     pub(crate) fn total(&self) -> u64 {
-        self.hours.iter().map(|h| h.humans + h.bots).sum()
+        // Saturating: stored counts, imported ones included, are added to
+        // these, and no total may wrap.
+        self.hours
+            .iter()
+            .fold(0, |n, h| n.saturating_add(h.humans.saturating_add(h.bots)))
     }
 
     /// Counts one visit. Vectors, not maps: between two flushes a link
@@ -313,16 +317,27 @@ impl VisitCounts {
             AgentClass::Browser => (h.humans, h.browsers) = (n, n),
             AgentClass::Other => h.humans = n,
         }
-        self.add_hour(h);
-        self.add_referrer(hour.div_euclid(24), referrer, n);
-    }
-
-    fn add_hour(&mut self, h: HourCount) {
+        // One visit at a time cannot wrap a count: plain sums, on the
+        // redirect path.
         match self.hours.iter_mut().find(|x| x.hour == h.hour) {
             Some(x) => {
                 x.humans += h.humans;
                 x.bots += h.bots;
                 x.browsers += h.browsers;
+            }
+            None => self.hours.push(h),
+        }
+        self.add_referrer(hour.div_euclid(24), referrer, n);
+    }
+
+    /// Adds an hour's counts, stopping at `u64::MAX`: counts read from
+    /// the store (imported ones too) are merged with these.
+    fn add_hour(&mut self, h: HourCount) {
+        match self.hours.iter_mut().find(|x| x.hour == h.hour) {
+            Some(x) => {
+                x.humans = x.humans.saturating_add(h.humans);
+                x.bots = x.bots.saturating_add(h.bots);
+                x.browsers = x.browsers.saturating_add(h.browsers);
             }
             None => self.hours.push(h),
         }
@@ -336,7 +351,7 @@ impl VisitCounts {
             .iter_mut()
             .find(|(d, h, _)| *d == day && &**h == host)
         {
-            *count += n;
+            *count = count.saturating_add(n);
             return;
         }
         let hosts = self.referrers.iter().filter(|(d, _, _)| *d == day).count();
@@ -357,7 +372,7 @@ impl VisitCounts {
             .iter_mut()
             .find(|(d, f, c, _)| *d == day && *f == facets && c.as_deref() == city);
         if let Some(entry) = found {
-            entry.3 += n;
+            entry.3 = entry.3.saturating_add(n);
             return;
         }
         if facets.is_some() && self.facets.len() >= FACETS_PER_TALLY {
@@ -372,11 +387,13 @@ impl VisitCounts {
     pub(crate) fn dimensions(&self) -> Vec<(i64, Dim, String, u64)> {
         let mut out: std::collections::BTreeMap<(i64, Dim, String), u64> = Default::default();
         for (day, dim, value, n) in &self.dims {
-            *out.entry((*day, *dim, value.clone())).or_default() += n;
+            let c = out.entry((*day, *dim, value.clone())).or_default();
+            *c = c.saturating_add(*n);
         }
         for (day, facets, city, n) in &self.facets {
             for (dim, value) in facet_values(facets.as_ref(), city.as_deref()) {
-                *out.entry((*day, dim, value)).or_default() += n;
+                let c = out.entry((*day, dim, value)).or_default();
+                *c = c.saturating_add(*n);
             }
         }
         out.into_iter()

@@ -666,7 +666,9 @@ impl Links {
     }
 
     fn with_pending(&self, mut link: Link) -> Link {
-        link.visits += self.inner.visits.pending(&link.key()).total();
+        link.visits = link
+            .visits
+            .saturating_add(self.inner.visits.pending(&link.key()).total());
         link
     }
 

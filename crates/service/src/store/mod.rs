@@ -3,6 +3,25 @@
 //! [`backend`] is the only code that names the backends: a new one is a
 //! folder here (a [`Backend`] and a [`LinkStore`]) and one arm there.
 
+/// `a + b` in SQL, stopping at the largest `BIGINT` instead of failing
+/// (PostgreSQL) or turning to a float (SQLite): a count imported near the
+/// limit must not stop every visit flush.
+macro_rules! saturating_add {
+    ($a:literal, $b:literal) => {
+        concat!(
+            "CASE WHEN ",
+            $a,
+            " > 9223372036854775807 - ",
+            $b,
+            " THEN 9223372036854775807 ELSE ",
+            $a,
+            " + ",
+            $b,
+            " END"
+        )
+    };
+}
+
 pub mod postgres;
 pub(crate) mod queue;
 pub mod sqlite;

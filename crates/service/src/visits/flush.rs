@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 use super::{FastMap, Visits, lock};
 use crate::domain::{LinkKey, VisitCounts};
-use crate::store::StoreError;
+use crate::store::{StorageFailure, StoreError};
 
 /// Links per flush transaction: a flush of many links is several short
 /// transactions, so creates queued meanwhile wait for one chunk at most.
@@ -97,15 +97,31 @@ impl Visits {
             if chunk.is_empty() {
                 break;
             }
-            let n: u64 = chunk.iter().map(|(_, c)| c.total()).sum();
+            let n = chunk
+                .iter()
+                .fold(0, |n: u64, (_, c)| n.saturating_add(c.total()));
             if let Err(e) = self.store.record_visits(Arc::clone(&chunk)).await {
-                // Back with the rest, to be tried again.
+                // One link the store refuses must not cost the others
+                // theirs: its chunk is written again a link at a time. A
+                // store that is down, full or busy is not asked 64 times.
+                let refused = matches!(e, StoreError::Storage(StorageFailure::Other, _));
+                let (written, failed) = if refused && chunk.len() > 1 {
+                    self.one_at_a_time(&chunk).await
+                } else {
+                    (0, chunk.to_vec())
+                };
+                self.counters.flushed.fetch_add(written, Ordering::Relaxed);
                 let mut staged = lock(&self.staged);
-                for (code, counts) in chunk.iter().cloned() {
+                let none_written = failed.len() == chunk.len();
+                // Back with the rest, to be tried again.
+                for (code, counts) in failed {
                     staged.entry(code).or_default().merge(counts);
                 }
                 self.counters.failed_flushes.fetch_add(1, Ordering::Relaxed);
-                return Err(e);
+                if none_written {
+                    return Err(e);
+                }
+                continue;
             }
             self.counters.flushed.fetch_add(n, Ordering::Relaxed);
             drop(_gate);
@@ -115,6 +131,28 @@ impl Visits {
         }
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Writes a failed chunk's links one per transaction: the visits
+    /// written, and the links the store still refused, each logged with
+    /// its code.
+    async fn one_at_a_time(
+        &self,
+        chunk: &[(LinkKey, VisitCounts)],
+    ) -> (u64, Vec<(LinkKey, VisitCounts)>) {
+        let (mut written, mut failed) = (0u64, Vec::new());
+        for (key, counts) in chunk {
+            let one: Arc<[(LinkKey, VisitCounts)]> = Arc::new([(key.clone(), counts.clone())]);
+            match self.store.record_visits(one).await {
+                Ok(()) => written = written.saturating_add(counts.total()),
+                Err(e) => {
+                    tracing::warn!(code = %key.code, domain = key.domain.0, error = %e,
+                        "cannot write this link's visit counts; kept in memory to retry");
+                    failed.push((key.clone(), counts.clone()));
+                }
+            }
+        }
+        (written, failed)
     }
 
     /// `codes` in the store's row order. Found off the runtime's threads:

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::domain::visit::{NO_RULE_VALUE, OTHER_HOST};
+use crate::domain::wire::csv_cell;
 use crate::domain::{AgentClass, Dim, Timestamp, VisitCounts};
 
 /// Buckets of a visit report's series.
@@ -122,7 +123,8 @@ fn top(
     let mut values: HashMap<&str, u64> = HashMap::new();
     for (day, d, value, n) in counts {
         if *d == dim && in_window(*day) {
-            *values.entry(value).or_default() += n;
+            let v = values.entry(value).or_default();
+            *v = v.saturating_add(*n);
         }
     }
     let other = values.remove(OTHER_HOST).unwrap_or(0);
@@ -132,12 +134,19 @@ fn top(
         .map(|(v, n)| (v.to_owned(), n))
         .collect();
     out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    let rest: u64 = out.iter().skip(REPORT_VALUES).map(|v| v.1).sum();
+    let rest = saturating_sum(out.iter().skip(REPORT_VALUES).map(|v| v.1));
     out.truncate(REPORT_VALUES);
-    if other + rest > 0 {
-        out.push((OTHER_HOST.to_owned(), other + rest));
+    let other = other.saturating_add(rest);
+    if other > 0 {
+        out.push((OTHER_HOST.to_owned(), other));
     }
     out
+}
+
+/// A sum that stops at `u64::MAX`: stored counts come from imports too,
+/// and no count may wrap or panic a report.
+fn saturating_sum(counts: impl Iterator<Item = u64>) -> u64 {
+    counts.fold(0, u64::saturating_add)
 }
 
 impl VisitReport {
@@ -154,16 +163,17 @@ impl VisitReport {
                 Interval::Day => h.hour.div_euclid(24) * DAY_MS,
             };
             let b = series.entry(start).or_default();
-            b.0 += h.humans;
-            b.1 += h.bots;
+            b.0 = b.0.saturating_add(h.humans);
+            b.1 = b.1.saturating_add(h.bots);
         }
-        let humans = series.values().map(|b| b.0).sum();
-        let bots = series.values().map(|b| b.1).sum();
+        let humans = saturating_sum(series.values().map(|b| b.0));
+        let bots = saturating_sum(series.values().map(|b| b.1));
         let in_window = |day: i64| window.overlaps(day * DAY_MS, DAY_MS);
         let mut hosts: HashMap<&str, u64> = HashMap::new();
         for (day, host, n) in &counts.referrers {
             if in_window(*day) {
-                *hosts.entry(host).or_default() += n;
+                let c = hosts.entry(host).or_default();
+                *c = c.saturating_add(*n);
             }
         }
         let other = hosts.remove(OTHER_HOST).unwrap_or(0);
@@ -175,16 +185,13 @@ impl VisitReport {
             })
             .collect();
         referrers.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.host.cmp(&b.host)));
-        let rest: u64 = referrers
-            .iter()
-            .skip(REPORT_REFERRERS)
-            .map(|r| r.count)
-            .sum();
+        let rest = saturating_sum(referrers.iter().skip(REPORT_REFERRERS).map(|r| r.count));
         referrers.truncate(REPORT_REFERRERS);
-        if other + rest > 0 {
+        let other = other.saturating_add(rest);
+        if other > 0 {
             referrers.push(HostCount {
                 host: OTHER_HOST.to_owned(),
-                count: other + rest,
+                count: other,
             });
         }
         // Agent classes at day granularity, like referrers: every hour of
@@ -192,9 +199,9 @@ impl VisitReport {
         let (mut browser, mut other, mut bot) = (0, 0, 0);
         for h in &counts.hours {
             if in_window(h.hour.div_euclid(24)) {
-                browser += h.browsers;
-                other += h.others();
-                bot += h.bots;
+                browser = u64::saturating_add(browser, h.browsers);
+                other = u64::saturating_add(other, h.others());
+                bot = u64::saturating_add(bot, h.bots);
             }
         }
         let mut agents: Vec<ClassCount> = [
@@ -290,10 +297,13 @@ impl VisitReport {
                 &start,
                 &humans.to_string(),
                 &bots.to_string(),
-                &(humans + bots).to_string(),
+                &humans.saturating_add(bots).to_string(),
             ]);
         }
-        let mut value = |dim: &str, v: &str, n: u64| row([dim, v, "", "", "", &n.to_string()]);
+        // Values came from requests (and imports): none may run as a
+        // spreadsheet's formula.
+        let mut value =
+            |dim: &str, v: &str, n: u64| row([dim, &csv_cell(v), "", "", "", &n.to_string()]);
         for c in &self.countries {
             value("country", &c.country, c.count);
         }

@@ -296,8 +296,11 @@ async fn record_one(
     // Only a live link: one deleted since these were counted keeps none.
     let Some(row) = query_opt(
         c,
-        "UPDATE links SET visits = visits + $2 \
-         WHERE code = $1 AND domain = $3 AND deleted_at IS NULL RETURNING id",
+        concat!(
+            "UPDATE links SET visits = ",
+            saturating_add!("visits", "$2"),
+            " WHERE code = $1 AND domain = $3 AND deleted_at IS NULL RETURNING id"
+        ),
         &[&key.code.as_str(), &clamp(counts.total()), &key.domain.0],
     )
     .await?
@@ -317,11 +320,15 @@ async fn add_counts(
     for h in &counts.hours {
         execute(
             c,
-            "INSERT INTO visits_hourly (link, hour, humans, bots, browsers) \
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (link, hour) DO UPDATE \
-             SET humans = visits_hourly.humans + excluded.humans, \
-             bots = visits_hourly.bots + excluded.bots, \
-             browsers = visits_hourly.browsers + excluded.browsers",
+            concat!(
+                "INSERT INTO visits_hourly (link, hour, humans, bots, browsers) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (link, hour) DO UPDATE SET humans = ",
+                saturating_add!("visits_hourly.humans", "excluded.humans"),
+                ", bots = ",
+                saturating_add!("visits_hourly.bots", "excluded.bots"),
+                ", browsers = ",
+                saturating_add!("visits_hourly.browsers", "excluded.browsers"),
+            ),
             &[
                 &id,
                 &h.hour,
@@ -335,7 +342,11 @@ async fn add_counts(
     for (day, host, n) in &counts.referrers {
         let known = execute(
             c,
-            "UPDATE visits_referrers SET count = count + $4 WHERE link = $1 AND day = $2 AND host = $3",
+            concat!(
+                "UPDATE visits_referrers SET count = ",
+                saturating_add!("count", "$4"),
+                " WHERE link = $1 AND day = $2 AND host = $3"
+            ),
             &[&id, day, &&**host, &clamp(*n)],
         )
         .await?;
@@ -357,8 +368,11 @@ async fn add_counts(
         };
         execute(
             c,
-            "INSERT INTO visits_referrers (link, day, host, count) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (link, day, host) DO UPDATE SET count = visits_referrers.count + excluded.count",
+            concat!(
+                "INSERT INTO visits_referrers (link, day, host, count) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (link, day, host) DO UPDATE SET count = ",
+                saturating_add!("visits_referrers.count", "excluded.count"),
+            ),
             &[&id, day, &host, &clamp(*n)],
         )
         .await?;
@@ -368,8 +382,11 @@ async fn add_counts(
         let n = clamp(n);
         let known = execute(
             c,
-            "UPDATE visits_facets SET count = count + $5 \
-             WHERE link = $1 AND day = $2 AND dim = $3 AND value = $4",
+            concat!(
+                "UPDATE visits_facets SET count = ",
+                saturating_add!("count", "$5"),
+                " WHERE link = $1 AND day = $2 AND dim = $3 AND value = $4"
+            ),
             &[&id, &day, &name, &value, &n],
         )
         .await?;
@@ -391,8 +408,11 @@ async fn add_counts(
         };
         execute(
             c,
-            "INSERT INTO visits_facets (link, day, dim, value, count) VALUES ($1, $2, $3, $4, $5) \
-             ON CONFLICT (link, day, dim, value) DO UPDATE SET count = visits_facets.count + excluded.count",
+            concat!(
+                "INSERT INTO visits_facets (link, day, dim, value, count) VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (link, day, dim, value) DO UPDATE SET count = ",
+                saturating_add!("visits_facets.count", "excluded.count"),
+            ),
             &[&id, &day, &name, &value, &n],
         )
         .await?;
@@ -406,6 +426,9 @@ pub(super) async fn visit_totals(
     c: &mut Client,
     scope: VisitScope,
 ) -> Result<VisitCounts, StoreError> {
+    // A sum past the largest BIGINT stops there instead of failing the
+    // whole report (counts may be imported).
+    const MAX: i64 = i64::MAX;
     const LINKS: &str = "JOIN links l ON l.id = t.link WHERE l.deleted_at IS NULL \
                          AND ($1::int8 IS NULL OR l.owner = $1) AND ($2::int8 IS NULL OR l.domain = $2)";
     let owner = scope.owner.map(|o| o.0);
@@ -415,15 +438,16 @@ pub(super) async fn visit_totals(
         &c,
         [
             &format!(
-                "SELECT t.hour, sum(t.humans)::int8, sum(t.bots)::int8, sum(t.browsers)::int8 \
+                "SELECT t.hour, least(sum(t.humans), {MAX})::int8, least(sum(t.bots), {MAX})::int8, \
+                 least(sum(t.browsers), {MAX})::int8 \
                  FROM visits_hourly t {LINKS} GROUP BY t.hour ORDER BY t.hour"
             ),
             &format!(
-                "SELECT t.day, t.host, sum(t.count)::int8 FROM visits_referrers t {LINKS} \
+                "SELECT t.day, t.host, least(sum(t.count), {MAX})::int8 FROM visits_referrers t {LINKS} \
                  GROUP BY t.day, t.host"
             ),
             &format!(
-                "SELECT t.day, t.dim, t.value, sum(t.count)::int8 FROM visits_facets t {LINKS} \
+                "SELECT t.day, t.dim, t.value, least(sum(t.count), {MAX})::int8 FROM visits_facets t {LINKS} \
                  GROUP BY t.day, t.dim, t.value"
             ),
         ],

@@ -502,37 +502,47 @@ impl<'c> VisitStatements<'c> {
         Ok(Self {
             id_by_id: conn.prepare_cached(find::ID_LIVE.by_id)?,
             id_by_name: conn.prepare_cached(find::ID_LIVE.by_name)?,
-            add_total: conn
-                .prepare_cached("UPDATE links SET visits = visits + ?2 WHERE id = ?1")?,
-            hourly: conn.prepare_cached(
+            add_total: conn.prepare_cached(concat!(
+                "UPDATE links SET visits = ",
+                saturating_add!("visits", "?2"),
+                " WHERE id = ?1"
+            ))?,
+            hourly: conn.prepare_cached(concat!(
                 "INSERT INTO visits_hourly (link, hour, humans, bots, browsers) \
-                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (link, hour) DO UPDATE \
-                 SET humans = humans + excluded.humans, bots = bots + excluded.bots, \
-                 browsers = browsers + excluded.browsers",
-            )?,
-            known_host: conn.prepare_cached(
-                "UPDATE visits_referrers SET count = count + ?4 \
-                 WHERE link = ?1 AND day = ?2 AND host = ?3",
-            )?,
+                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (link, hour) DO UPDATE SET humans = ",
+                saturating_add!("humans", "excluded.humans"),
+                ", bots = ",
+                saturating_add!("bots", "excluded.bots"),
+                ", browsers = ",
+                saturating_add!("browsers", "excluded.browsers"),
+            ))?,
+            known_host: conn.prepare_cached(concat!(
+                "UPDATE visits_referrers SET count = ",
+                saturating_add!("count", "?4"),
+                " WHERE link = ?1 AND day = ?2 AND host = ?3",
+            ))?,
             hosts: conn.prepare_cached(
                 "SELECT count(*) FROM visits_referrers WHERE link = ?1 AND day = ?2",
             )?,
-            new_host: conn.prepare_cached(
+            new_host: conn.prepare_cached(concat!(
                 "INSERT INTO visits_referrers (link, day, host, count) VALUES (?1, ?2, ?3, ?4) \
-                 ON CONFLICT (link, day, host) DO UPDATE SET count = count + excluded.count",
-            )?,
-            known_value: conn.prepare_cached(
-                "UPDATE visits_facets SET count = count + ?5 \
-                 WHERE link = ?1 AND day = ?2 AND dim = ?3 AND value = ?4",
-            )?,
+                 ON CONFLICT (link, day, host) DO UPDATE SET count = ",
+                saturating_add!("count", "excluded.count"),
+            ))?,
+            known_value: conn.prepare_cached(concat!(
+                "UPDATE visits_facets SET count = ",
+                saturating_add!("count", "?5"),
+                " WHERE link = ?1 AND day = ?2 AND dim = ?3 AND value = ?4",
+            ))?,
             values: conn.prepare_cached(
                 "SELECT count(*) FROM visits_facets WHERE link = ?1 AND day = ?2 AND dim = ?3",
             )?,
-            new_value: conn.prepare_cached(
+            new_value: conn.prepare_cached(concat!(
                 "INSERT INTO visits_facets (link, day, dim, value, count) \
                  VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (link, day, dim, value) \
-                 DO UPDATE SET count = count + excluded.count",
-            )?,
+                 DO UPDATE SET count = ",
+                saturating_add!("count", "excluded.count"),
+            ))?,
         })
     }
 

@@ -333,6 +333,9 @@ impl Readers {
     /// The visit counts of every live link in `scope`, summed, in one
     /// snapshot.
     pub(super) fn visit_totals(&self, scope: VisitScope) -> rusqlite::Result<VisitCounts> {
+        // total() sums as a float and the cast stops at the largest
+        // integer, where sum() would fail the whole report on an overflow
+        // (counts may be imported); sums below 2^53 are exact.
         const LINKS: &str = "JOIN links l ON l.id = t.link WHERE l.deleted_at IS NULL \
                              AND (?1 IS NULL OR l.owner = ?1) AND (?2 IS NULL OR l.domain = ?2)";
         let owner = scope.owner.map(|o| o.0);
@@ -342,15 +345,18 @@ impl Readers {
                 conn,
                 [
                     &format!(
-                        "SELECT t.hour, sum(t.humans), sum(t.bots), sum(t.browsers) \
+                        "SELECT t.hour, CAST(total(t.humans) AS INTEGER), \
+                         CAST(total(t.bots) AS INTEGER), CAST(total(t.browsers) AS INTEGER) \
                          FROM visits_hourly t {LINKS} GROUP BY t.hour ORDER BY t.hour"
                     ),
                     &format!(
-                        "SELECT t.day, t.host, sum(t.count) FROM visits_referrers t {LINKS} \
+                        "SELECT t.day, t.host, CAST(total(t.count) AS INTEGER) \
+                         FROM visits_referrers t {LINKS} \
                          GROUP BY t.day, t.host"
                     ),
                     &format!(
-                        "SELECT t.day, t.dim, t.value, sum(t.count) FROM visits_facets t {LINKS} \
+                        "SELECT t.day, t.dim, t.value, CAST(total(t.count) AS INTEGER) \
+                         FROM visits_facets t {LINKS} \
                          GROUP BY t.day, t.dim, t.value"
                     ),
                 ],
