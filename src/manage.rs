@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -267,21 +268,41 @@ async fn run_domains(
 pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
     let out: Box<dyn Write + Send> = match &args.out {
         Some(path) => Box::new(BufWriter::new(
-            File::create(path).with_context(|| format!("creating {}", path.display()))?,
+            // Only its owner's: an export holds password hashes and
+            // protected targets.
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(path)
+                .with_context(|| format!("creating {}", path.display()))?,
         )),
         None => Box::new(BufWriter::new(std::io::stdout())),
     };
     let writer = Arc::new(Mutex::new(Some(transfer::Writer::new(args.format, out)?)));
+    // Links the format cannot carry whole: left out, or with --lossy
+    // written without what it cannot carry; named either way.
+    let partial: Arc<Mutex<Vec<String>>> = Arc::default();
+    let lossy = args.lossy;
     runtime()?.block_on(async move {
         let store = open_tool_store(&args.store.settings(), Purpose::Tool).await?;
         let sink = Arc::clone(&writer);
+        let named = Arc::clone(&partial);
         let exported = store
             .export(Box::new(move |record| {
                 let mut w = sink.lock().unwrap_or_else(|e| e.into_inner());
-                match w.as_mut() {
-                    Some(w) => w.write(&record),
-                    None => Ok(()),
+                let Some(w) = w.as_mut() else {
+                    return Ok(());
+                };
+                if !w.carries(&record) {
+                    let mut named = named.lock().unwrap_or_else(|e| e.into_inner());
+                    named.push(link_name(&record));
+                    if !lossy {
+                        return Ok(());
+                    }
                 }
+                w.write(&record)
             }))
             .await;
         store.close().await;
@@ -290,9 +311,33 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
         if let Some(w) = w {
             w.finish()?;
         }
+        let partial = std::mem::take(&mut *partial.lock().unwrap_or_else(|e| e.into_inner()));
+        if !partial.is_empty() && !lossy {
+            if let Some(path) = &args.out {
+                let _ = std::fs::remove_file(path);
+            }
+            anyhow::bail!(
+                "{} links have a password, rules or an expired_url, which CSV cannot carry: {}; \
+                 export them as jsonl, or pass --lossy to write them without (a re-import makes them public)",
+                partial.len(),
+                partial.join(", ")
+            );
+        }
+        for name in &partial {
+            eprintln!("{name}: written without its password, rules and expired_url");
+        }
         eprintln!("exported {n} records");
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// A record's link as `domain/code`, or its code on the default domain.
+fn link_name(r: &litelink_service::store::Record) -> String {
+    let code = r.code.as_deref().unwrap_or("?");
+    match &r.domain {
+        Some(d) => format!("{d}/{code}"),
+        None => code.to_owned(),
+    }
 }
 
 pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {

@@ -46,6 +46,11 @@ pub struct ExportArgs {
     /// Write here instead of standard output.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// With `--format csv`, write links with a password, rules or an
+    /// `expired_url` without them (each is named) instead of refusing: CSV
+    /// has no columns for them, and a re-import would make them public.
+    #[arg(long)]
+    pub lossy: bool,
     #[command(flatten)]
     pub store: StoreArgs,
 }
@@ -78,7 +83,7 @@ pub struct TargetArgs {
     #[arg(long, env = "LITELINK_DENY_HOSTS")]
     pub deny_hosts: Option<PathBuf>,
     /// Refuse targets on this service's public host, as `serve` does.
-    #[arg(long, env = "LITELINK_PUBLIC_URL")]
+    #[arg(long, env = "LITELINK_PUBLIC_URL", value_parser = super::public_url)]
     pub public_url: Option<String>,
 }
 

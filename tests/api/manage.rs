@@ -1181,6 +1181,141 @@ fn import_takes_only_password_hashes_this_server_could_have_made() {
     }
 }
 
+/// CSV has no columns for a password, rules or an expired target: a CSV
+/// export refuses links with them (naming each, leaving no file), and
+/// writes them without those only when told `--lossy`, naming them still.
+#[tokio::test]
+async fn a_csv_export_refuses_links_it_cannot_carry_unless_lossy() {
+    let app = spawn_app(&[]).await;
+    let key = app.new_key("admin", true).await;
+    for body in [
+        json!({"url": "https://e.com/open", "code": "open"}),
+        json!({"url": "https://e.com/a", "code": "secret", "password": "correct horse"}),
+        json!({"url": "https://e.com/b", "code": "later", "expires_at": "2030-01-01T00:00:00Z",
+               "expired_url": "https://e.com/gone"}),
+        json!({"url": "https://e.com/c", "code": "ruled",
+               "rules": [{"if": {"device": "ios"}, "url": "https://e.com/ios"}]}),
+    ] {
+        let r = app
+            .api(Method::POST, "/api/v1/links", Some(&key), Some(body))
+            .await;
+        assert_eq!(r.status(), 201);
+    }
+    let db = app.db.clone();
+    let dir = app.stop().await.expect("its directory");
+    let file = dir.path().join("out.csv");
+    let path = file.to_str().expect("path");
+    let out = litelink(&["export", "--format", "csv", "--out", path], &db);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    for needle in ["3 links", "secret", "later", "ruled", "--lossy"] {
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+    assert!(!file.exists(), "no partial export is left");
+
+    let out = litelink(
+        &["export", "--format", "csv", "--lossy", "--out", path],
+        &db,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    for needle in [
+        "secret: written without",
+        "later: written without",
+        "ruled: written without",
+    ] {
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+    assert!(!err.contains("open:"), "{err}");
+    let text = std::fs::read_to_string(&file).expect("export");
+    assert_eq!(text.lines().count(), 5, "a header and four links: {text}");
+    // JSON lines carry them whole, with no flag.
+    let out = litelink(&["export", "--out", path], &db);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(dir);
+}
+
+/// Counts no link could have, values the visit counter never writes
+/// (spreadsheet formulas, markup, unknown families), more values on a day
+/// than the counter keeps, and a creation in the future: each line is
+/// refused, naming its line, and the good line is imported.
+#[test]
+fn import_refuses_visit_counts_and_values_no_counter_could_have_made() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("in.jsonl");
+    let line = |code: &str, rest: &str| {
+        format!(
+            r#"{{"code":"{code}","url":"https://e.com/{code}","created_at":"2026-01-01T00:00:00Z"{rest}}}"#
+        )
+    };
+    let hosts: Vec<String> = (0..51)
+        .map(|i| format!(r#"["2026-01-02T00:00:00Z","h{i}.example",1]"#))
+        .collect();
+    let lines = [
+        line("a1", r#","visits":18446744073709551615"#),
+        line("a2", r#","visits":9007199254740992"#),
+        line(
+            "a3",
+            r#","history":{"hours":[["2026-01-02T05:00:00Z",9223372036854775807,0,0]]}"#,
+        ),
+        line(
+            "a4",
+            r#","history":{"hours":[["2026-01-02T05:00:00Z",4294967297,0,0]]}"#,
+        ),
+        line(
+            "a5",
+            r#","history":{"referrers":[["2026-01-02T00:00:00Z","=cmd|' /C calc'!A0",3]]}"#,
+        ),
+        line(
+            "a6",
+            r#","history":{"facets":[["2026-01-02T00:00:00Z","country","=1+1",3]]}"#,
+        ),
+        line(
+            "a7",
+            r#","history":{"facets":[["2026-01-02T00:00:00Z","browser","<b>x</b>",3]]}"#,
+        ),
+        line(
+            "a8",
+            r#","history":{"facets":[["2026-01-02T00:00:00Z","city","DE/@SUM(1)",3]]}"#,
+        ),
+        line(
+            "a9",
+            &format!(r#","history":{{"referrers":[{}]}}"#, hosts.join(",")),
+        ),
+        r#"{"code":"a10","url":"https://e.com/a10","created_at":"2999-01-01T00:00:00Z"}"#
+            .to_owned(),
+        line(
+            "good",
+            r#","visits":4294967296,"history":{"hours":[["2026-01-02T05:00:00Z",4294967296,0,0]],"referrers":[["2026-01-02T00:00:00Z","news.example",2],["2026-01-02T00:00:00Z","(direct)",1]],"facets":[["2026-01-02T00:00:00Z","country","DE",3],["2026-01-02T00:00:00Z","city","DE/Frankfurt am Main",3],["2026-01-02T00:00:00Z","browser","Firefox",3],["2026-01-02T00:00:00Z","os","(other)",3]]}"#,
+        ),
+    ];
+    std::fs::write(&file, lines.join("\n")).expect("write");
+    let db = dir.path().join("i.db");
+    let out = litelink(&["import", file.to_str().expect("path")], &db);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for needle in [
+        "line 1: visits",
+        "line 2: visits",
+        "line 3: history hour",
+        "line 4: history hour",
+        "line 5: history referrer",
+        "line 6: history country",
+        "line 7: history browser",
+        "line 8: history city",
+        "line 9: history: more than 50 referrer hosts",
+        "line 10: created_at",
+        "imported 1 links",
+    ] {
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+    assert!(!err.contains("line 11:"), "{err}");
+}
+
 #[test]
 fn import_reports_bad_lines_and_unknown_owners_and_keeps_the_rest() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1503,4 +1638,25 @@ async fn codes_of_an_earlier_code_length_keep_resolving() {
         assert_error(taken, 409, "taken").await;
     }
     app.stop().await;
+}
+
+/// A key name that mixes scripts (a Cyrillic `а` in `admin`) would pass
+/// for another in `keys list`: `keys create` refuses it, and takes names
+/// in one script, or Latin beside Chinese, Japanese or Korean.
+#[test]
+fn key_names_that_mix_look_alike_scripts_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("k.db");
+    let create = |name: &str| litelink(&["keys", "create", "--name", name], &db);
+    let out = create("\u{0430}dmin");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("may not mix scripts"), "{err}");
+    for good in ["admin", "Иван Петров", "Tokyo 東京チーム"] {
+        let out = create(good);
+        assert!(out.status.success(), "{good}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let listed = litelink(&["keys", "list"], &db);
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(!listed.contains('\u{0430}'), "{listed}");
 }

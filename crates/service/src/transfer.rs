@@ -5,8 +5,13 @@ use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, Write};
 use std::sync::Arc;
 
+use crate::domain::classify::referrer_host;
 use crate::domain::rules;
-use crate::domain::visit::{DAY_MS, HOUR_MS, HourCount};
+use crate::domain::visit::{
+    BROWSER_FAMILIES, Country, DAY_MS, DIRECT_HOST, Device, HOUR_MS, HourCount, NO_RULE_VALUE,
+    OS_FAMILIES, OTHER_HOST, REFERRER_HOSTS_PER_DAY, VALUES_PER_DAY,
+};
+use crate::domain::wire::{csv_cell, from_csv_cell};
 use crate::domain::{
     DEFAULT_NAME, Domain, DomainId, Host, KeyId, ShortCode, TargetPolicy, TargetUrl, Timestamp,
     is_reserved,
@@ -79,9 +84,17 @@ impl<W: Write> Writer<W> {
                     visits.as_deref(),
                     r.domain.as_deref(),
                 ];
-                Ok(w.write_record(fields.map(|f| f.unwrap_or("")))?)
+                let cells = fields.map(|f| csv_cell(f.unwrap_or("")));
+                Ok(w.write_record(cells.iter().map(|c| c.as_bytes()))?)
             }
         }
+    }
+
+    /// Whether `r` is written whole: CSV has no columns for a password,
+    /// rules or an expired target.
+    pub fn carries(&self, r: &Record) -> bool {
+        matches!(self, Self::Jsonl(_))
+            || (r.password_hash.is_none() && r.rules.is_none() && r.expired_url.is_none())
     }
 
     pub fn finish(self) -> std::io::Result<W> {
@@ -129,7 +142,11 @@ pub fn read<R: BufRead + 'static>(
                     if r.len() != CSV_COLUMNS.len() && !OLDER_CSV_COLUMNS.contains(&r.len()) {
                         return Err(format!("expected {} columns", CSV_COLUMNS.len()));
                     }
-                    let opt = |i: usize| r.get(i).map(str::to_owned).filter(|s| !s.is_empty());
+                    let opt = |i: usize| {
+                        r.get(i)
+                            .map(|c| from_csv_cell(c).to_owned())
+                            .filter(|s| !s.is_empty())
+                    };
                     let number = |i: usize, name: &str| {
                         opt(i)
                             .map(|s| {
@@ -144,7 +161,7 @@ pub fn read<R: BufRead + 'static>(
                         visits: number(7, "visits")?,
                         code: opt(0),
                         url: opt(1),
-                        created_at: r[2].to_owned(),
+                        created_at: from_csv_cell(&r[2]).to_owned(),
                         expires_at: opt(3),
                         owner: opt(4),
                         deleted_at: opt(5),
@@ -245,9 +262,18 @@ impl Checker {
             (None, None) => return Err("url is required".into()),
         };
         let created_at = Timestamp::parse(&r.created_at).map_err(|e| format!("created_at: {e}"))?;
+        // A minute's grace for the clock of the server that exported.
+        if created_at.millis() > Timestamp::now().millis() + 60_000 {
+            return Err(format!("created_at: '{}' is in the future", r.created_at));
+        }
         let expires_at = stamp("expires_at", r.expires_at.as_deref())?;
         if r.max_visits == Some(0) {
             return Err("max_visits must be at least 1".into());
+        }
+        if r.visits.is_some_and(|n| n > MAX_TOTAL) {
+            return Err(format!(
+                "visits: more than {MAX_TOTAL}, which no link could have"
+            ));
         }
         let extra = self.extra_of(&r)?;
         if extra.is_some() && deleted_at.is_some() {
@@ -332,8 +358,84 @@ impl Checker {
 /// hours, and as many referrer and facet rows.
 const HISTORY_ENTRIES: usize = 200_000;
 
+/// The most visits one history entry (an hour, or a day's referrer or
+/// value) may count, and the most a link may have: counts no link could
+/// have are refused, so that sums of them stay far from overflowing.
+const MAX_ENTRY: u64 = 1 << 32;
+const MAX_TOTAL: u64 = (1 << 53) - 1;
+
 /// The longest referrer host or facet value a history may hold.
 const VALUE_BYTES: usize = 253;
+
+/// Whether the counter could have kept `host` as a referrer: what it
+/// makes of a `Referer` naming that host, or no host at all.
+fn counted_referrer(host: &str) -> bool {
+    if host == DIRECT_HOST || host == OTHER_HOST {
+        return true;
+    }
+    let referer = format!("http://{host}/");
+    host.len() <= VALUE_BYTES
+        && host.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '[')
+        && referrer_host(Some(referer.as_bytes())) == host
+}
+
+/// Whether the counter could have kept `value` in `dim`: a country code, a
+/// known family, a rule's index; a city after its country, printable and
+/// starting as a name does (never as a spreadsheet formula).
+fn counted_value(dim: Dim, value: &str) -> bool {
+    let country =
+        |c: &str| c == Country::UNKNOWN_NAME || Country::parse(c.as_bytes()).as_str() == c;
+    value == OTHER_HOST
+        || match dim {
+            Dim::Country => country(value),
+            Dim::City => value.split_once('/').is_some_and(|(cc, city)| {
+                cc != Country::UNKNOWN_NAME
+                    && country(cc)
+                    && city.len() <= VALUE_BYTES
+                    && city.starts_with(|c: char| c.is_alphanumeric())
+                    && !city
+                        .chars()
+                        .any(|c| c.is_control() || matches!(c, '<' | '>'))
+            }),
+            Dim::Device => value.parse::<Device>().is_ok(),
+            Dim::Os => OS_FAMILIES.contains(&value),
+            Dim::Browser => BROWSER_FAMILIES.contains(&value),
+            Dim::Rule => {
+                value == NO_RULE_VALUE
+                    || value
+                        .parse::<usize>()
+                        .is_ok_and(|i| i < rules::MAX_RULES && i.to_string() == value)
+            }
+        }
+}
+
+/// Refuses a history that keeps more values on one day (of a dimension,
+/// or referrer hosts) than the counter keeps before it counts the rest as
+/// `(other)`.
+fn over_a_days_values(counts: &VisitCounts) -> Result<(), String> {
+    let mut hosts: HashMap<i64, usize> = HashMap::new();
+    for (day, host, _) in &counts.referrers {
+        let n = hosts.entry(*day).or_default();
+        *n += usize::from(&**host != OTHER_HOST);
+        if *n > REFERRER_HOSTS_PER_DAY {
+            return Err(format!(
+                "history: more than {REFERRER_HOSTS_PER_DAY} referrer hosts on one day"
+            ));
+        }
+    }
+    let mut values: HashMap<(i64, Dim), usize> = HashMap::new();
+    for (day, dim, value, _) in &counts.dims {
+        let n = values.entry((*day, *dim)).or_default();
+        *n += usize::from(value != OTHER_HOST);
+        if *n > VALUES_PER_DAY {
+            return Err(format!(
+                "history: more than {VALUES_PER_DAY} {} values on one day",
+                <&str>::from(*dim)
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// A record's history, checked: whole hours and days, known dimensions,
 /// bounded sizes.
@@ -353,17 +455,20 @@ fn counts_of(h: &History) -> Result<VisitCounts, String> {
         }
         Ok(t.millis().div_euclid(len))
     };
-    let text = |what: &str, v: &str| {
-        if v.is_empty() || v.len() > VALUE_BYTES || v.chars().any(char::is_control) {
+
+    let count = |what: &str, n: u64| {
+        if n > MAX_ENTRY {
             Err(format!(
-                "history {what}: '{v}' is empty, too long or not printable"
+                "history {what}: a count of {n} is over {MAX_ENTRY}, which no link could have"
             ))
         } else {
-            Ok(())
+            Ok(n)
         }
     };
     let mut counts = VisitCounts::default();
     for (start, humans, bots, browsers) in &h.hours {
+        count("hour", humans.saturating_add(*bots))?;
+        count("hour", *browsers)?;
         counts.hours.push(HourCount {
             hour: units("hour", start, HOUR_MS)?,
             humans: *humans,
@@ -372,19 +477,41 @@ fn counts_of(h: &History) -> Result<VisitCounts, String> {
         });
     }
     for (day, host, n) in &h.referrers {
-        text("referrer", host)?;
-        counts
-            .referrers
-            .push((units("day", day, DAY_MS)?, host.as_str().into(), *n));
+        if !counted_referrer(host) {
+            return Err(format!(
+                "history referrer: '{}' is not a host the counter could have kept",
+                host.escape_debug()
+            ));
+        }
+        counts.referrers.push((
+            units("day", day, DAY_MS)?,
+            host.as_str().into(),
+            count("referrer", *n)?,
+        ));
     }
     for (day, dim, value, n) in &h.facets {
         let dim: Dim = dim
             .parse()
             .map_err(|_| format!("history: no dimension '{dim}'"))?;
-        text(dim.into(), value)?;
-        counts
-            .dims
-            .push((units("day", day, DAY_MS)?, dim, value.clone(), *n));
+        if !counted_value(dim, value) {
+            return Err(format!(
+                "history {}: '{}' is not a value the counter could have kept",
+                <&str>::from(dim),
+                value.escape_debug()
+            ));
+        }
+        counts.dims.push((
+            units("day", day, DAY_MS)?,
+            dim,
+            value.clone(),
+            count("facet", *n)?,
+        ));
+    }
+    over_a_days_values(&counts)?;
+    if counts.total() > MAX_TOTAL {
+        return Err(format!(
+            "history: more than {MAX_TOTAL} visits, which no link could have"
+        ));
     }
     Ok(counts)
 }

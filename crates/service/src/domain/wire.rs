@@ -146,6 +146,23 @@ pub(crate) mod one_or_many {
     }
 }
 
+/// A CSV cell that a spreadsheet will not run as a formula: one starting
+/// with `=`, `+`, `-`, `@`, a tab or a carriage return gets a `'` in front,
+/// as OWASP advises, and so does one already starting with `'`, so that
+/// [`from_csv_cell`] gives back exactly what was written.
+pub(crate) fn csv_cell(value: &str) -> std::borrow::Cow<'_, str> {
+    if value.starts_with(['=', '+', '-', '@', '\t', '\r', '\'']) {
+        format!("'{value}").into()
+    } else {
+        value.into()
+    }
+}
+
+/// A cell [`csv_cell`] wrote, as it was before.
+pub(crate) fn from_csv_cell(cell: &str) -> &str {
+    cell.strip_prefix('\'').unwrap_or(cell)
+}
+
 /// A string's schema, as each value describes itself.
 pub(crate) struct StringSchema {
     pub format: Option<&'static str>,
