@@ -29,14 +29,23 @@ pub fn parse_from(args: Vec<OsString>) -> Result<(Cli, ArgMatches), Error> {
         let known = long_names(&command);
         if let Some((key, line)) = values
             .iter()
-            .find(|(key, _, _)| !known.contains(key))
-            .map(|(key, _, line)| (key, line))
+            .find(|(key, ..)| !known.contains(key))
+            .map(|(key, _, line, _)| (key, line))
         {
             return Err(Error::File(anyhow::anyhow!(
                 "{}: line {line}: unknown key '{key}' (keys are the long flags without their dashes)",
                 path.display()
             )));
         }
+        for (key, _, line, given) in &values {
+            if let Some(why) = arg_named(&command, key).and_then(|a| mismatch(a, *given)) {
+                return Err(Error::File(anyhow::anyhow!(
+                    "{}: line {line}: '{key}' {why}",
+                    path.display()
+                )));
+            }
+        }
+        warn_if_others_read(&path, &values);
         command = with_defaults(command, &values);
     }
     let matches = command.try_get_matches_from(args).map_err(Error::Args)?;
@@ -73,16 +82,39 @@ fn config_path(args: &[OsString]) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-/// The file's keys, each value as a command-line string, with its line.
-fn read(path: &Path) -> anyhow::Result<Vec<(String, String, usize)>> {
+/// What a file gave a key: checked against what the flag takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Given {
+    Text,
+    Number,
+    Bool,
+    List,
+    Other,
+}
+
+/// The file's keys, each value as a command-line string, with its line
+/// and what TOML type it was.
+fn read(path: &Path) -> anyhow::Result<Vec<(String, String, usize, Given)>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
-    let table: toml::Table = text
-        .parse()
-        .with_context(|| format!("{} is not valid TOML", path.display()))?;
+    // Only where, never what: the file may be one that is not TOML at all
+    // (`--config /etc/shadow`), and its lines must not reach a log.
+    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+        let line = e.span().map_or(0, |s| {
+            text[..s.start.min(text.len())].lines().count().max(1)
+        });
+        anyhow::anyhow!("{}: line {line}: not valid TOML", path.display())
+    })?;
     let mut values = Vec::new();
     for (key, value) in table {
         let line = line_of(&text, &key);
+        let given = match &value {
+            toml::Value::String(_) => Given::Text,
+            toml::Value::Integer(_) | toml::Value::Float(_) => Given::Number,
+            toml::Value::Boolean(_) => Given::Bool,
+            toml::Value::Array(_) => Given::List,
+            _ => Given::Other,
+        };
         let value = match value {
             toml::Value::String(s) => s,
             toml::Value::Integer(n) => n.to_string(),
@@ -108,9 +140,50 @@ fn read(path: &Path) -> anyhow::Result<Vec<(String, String, usize)>> {
                 path.display()
             );
         }
-        values.push((key, value, line));
+        values.push((key, value, line, given));
     }
     Ok(values)
+}
+
+/// Why `given` cannot be the value of `arg`, if it cannot: a list for a
+/// path, a number or a switch (`deny-hosts = ["a", "b"]` would be the
+/// path `a,b`), or text for a number or a switch (`cache-capacity =
+/// "5000"`). A list for any other flag is its comma-separated value.
+fn mismatch(arg: &clap::Arg, given: Given) -> Option<&'static str> {
+    use std::any::TypeId;
+    let parser = arg.get_value_parser().type_id();
+    let takes_list = parser != TypeId::of::<std::path::PathBuf>();
+    let is_switch = matches!(
+        arg.get_action(),
+        clap::ArgAction::SetTrue | clap::ArgAction::SetFalse
+    );
+    let is_number = [
+        TypeId::of::<u8>(),
+        TypeId::of::<u16>(),
+        TypeId::of::<u32>(),
+        TypeId::of::<u64>(),
+        TypeId::of::<usize>(),
+        TypeId::of::<i32>(),
+        TypeId::of::<i64>(),
+        TypeId::of::<f32>(),
+        TypeId::of::<f64>(),
+    ]
+    .iter()
+    .any(|t| parser == *t);
+    match given {
+        Given::List if !takes_list || is_number || is_switch => Some("takes one value, not a list"),
+        Given::Text if is_number => Some("takes a number, not a string"),
+        Given::Text if is_switch => Some("takes true or false, not a string"),
+        _ => None,
+    }
+}
+
+/// The argument whose long flag is `key`, in `command` or a subcommand.
+fn arg_named<'c>(command: &'c Command, key: &str) -> Option<&'c clap::Arg> {
+    command
+        .get_arguments()
+        .find(|a| a.get_long() == Some(key))
+        .or_else(|| command.get_subcommands().find_map(|s| arg_named(s, key)))
 }
 
 /// The line (from 1) on which `key` is set, or opens a table.
@@ -146,8 +219,8 @@ fn long_names(command: &Command) -> Vec<String> {
 
 /// `command` with each value as the default of the flag of its name, in
 /// every subcommand that has one.
-fn with_defaults(mut command: Command, values: &[(String, String, usize)]) -> Command {
-    for (key, value, _) in values {
+fn with_defaults(mut command: Command, values: &[(String, String, usize, Given)]) -> Command {
+    for (key, value, ..) in values {
         let id = command
             .get_arguments()
             .find(|a| a.get_long() == Some(key.as_str()))
@@ -212,18 +285,73 @@ fn toml_value(v: &str) -> String {
     toml::Value::String(v.to_owned()).to_string()
 }
 
-/// `v` with the password of every URL in it (comma-separated) as `***`.
+/// Whether a query parameter or connection-string key names a secret
+/// (`password`, `sslpassword`, `pass`, ...).
+fn is_secret_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    key.contains("pass") || key.contains("secret") || key.contains("token")
+}
+
+/// `v` with every password in it as `***`: a URL's user password and its
+/// query parameters that name one (`?password=`), and the `password=`
+/// pairs of a key=value connection string, in each comma-separated part.
 fn redact(v: &str) -> String {
     v.split(',')
         .map(|part| match url::Url::parse(part) {
-            Ok(mut u) if u.password().is_some() => {
-                let _ = u.set_password(Some("***"));
+            Ok(mut u) if u.has_host() || u.password().is_some() || u.query().is_some() => {
+                if u.password().is_some() {
+                    let _ = u.set_password(Some("***"));
+                }
+                if u.query_pairs().any(|(k, _)| is_secret_key(&k)) {
+                    let pairs: Vec<(String, String)> = u
+                        .query_pairs()
+                        .map(|(k, v)| {
+                            let v = if is_secret_key(&k) {
+                                "***".into()
+                            } else {
+                                v.into_owned()
+                            };
+                            (k.into_owned(), v)
+                        })
+                        .collect();
+                    u.query_pairs_mut().clear().extend_pairs(pairs);
+                }
                 u.to_string()
             }
-            _ => part.to_owned(),
+            _ => part
+                .split(' ')
+                .map(|word| match word.split_once('=') {
+                    Some((k, _)) if is_secret_key(k) => format!("{k}=***"),
+                    _ => word.to_owned(),
+                })
+                .collect::<Vec<_>>()
+                .join(" "),
         })
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// Warns when a file that others may read holds a secret (a password in a
+/// URL): the file's mode should be 0600 or 0640.
+fn warn_if_others_read(path: &Path, values: &[(String, String, usize, Given)]) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return;
+    };
+    let mode = meta.permissions().mode();
+    if mode & 0o004 == 0 {
+        return;
+    }
+    if let Some((key, _, line, _)) = values.iter().find(|(_, v, ..)| redact(v) != *v) {
+        // Said on stderr: logging starts only once the file is read.
+        eprintln!(
+            "warning: {} (mode {:o}) is readable by every user and holds a secret in '{key}' \
+             (line {line}); make it readable by its owner only: chmod 600 {}",
+            path.display(),
+            mode & 0o777,
+            path.display()
+        );
+    }
 }
 
 #[cfg(test)]
@@ -249,5 +377,18 @@ mod tests {
             redact("postgres://u:secret@db/x,redis://h:6379"),
             "postgres://u:***@db/x,redis://h:6379"
         );
+        assert_eq!(
+            redact("postgres://u@h/db?password=s3cret&sslmode=require"),
+            "postgres://u@h/db?password=***&sslmode=require"
+        );
+        assert_eq!(
+            redact("redis://h?password=s3cret"),
+            "redis://h?password=***"
+        );
+        assert_eq!(
+            redact("host=h user=u password=s3cret dbname=x"),
+            "host=h user=u password=*** dbname=x"
+        );
+        assert_eq!(redact("/var/lib/litelink.db"), "/var/lib/litelink.db");
     }
 }

@@ -78,6 +78,25 @@ where
     PossibleValuesParser::new(T::VARIANTS).try_map(|s| s.parse::<T>())
 }
 
+/// `--public-url`: an http or https URL with a host and no user info; a
+/// `javascript:` or `file:` URL would be written into every `short_url`.
+pub fn public_url(s: &str) -> Result<String, String> {
+    let u = url::Url::parse(s).map_err(|e| format!("not a URL: {e}"))?;
+    if !matches!(u.scheme(), "http" | "https") {
+        return Err(format!(
+            "the scheme must be http or https, not '{}'",
+            u.scheme()
+        ));
+    }
+    if u.host_str().is_none_or(str::is_empty) {
+        return Err("the URL has no host".into());
+    }
+    if !u.username().is_empty() || u.password().is_some() {
+        return Err("the URL may not hold a user name or password".into());
+    }
+    Ok(s.to_owned())
+}
+
 /// `on` or `off`, for boolean switches that name their default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnOff {

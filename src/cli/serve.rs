@@ -128,7 +128,7 @@ pub struct ServerArgs {
 
     /// Public base URL for the `short_url` field, e.g. https://s.example.com
     /// (default: http:// and the request's Host).
-    #[arg(long, env = "LITELINK_PUBLIC_URL")]
+    #[arg(long, env = "LITELINK_PUBLIC_URL", value_parser = super::public_url)]
     pub public_url: Option<String>,
 
     /// Status of `GET /{code}`.

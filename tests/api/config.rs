@@ -279,6 +279,114 @@ fn an_unknown_key_is_named_with_its_line() {
     }
 }
 
+/// A file's values are what their flags take: no list for one value, no
+/// string for a number or a switch, an http(s) public URL; and a file that
+/// is not TOML is refused without a word of what it holds.
+#[test]
+fn a_file_value_of_the_wrong_kind_is_refused_and_nothing_of_it_is_quoted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("bad.toml");
+    for (text, needle) in [
+        (
+            "deny-hosts = [\"a\", \"b\"]\n",
+            "line 1: 'deny-hosts' takes one value, not a list",
+        ),
+        (
+            "\ncache-capacity = \"50000\"\n",
+            "line 2: 'cache-capacity' takes a number",
+        ),
+        (
+            "refuse-private-targets = \"yes\"\n",
+            "'refuse-private-targets' takes true or false",
+        ),
+        ("public-url = \"javascript:alert(1)\"\n", "http or https"),
+        ("public-url = \"file:///etc/passwd\"\n", "http or https"),
+        (
+            "public-url = \"https://u:p@s.example\"\n",
+            "user name or password",
+        ),
+        (
+            "root:$6$Zm9vYmFy$c2VjcmV0aGFzaA:19000:0:99999:7:::\n",
+            "line 1: not valid TOML",
+        ),
+    ] {
+        std::fs::write(&file, text).expect("config");
+        let out = litelink(
+            &[
+                "serve",
+                "--config",
+                file.to_str().expect("path"),
+                "--print-config",
+            ],
+            &[],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{text}: {err}");
+        assert!(err.contains(needle), "{needle}: {err}");
+        assert!(
+            !err.contains("c2VjcmV0aGFzaA") && !err.contains("Zm9v"),
+            "{err}"
+        );
+    }
+    // Lists stay lists where a flag takes several values.
+    std::fs::write(&file, "trust-proxy = [\"127.0.0.1\", \"10.0.0.0/8\"]\n").expect("config");
+    let out = litelink(
+        &[
+            "serve",
+            "--config",
+            file.to_str().expect("path"),
+            "--print-config",
+        ],
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Every form a password takes in a store or Valkey URL is hidden by
+/// `--print-config`; a file that others may read and that holds one draws
+/// a warning, and one only its owner reads does not.
+#[test]
+fn passwords_in_every_form_are_hidden_and_a_readable_file_with_one_is_warned_of() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("c.toml");
+    std::fs::write(
+        &file,
+        "store = \"postgres://u@db.internal/links?password=pg-s3cret&sslmode=prefer\"\n\
+         valkey-url = \"redis://cache.internal:6379?password=vk-s3cret\"\n",
+    )
+    .expect("config");
+    for (mode, warned) in [(0o644, true), (0o600, false)] {
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        let out = litelink(
+            &[
+                "serve",
+                "--config",
+                file.to_str().expect("path"),
+                "--print-config",
+            ],
+            &[],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        let printed = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !printed.contains("s3cret") && !err.contains("s3cret"),
+            "{printed}{err}"
+        );
+        assert!(printed.contains("password=***"), "{printed}");
+        assert_eq!(
+            err.contains("readable by every user"),
+            warned,
+            "{mode:o}: {err}"
+        );
+    }
+}
+
 /// `--print-config` prints every setting with its effective value and
 /// hides passwords; read back, it prints the same again. Other
 /// subcommands take from the same file the keys they have.

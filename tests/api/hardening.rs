@@ -721,3 +721,77 @@ async fn a_reloaded_deny_list_stops_expired_urls_and_domain_redirects() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+/// The mode bits of `path`, without the file type.
+fn mode_of(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// The database, its WAL and shared memory, its lock file and exports
+/// hold key and password hashes: only their owner may read them.
+#[tokio::test]
+async fn the_database_and_its_exports_are_only_their_owners() {
+    let app = spawn_app(&[]).await;
+    let db = app.db.clone();
+    let with = |suffix: &str| {
+        let mut p = db.as_os_str().to_owned();
+        p.push(suffix);
+        std::path::PathBuf::from(p)
+    };
+    app.create_ok("https://example.com/a").await;
+    for path in [
+        db.clone(),
+        with("-wal"),
+        with("-shm"),
+        with("-litelink-lock"),
+    ] {
+        assert_eq!(mode_of(&path), 0o600, "{}", path.display());
+    }
+    let dir = app.stop().await.expect("its directory");
+    let out = dir.path().join("links.jsonl");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_litelink"))
+        .args(["export", "--out"])
+        .arg(&out)
+        .arg("--db")
+        .arg(&db)
+        .status()
+        .expect("export");
+    assert!(status.success());
+    assert_eq!(mode_of(&out), 0o600);
+}
+
+/// `--db` names a database file: a device, a directory or a pipe is
+/// refused with a clear error, and a failed start leaves no lock file.
+#[test]
+fn a_db_that_is_no_regular_file_is_refused_and_leaves_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let garbage = dir.path().join("garbage.db");
+    std::fs::write(&garbage, vec![b'x'; 8192]).expect("write");
+    for (db, needle) in [
+        (std::path::PathBuf::from("/dev/null"), "not a regular file"),
+        (dir.path().to_path_buf(), "not a regular file"),
+        (garbage.clone(), ""),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_litelink"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+            .arg(&db)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("litelink");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{}: {err}", db.display());
+        assert!(err.contains(needle), "{}: {err}", db.display());
+        let mut lock = db.as_os_str().to_owned();
+        lock.push("-litelink-lock");
+        assert!(
+            !std::path::Path::new(&lock).exists(),
+            "{} is left behind",
+            std::path::Path::new(&lock).display()
+        );
+    }
+}

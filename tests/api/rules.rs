@@ -181,6 +181,25 @@ async fn password_flow(app: &TestApp, admin: &str) {
     assert_eq!(r.status(), 303);
     assert_eq!(r.headers()["location"], TARGET);
     assert_eq!(r.headers()["cache-control"], "no-store");
+    // Sent from this site, it is taken; from another, or from an opaque
+    // origin, it is refused before any password is checked.
+    let from = |origin: String| {
+        app.client
+            .post(app.url("/locked"))
+            .header("origin", origin)
+            .form(&[("password", PASSWORD)])
+            .send()
+    };
+    let r = from(format!("http://{}", app.addr)).await.expect("post");
+    assert_eq!(r.status(), 303);
+    for origin in ["null", "https://evil.example", "http://127.0.0.1:1"] {
+        assert_error(
+            from(origin.to_owned()).await.expect("post"),
+            403,
+            "another site",
+        )
+        .await;
+    }
     // A form that is not one, or has no password.
     let r = app
         .client
@@ -189,7 +208,7 @@ async fn password_flow(app: &TestApp, admin: &str) {
         .send()
         .await
         .expect("post");
-    assert_eq!(r.status(), 415);
+    assert_error(r, 415, "application/x-www-form-urlencoded").await;
     let r = app
         .client
         .post(app.url("/locked"))
@@ -197,8 +216,8 @@ async fn password_flow(app: &TestApp, admin: &str) {
         .send()
         .await
         .expect("post");
-    assert_eq!(r.status(), 400);
-    assert_eq!(visits(app, admin, "locked").await, 2);
+    assert_error(r, 400, "password").await;
+    assert_eq!(visits(app, admin, "locked").await, 3);
 
     // PATCH: a new password, then none.
     let r = app
@@ -346,15 +365,31 @@ async fn guessing_a_password_is_bounded() {
     // Another client is not held back by it.
     let r = from("192.0.2.2", PASSWORD).await.unwrap();
     assert_eq!(r.status(), 302);
-    // A hundred wrong guesses on the link from anyone close it to all.
-    for i in 0..95 {
+    // An IPv6 client is one client across its /64.
+    for i in 1..=5 {
+        let r = from(&format!("2001:db8:7:7::{i}"), "nope").await.unwrap();
+        assert_eq!(r.status(), 401);
+    }
+    let r = from("2001:db8:7:7:ffff::1", PASSWORD).await.unwrap();
+    assert_eq!(r.status(), 429, "another address of the same /64");
+    assert_eq!(
+        from("2001:db8:7:8::1", PASSWORD).await.unwrap().status(),
+        302
+    );
+    // A hundred wrong guesses on the link from anyone close it to every
+    // client that has failed as often as guessers do...
+    for i in 0..90 {
         let client = format!("198.51.100.{i}");
         let r = from(&client, "nope").await.unwrap();
         assert_eq!(r.status(), 401, "{client}");
     }
-    let r = from("203.0.113.9", PASSWORD).await.unwrap();
+    assert_eq!(from("198.51.100.0", "nope").await.unwrap().status(), 401);
+    let r = from("198.51.100.0", PASSWORD).await.unwrap();
     assert_eq!(r.status(), 429);
     assert!(r.headers().contains_key("retry-after"));
+    // ...but not the owner: a client with no failures gets through.
+    let r = from("203.0.113.9", PASSWORD).await.unwrap();
+    assert_eq!(r.status(), 302, "strangers cannot lock the owner out");
     // Another link is open to the same clients.
     create(
         &app,

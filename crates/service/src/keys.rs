@@ -81,13 +81,38 @@ pub fn check_name(name: &str) -> Result<(), String> {
     if name.trim().is_empty() || name.len() > MAX_NAME_BYTES {
         return Err(format!("a key name is 1 to {MAX_NAME_BYTES} bytes"));
     }
-    match name.chars().find(|&c| c.is_control() || formatting(c)) {
-        Some(c) => Err(format!(
+    if let Some(c) = name.chars().find(|&c| c.is_control() || formatting(c)) {
+        return Err(format!(
             "a key name may not hold control or formatting characters (U+{:04X})",
             u32::from(c)
-        )),
-        None => Ok(()),
+        ));
     }
+    // Mixed scripts (UTS #39): the letters must be of one script, or Latin
+    // with the scripts written beside it in Chinese, Japanese or Korean,
+    // as its "highly restrictive" level allows. `аdmin` with a Cyrillic а
+    // would pass for `admin` in `keys list`. Spaces, digits and
+    // punctuation belong to every script and are not judged.
+    use unicode_security::mixed_script::AugmentedScriptSet;
+    let letters: String = name.chars().filter(|c| c.is_alphabetic()).collect();
+    if AugmentedScriptSet::for_str(&letters).is_empty() {
+        let latin = AugmentedScriptSet::for_str("a");
+        let rest: String = letters
+            .chars()
+            .filter(|c| {
+                let mut set = AugmentedScriptSet::for_str(c.encode_utf8(&mut [0; 4]));
+                set.intersect_with(latin);
+                set.is_empty()
+            })
+            .collect();
+        let east_asian = AugmentedScriptSet::for_str(&rest);
+        if !(east_asian.hanb || east_asian.jpan || east_asian.kore) {
+            return Err(
+                "a key name may not mix scripts, such as Latin and Cyrillic letters that look alike"
+                    .into(),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// A new key: the secret to show once, and the hash to store.
@@ -244,6 +269,9 @@ mod tests {
             "alice@example.com",
             "Zürich team",
             "名前",
+            "Tokyo 東京チーム",
+            "Иван Петров",
+            "Ἀθῆναι",
             &"a".repeat(100),
         ] {
             assert_eq!(check_name(good), Ok(()), "{good}");
@@ -259,6 +287,9 @@ mod tests {
             "mark\u{200F}x",
             "zero\u{200B}width",
             "bom\u{FEFF}",
+            "\u{0430}dmin",
+            "p\u{0430}yp\u{0430}l team",
+            "\u{03BF}ps",
             &"a".repeat(101),
         ] {
             assert!(check_name(bad).is_err(), "{bad:?}");

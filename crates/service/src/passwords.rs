@@ -1,8 +1,13 @@
 //! Link passwords: hashing one (Argon2id, on the blocking pool) and
 //! checking a guess, with guessing bounded. A guess is refused before it
-//! is hashed once its client has failed [`PER_CLIENT`] times on the link,
-//! or anyone [`PER_LINK`] times, within [`WINDOW`]; at most [`HASHING`]
-//! hashes run at once and a request beyond them is refused, not queued.
+//! is hashed once its client (an IPv6 client by its /64) has failed
+//! [`PER_CLIENT`] times on the link within [`WINDOW`]. Once anyone has
+//! failed [`PER_LINK`] times, only clients with fewer than
+//! [`LOCKED_ALLOWANCE`] failures of their own still get through, so that
+//! strangers cannot lock the owner out. At most [`HASHING`] guesses are
+//! hashed at once, and a guess beyond them is refused, not queued; an
+//! owner's writes hash under [`HASHING`] permits of their own, which no
+//! flood of guesses can take.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -14,13 +19,17 @@ use argon2::password_hash::{PasswordHasher, PasswordVerifier};
 use argon2::{Algorithm, Argon2, Params, Version};
 use tokio::sync::Semaphore;
 
-use crate::domain::{LinkKey, PasswordHash};
+use crate::domain::{LinkKey, PasswordHash, client_block};
 
 /// Failed guesses one client may make on one link within [`WINDOW`].
 pub(crate) const PER_CLIENT: u32 = 5;
 /// Failed guesses everyone together may make on one link within [`WINDOW`].
 pub(crate) const PER_LINK: u32 = 100;
 pub(crate) const WINDOW: Duration = Duration::from_secs(15 * 60);
+/// Failed guesses a client may have made and still guess on a link that
+/// everyone together has failed [`PER_LINK`] times on: the owner, who may
+/// mistype once, is let through; a guesser, who has failed more, is not.
+pub(crate) const LOCKED_ALLOWANCE: u32 = 2;
 /// Hashes computed at once.
 pub(crate) const HASHING: usize = 2;
 /// Links and clients whose failures are remembered; past it, expired
@@ -77,7 +86,10 @@ impl Failures {
 }
 
 pub(crate) struct Passwords {
+    /// For checking guesses.
     hashing: Arc<Semaphore>,
+    /// For hashing the passwords that owners set: apart from the guesses'.
+    setting: Arc<Semaphore>,
     failures: Mutex<Failures>,
     argon2: Argon2<'static>,
 }
@@ -98,6 +110,7 @@ impl Passwords {
     pub(crate) fn with_params(params: Params) -> Self {
         Self {
             hashing: Arc::new(Semaphore::new(HASHING)),
+            setting: Arc::new(Semaphore::new(HASHING)),
             failures: Mutex::default(),
             argon2: Argon2::new(Algorithm::Argon2id, Version::V0x13, params),
         }
@@ -107,10 +120,10 @@ impl Passwords {
     /// of the [`HASHING`] hashes allowed at once, or refuses it as busy.
     async fn hashing<T: Send + 'static>(
         self: &Arc<Self>,
+        permits: &Arc<Semaphore>,
         work: impl FnOnce(&Argon2<'static>) -> T + Send + 'static,
     ) -> Result<T, PasswordError> {
-        let permit = self
-            .hashing
+        let permit = permits
             .clone()
             .try_acquire_owned()
             .map_err(|_| PasswordError::Busy {
@@ -131,7 +144,7 @@ impl Passwords {
         password: String,
     ) -> Result<PasswordHash, PasswordError> {
         let phc = self
-            .hashing(move |argon2| {
+            .hashing(&self.setting, move |argon2| {
                 argon2
                     .hash_password(password.as_bytes())
                     .map(|h| h.to_string())
@@ -153,14 +166,19 @@ impl Passwords {
         guess: &[u8],
     ) -> Result<bool, PasswordError> {
         let now = Instant::now();
+        let client = client.map(client_block);
         {
             let failures = lock(&self.failures);
             let limited = |w: Option<&Window>, limit: u32| {
                 w.filter(|w| w.current(now) && w.failures >= limit)
                     .map(|w| w.retry_after(now))
             };
-            let client_limit = limited(failures.by_client.get(&(key.clone(), client)), PER_CLIENT);
-            let link_limit = limited(failures.by_link.get(key), PER_LINK);
+            let own = failures.by_client.get(&(key.clone(), client));
+            let client_limit = limited(own, PER_CLIENT);
+            // The link's bound holds only for clients that have failed
+            // already; an unknown client (no address) is one of them.
+            let link_limit = limited(failures.by_link.get(key), PER_LINK)
+                .filter(|_| client.is_none() || limited(own, LOCKED_ALLOWANCE).is_some());
             if let Some(retry_after) = client_limit.max(link_limit) {
                 return Err(PasswordError::TooManyGuesses { retry_after });
             }
@@ -168,7 +186,7 @@ impl Passwords {
         let phc = hash.as_str().to_owned();
         let guess = guess.to_vec();
         let right = self
-            .hashing(move |argon2| {
+            .hashing(&self.hashing, move |argon2| {
                 // A stored hash that does not parse matches nothing: the
                 // link stays locked rather than open.
                 Phc::new(&phc).is_ok_and(|parsed| argon2.verify_password(&guess, &parsed).is_ok())
@@ -336,18 +354,64 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_link_takes_a_hundred_wrong_guesses_from_everyone() {
+    async fn a_link_takes_a_hundred_wrong_guesses_then_only_clean_clients() {
         let p = cheap();
         let hash = p.hash("sesame".into()).await.expect("hashed");
         let k = key("abc");
-        for i in 0..PER_LINK {
-            let client = Some(IpAddr::from([10, 0, (i / 256) as u8, (i % 256) as u8]));
-            assert_eq!(p.check(&k, client, &hash, b"nope").await, Ok(false));
+        let guesser = |i: u32| Some(IpAddr::from([10, 0, (i / 256) as u8, (i % 256) as u8]));
+        for i in 0..PER_LINK / LOCKED_ALLOWANCE {
+            for _ in 0..LOCKED_ALLOWANCE {
+                assert_eq!(p.check(&k, guesser(i), &hash, b"nope").await, Ok(false));
+            }
         }
-        let fresh = Some(IpAddr::from([10, 9, 9, 9]));
+        // Every guesser is refused now, even with the right password.
         assert!(matches!(
-            p.check(&k, fresh, &hash, b"sesame").await,
+            p.check(&k, guesser(0), &hash, b"sesame").await,
             Err(PasswordError::TooManyGuesses { .. })
         ));
+        // The owner, with no failures, is let through; and after one
+        // mistyping, still.
+        let owner = Some(IpAddr::from([192, 0, 2, 7]));
+        assert_eq!(p.check(&k, owner, &hash, b"sesam").await, Ok(false));
+        assert_eq!(p.check(&k, owner, &hash, b"sesame").await, Ok(true));
+        // A client without a known address counts as a guesser.
+        assert!(p.check(&k, None, &hash, b"sesame").await.is_err());
+    }
+
+    #[tokio::test]
+    async fn an_ipv6_client_is_limited_by_its_64() {
+        let p = cheap();
+        let hash = p.hash("sesame".into()).await.expect("hashed");
+        let k = key("abc");
+        for i in 0..PER_CLIENT {
+            let address: IpAddr = format!("2001:db8:1:2::{:x}", i + 1).parse().expect("v6");
+            assert_eq!(p.check(&k, Some(address), &hash, b"nope").await, Ok(false));
+        }
+        let same_64: IpAddr = "2001:db8:1:2:ffff::1".parse().expect("v6");
+        assert!(matches!(
+            p.check(&k, Some(same_64), &hash, b"sesame").await,
+            Err(PasswordError::TooManyGuesses { .. })
+        ));
+        let next_64: IpAddr = "2001:db8:1:3::1".parse().expect("v6");
+        assert_eq!(p.check(&k, Some(next_64), &hash, b"sesame").await, Ok(true));
+    }
+
+    /// Guesses that hold every checking permit leave an owner's hashing
+    /// free.
+    #[tokio::test]
+    async fn an_owners_hash_never_waits_for_guesses() {
+        let p = cheap();
+        let held: Vec<_> = (0..HASHING)
+            .map(|_| p.hashing.clone().try_acquire_owned().expect("permit"))
+            .collect();
+        let hash = p
+            .hash("sesame".into())
+            .await
+            .expect("hashed while guesses hash");
+        assert!(matches!(
+            p.check(&key("abc"), None, &hash, b"x").await,
+            Err(PasswordError::Busy { .. })
+        ));
+        drop(held);
     }
 }

@@ -16,6 +16,7 @@ pub use code::{
     is_reserved,
 };
 pub(crate) use codebook::{CodeKey, Codebook};
+pub(crate) use host::client_block;
 pub use host::{
     DEFAULT_NAME, Domain, DomainId, DomainRedirects, Host, HostError, LinkKey, MAX_HOST_LEN,
 };

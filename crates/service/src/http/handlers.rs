@@ -215,6 +215,7 @@ pub(crate) async fn redirect(
         (status = 303, description = "The right password: the redirect, as a GET whatever the server's redirect status (Cache-Control: no-store)", headers(("location" = String, description = "The target URL"))),
         (status = 400, description = "Malformed code or form", body = ErrorMessage),
         (status = 401, description = "A wrong password: the form again (text/html) or JSON", body = ErrorMessage, headers(("www-authenticate" = String, description = "LinkPassword"))),
+        (status = 403, description = "Sent from another site: an Origin that is null or names another host", body = ErrorMessage),
         (status = 404, description = "No such link", body = ErrorMessage),
         (status = 410, description = "Expired, out of visits, or its target blocked", body = ErrorMessage),
         (status = 413, description = "Body over the size limit", body = ErrorMessage),
@@ -229,6 +230,9 @@ pub(crate) async fn unlock(
     parts: axum::http::request::Parts,
     PasswordForm { password }: PasswordForm,
 ) -> Response<redirect::Body> {
+    if let Err(e) = super::locked::same_origin(&parts) {
+        return axum::response::IntoResponse::into_response(e).map(http_body_util::Either::Right);
+    }
     let asked = Asked {
         asks: Asks::Redirect,
         code,

@@ -69,6 +69,35 @@ pub(super) fn answer(wrong: bool, html: bool) -> Response {
     response
 }
 
+/// Whether the password form was sent from this site: a `POST` whose
+/// `Origin` is `null` or names another host than the request's is
+/// refused, so that other sites cannot spread guessing over their
+/// visitors' browsers. One without `Origin` (curl, old browsers) passes.
+pub(super) fn same_origin(parts: &axum::http::request::Parts) -> Result<(), ApiError> {
+    let Some(origin) = parts.headers.get(header::ORIGIN) else {
+        return Ok(());
+    };
+    let host = super::extract::request_host(&parts.uri, parts.headers.get(header::HOST));
+    let same = origin.to_str().ok().and_then(|o| {
+        let (scheme, authority) = o.split_once("://")?;
+        let default = match scheme.to_ascii_lowercase().as_str() {
+            "http" => ":80",
+            "https" => ":443",
+            _ => return None,
+        };
+        let host = std::str::from_utf8(host?).ok()?;
+        let bare = |a: &str| a.strip_suffix(default).unwrap_or(a).to_ascii_lowercase();
+        Some(bare(authority) == bare(host))
+    });
+    if same == Some(true) {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(
+            "the password form was sent from another site".into(),
+        ))
+    }
+}
+
 /// `error` as answered to a request with `headers`: a locked link's 401
 /// as [`answer`] makes it, anything else as itself.
 pub(super) fn or_error(error: ApiError, headers: &HeaderMap) -> Response {

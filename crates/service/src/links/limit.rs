@@ -2,7 +2,7 @@
 //! without a key, and optionally one per key. Loopback clients are not
 //! limited unless asked, so that local benchmarks and tools keep working.
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
 
 use super::LinksError;
-use crate::domain::KeyId;
+use crate::domain::{KeyId, client_block};
 use crate::keys::Principal;
 
 /// A create's client as the limits count it: its address, and whether a
@@ -83,7 +83,7 @@ impl CreateLimiter {
                 if ip.is_loopback() && !forwarded && !self.loopback {
                     return Ok(());
                 }
-                limiter.check_key(&bucket(ip))
+                limiter.check_key(&client_block(ip))
             }
         };
         outcome.map_err(|not_until| {
@@ -99,21 +99,6 @@ impl CreateLimiter {
                 retry_after: wait.as_secs_f64().ceil().max(1.0) as u32,
             }
         })
-    }
-}
-
-/// IPv6 clients share one bucket per /64, the block one subscriber gets;
-/// otherwise one machine could draw a new bucket for every request.
-fn bucket(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let s = v6.segments();
-                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-            }
-        },
     }
 }
 
@@ -145,12 +130,12 @@ mod tests {
     #[test]
     fn ipv6_clients_share_a_bucket_per_64() {
         assert_eq!(
-            bucket("2001:db8:1:2:aaaa::1".parse().unwrap()),
-            bucket("2001:db8:1:2:bbbb::9".parse().unwrap())
+            client_block("2001:db8:1:2:aaaa::1".parse().unwrap()),
+            client_block("2001:db8:1:2:bbbb::9".parse().unwrap())
         );
         assert_ne!(
-            bucket("2001:db8:1:2::1".parse().unwrap()),
-            bucket("2001:db8:1:3::1".parse().unwrap())
+            client_block("2001:db8:1:2::1".parse().unwrap()),
+            client_block("2001:db8:1:3::1".parse().unwrap())
         );
     }
 }

@@ -1,6 +1,6 @@
 //! The SQLite backend: what opens a [`SqliteStore`] and what checks its file.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -31,6 +31,7 @@ impl crate::store::Backend for Backend {
         codes: CodeGenerator,
         purpose: Purpose,
     ) -> anyhow::Result<Arc<dyn LinkStore>> {
+        prepare_file(&self.db)?;
         let lock = match purpose {
             Purpose::Serve => Some(DbLock::acquire(&self.db)?),
             Purpose::Import => Some(DbLock::acquire(&self.db).map_err(|e| {
@@ -47,16 +48,56 @@ impl crate::store::Backend for Backend {
         }
         memstatus::configure(settings.memstatus)?;
         let db = self.db.clone();
-        let store = tokio::task::spawn_blocking(move || SqliteStore::open(db, settings, codes))
+        let opened = tokio::task::spawn_blocking(move || SqliteStore::open(db, settings, codes))
             .await
-            .context("opening the store panicked")??
-            .holding(lock);
+            .context("opening the store panicked")
+            .and_then(|r| r.map_err(anyhow::Error::from));
+        let store = match opened {
+            Ok(store) => store.holding(lock),
+            Err(e) => {
+                if let Some(lock) = lock {
+                    lock.abandon();
+                }
+                return Err(e);
+            }
+        };
         log_opened(&store, &codes);
         Ok(Arc::new(store))
     }
 
     fn doctor(&self, full: bool) -> anyhow::Result<bool> {
         doctor::run(&self.db, &self.settings, full)
+    }
+}
+
+/// Refuses a path that is not a regular file (`/dev/null`, a directory,
+/// a pipe), and makes a new database only its owner's: it holds key and
+/// password hashes, the code key and protected targets. SQLite gives its
+/// WAL and shared-memory files the database's mode, so they follow; an
+/// operator who wants a group to read it sets 0640 on the file.
+fn prepare_file(db: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::metadata(db) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(_) => anyhow::bail!(
+            "{} is not a regular file: --db names a database file",
+            db.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(db)
+            {
+                Ok(_) => Ok(()),
+                // Made meanwhile by another process: its own mode stands.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+                // SQLite says why better (a read-only directory, ...).
+                Err(_) => Ok(()),
+            }
+        }
+        Err(_) => Ok(()),
     }
 }
 

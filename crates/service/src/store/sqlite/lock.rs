@@ -5,6 +5,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +28,9 @@ pub(crate) enum LockError {
 #[derive(Debug)]
 pub(crate) struct DbLock {
     _file: File,
+    path: PathBuf,
+    /// This process made the file (it was not there before).
+    made: bool,
 }
 
 pub(crate) fn lock_path(db: &Path) -> PathBuf {
@@ -43,11 +47,14 @@ impl DbLock {
             path: path.clone(),
             source,
         };
+        let made = !path.exists();
+        // Only its owner's: it sits beside a file of key and password hashes.
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(0o600)
             .open(&path)
             .map_err(|source| {
                 if source.raw_os_error() == Some(libc::EROFS)
@@ -78,7 +85,19 @@ impl DbLock {
         file.set_len(0).map_err(io)?;
         file.rewind().map_err(io)?;
         writeln!(file, "{}", std::process::id()).map_err(io)?;
-        Ok(Self { _file: file })
+        Ok(Self {
+            _file: file,
+            path,
+            made,
+        })
+    }
+
+    /// Lets go of the lock of a start that failed, removing the file if
+    /// this process made it: a failed start leaves nothing behind.
+    pub(crate) fn abandon(self) {
+        if self.made {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
