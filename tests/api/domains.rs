@@ -971,6 +971,84 @@ async fn domain_redirects_are_checked_as_link_targets() {
     );
 }
 
+/// A target on one of the server's own domains could lead back to a link
+/// here (`ex.co/a -> other.io/b -> ex.co/a`): refused for links, rules and
+/// domain redirects, whichever domain the link is on.
+#[tokio::test]
+async fn targets_on_the_servers_own_domains_are_refused() {
+    let app = spawn_app(&[]).await;
+    let admin = app.new_key("admin", true).await;
+    for host in ["ex.co", "other.io"] {
+        let r = app
+            .api(
+                Method::POST,
+                "/api/v1/domains",
+                Some(&admin),
+                Some(json!({"host": host})),
+            )
+            .await;
+        assert_eq!(r.status(), 201, "{host}");
+    }
+    let r = app
+        .api(
+            Method::POST,
+            "/api/v1/links",
+            Some(&admin),
+            Some(json!({"url": "https://example.com/", "code": "ours", "domain": "ex.co"})),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    for body in [
+        json!({"url": "https://other.io/b", "code": "theirs", "domain": "other.io"}),
+        json!({"url": "https://OTHER.IO./b", "code": "theirs"}),
+        json!({"url": "https://example.com/", "code": "ruled",
+               "rules": [{"if": {"device": "ios"}, "url": "https://ex.co/ours"}]}),
+    ] {
+        let r = app
+            .api(
+                Method::POST,
+                "/api/v1/links",
+                Some(&admin),
+                Some(body.clone()),
+            )
+            .await;
+        assert_error(r, 400, "points to this service itself").await;
+    }
+    let r = app
+        .api(
+            Method::PATCH,
+            "/api/v1/links/ours?domain=ex.co",
+            Some(&admin),
+            Some(json!({"url": "https://other.io/b"})),
+        )
+        .await;
+    assert_error(r, 400, "points to this service itself").await;
+    let r = app
+        .api(
+            Method::PATCH,
+            "/api/v1/domains/other.io",
+            Some(&admin),
+            Some(json!({"not_found_redirect": "https://ex.co/ours"})),
+        )
+        .await;
+    assert_error(
+        r,
+        400,
+        "not_found_redirect: url points to this service itself",
+    )
+    .await;
+    // Other hosts are targets as ever.
+    let r = app
+        .api(
+            Method::POST,
+            "/api/v1/links",
+            Some(&admin),
+            Some(json!({"url": "https://www.other.io/b", "code": "theirs"})),
+        )
+        .await;
+    assert_eq!(r.status(), 201, "{}", body(r).await);
+}
+
 /// `litelink domains add` and `set` check the redirects as the API does,
 /// with the policy flags `serve` takes.
 #[test]

@@ -25,6 +25,7 @@ mod replica;
 mod rules;
 mod snapshots;
 mod stress;
+mod tour;
 mod valkey_server;
 mod visits;
 mod web;

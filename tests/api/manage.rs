@@ -1654,7 +1654,11 @@ fn key_names_that_mix_look_alike_scripts_are_refused() {
     assert!(err.contains("may not mix scripts"), "{err}");
     for good in ["admin", "Иван Петров", "Tokyo 東京チーム"] {
         let out = create(good);
-        assert!(out.status.success(), "{good}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{good}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let listed = litelink(&["keys", "list"], &db);
     let listed = String::from_utf8_lossy(&listed.stdout);

@@ -40,11 +40,11 @@ let targetServer;
 let targetBase;
 let browser;
 
-function startLitelink(db) {
+function startLitelink(db, extra = []) {
   return new Promise((resolve, reject) => {
     // Loopback is the trusted proxy, so that visits can come "from" the
     // addresses the charts test forwards.
-    const args = ["serve", "--listen", "127.0.0.1:0", "--db", db, "--trust-proxy", "127.0.0.1"];
+    const args = ["serve", "--listen", "127.0.0.1:0", "--db", db, "--trust-proxy", "127.0.0.1", ...extra];
     const proc = spawn(BIN, args, {
       env: { ...process.env, RUST_LOG: "warn" },
       stdio: ["ignore", "pipe", "inherit"],
@@ -63,11 +63,19 @@ function startLitelink(db) {
   });
 }
 
+/// What the target site was sent: method, path and body of each request.
+const targetSeen = [];
+
 function startTarget() {
   return new Promise((resolve) => {
     const server = http.createServer((req, res) => {
-      res.writeHead(200, { "content-type": "text/html; charset=utf-8" });
-      res.end(`<!doctype html><title>target</title><p id="where">target ${req.url}</p>`);
+      let body = "";
+      req.on("data", (chunk) => (body += chunk));
+      req.on("end", () => {
+        targetSeen.push({ method: req.method, url: req.url, body });
+        res.writeHead(200, { "content-type": "text/html; charset=utf-8" });
+        res.end(`<!doctype html><title>target</title><p id="where">target ${req.url}</p>`);
+      });
     });
     server.listen(0, "127.0.0.1", () => resolve(server));
   });
@@ -332,6 +340,41 @@ test("a link behind a password: a wrong one shows the form again, the right one 
   await page.waitForURL(`${targetBase}/behind`);
   assert.equal(await page.locator("#where").textContent(), "target /behind");
   await page.context().close();
+});
+
+test("under a 307 or 308 redirect status the right password reaches the target as a GET with no body", async () => {
+  for (const status of ["307", "308"]) {
+    const db = path.join(dir, `status-${status}.db`);
+    const admin = execFileSync(BIN, ["keys", "create", "--name", "admin", "--admin", "--db", db], {
+      encoding: "utf8",
+    }).split("\n")[0].trim();
+    const { proc, base: other } = await startLitelink(db, ["--redirect-status", status]);
+    try {
+      const r = await fetch(`${other}/api/v1/links`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${admin}`, "content-type": "application/json" },
+        body: JSON.stringify({ url: `${targetBase}/after-${status}`, password: "open sesame" }),
+      });
+      assert.equal(r.status, 201);
+      const link = await r.json();
+      // A plain visit keeps the server's status.
+      const plain = await fetch(link.short_url, {
+        redirect: "manual",
+        headers: { "x-link-password": "open sesame" },
+      });
+      assert.equal(plain.status, Number(status));
+      const page = await newPage();
+      await page.goto(link.short_url);
+      await page.getByLabel("Password").fill("open sesame");
+      await page.getByRole("button", { name: "Open" }).click();
+      await page.waitForURL(`${targetBase}/after-${status}`);
+      const seen = targetSeen.filter((s) => s.url === `/after-${status}`);
+      assert.deepEqual(seen, [{ method: "GET", url: `/after-${status}`, body: "" }], status);
+      await page.context().close();
+    } finally {
+      proc.kill("SIGTERM");
+    }
+  }
 });
 
 test("the manage view sets and clears a password and a rule", async () => {

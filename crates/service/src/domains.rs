@@ -159,6 +159,23 @@ impl DomainRegistry {
         }
     }
 
+    /// Whether `host` (a target URL's host) is one of this server's
+    /// domains: the default domain's host or an added one. A target there
+    /// could lead back to a link here (`ex.co/a -> other.io/b -> ex.co/a`).
+    pub(crate) fn serves(&self, host: &str) -> bool {
+        let host = host.trim_end_matches('.');
+        self.settings
+            .default_host
+            .as_ref()
+            .is_some_and(|h| h.as_str().eq_ignore_ascii_case(host))
+            || self
+                .table
+                .load()
+                .by_host
+                .get(host.to_ascii_lowercase().as_bytes())
+                .is_some()
+    }
+
     /// What a domain does with what it has no link for.
     pub fn redirects(&self, id: DomainId) -> DomainRedirects {
         self.table

@@ -147,7 +147,7 @@ impl TargetUrl {
     /// The host as serialized, read off the bytes without a parse: every
     /// target is `http://` or `https://`, a host, then `:`, `/` or the end
     /// (no user name: refused at parse). An IPv6 host keeps its brackets.
-    fn host_str(&self) -> &str {
+    pub(crate) fn host_str(&self) -> &str {
         let s = self.as_str();
         let rest = s
             .strip_prefix("https://")
@@ -219,6 +219,9 @@ pub struct TargetPolicy {
     denying: AtomicBool,
     /// Names the machine's hosts file gives private addresses.
     private_names: HashSet<String>,
+    /// Names the machine's hosts file gives loopback addresses: more
+    /// names of this machine, as `localhost` is.
+    loopback_names: HashSet<String>,
     /// The public URL's host, at any port.
     public_host: Option<String>,
     /// The address the server listens on.
@@ -268,6 +271,11 @@ impl TargetPolicy {
             .and_then(|u| Url::parse(u).ok())
             .and_then(|u| u.host_str().map(|h| h.trim_end_matches('.').to_owned()));
         self.listen = listen;
+        if listen.is_some() {
+            self.loopback_names = std::fs::read_to_string(HOSTS_FILE)
+                .map(|text| names_in_hosts(&text, |ip| ip.is_loopback()))
+                .unwrap_or_default();
+        }
         self
     }
 
@@ -351,7 +359,9 @@ impl TargetPolicy {
         let ip = match host {
             Host::Domain(d) => {
                 let d = d.trim_end_matches('.');
-                let loopback = d == "localhost" || d.ends_with(".localhost");
+                let loopback = d == "localhost"
+                    || d.ends_with(".localhost")
+                    || self.loopback_names.contains(&d.to_ascii_lowercase());
                 return loopback && (listen.ip().is_unspecified() || listen.ip().is_loopback());
             }
             Host::Ipv4(ip) => IpAddr::V4(*ip),
@@ -516,13 +526,18 @@ pub fn is_private_ip(ip: IpAddr) -> bool {
 /// The names a hosts file (`/etc/hosts`) gives a private address: a
 /// target on one of them reaches this machine or its network.
 fn private_names(hosts_file: &str) -> HashSet<String> {
+    names_in_hosts(hosts_file, is_private_ip)
+}
+
+/// The names a hosts file gives addresses that `pick` picks.
+fn names_in_hosts(hosts_file: &str, pick: impl Fn(IpAddr) -> bool) -> HashSet<String> {
     let mut names = HashSet::new();
     for line in hosts_file.lines() {
         let mut words = line.split('#').next().unwrap_or("").split_whitespace();
         let Some(ip) = words.next().and_then(|w| w.parse::<IpAddr>().ok()) else {
             continue;
         };
-        if is_private_ip(ip) {
+        if pick(ip) {
             names.extend(words.map(|n| n.trim_end_matches('.').to_ascii_lowercase()));
         }
     }
@@ -767,6 +782,31 @@ mod tests {
                 "nas.home"
             ]
         );
+    }
+
+    /// A name the hosts file gives a loopback address is this machine, as
+    /// `localhost` is: a target on it at the listen port loops.
+    #[test]
+    fn names_the_hosts_file_gives_loopback_are_the_service_too() {
+        let listen: SocketAddr = "0.0.0.0:8080".parse().unwrap();
+        let mut policy = TargetPolicy::new(false, None)
+            .unwrap()
+            .with_own_hosts(None, Some(listen));
+        policy.loopback_names = names_in_hosts(
+            "127.0.1.1 build-box.lan Build-Box # this machine\n10.0.0.5 nas\n::1 ip6-loopback\n",
+            |ip| ip.is_loopback(),
+        );
+        let check = |raw: &str| policy.check(&TargetUrl::parse(raw).unwrap(), None);
+        for raw in [
+            "http://build-box:8080/a",
+            "http://build-box.lan:8080/",
+            "http://ip6-loopback:8080/",
+        ] {
+            assert_eq!(check(raw), Err(TargetUrlError::OwnHost), "{raw}");
+        }
+        for raw in ["http://build-box:8081/", "http://nas:8080/"] {
+            assert_eq!(check(raw), Ok(()), "{raw}");
+        }
     }
 
     /// A target on the service itself is a loop: refused on the public

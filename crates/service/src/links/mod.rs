@@ -597,12 +597,17 @@ impl Links {
         url: &TargetUrl,
         host: Option<&str>,
     ) -> Result<(), LinksError> {
-        self.inner.targets.check(url, host).map_err(|e| {
+        let named = |e: &dyn std::fmt::Display| {
             LinksError::Invalid(match field {
                 Some(field) => format!("{field}: {e}"),
                 None => e.to_string(),
             })
-        })
+        };
+        self.inner.targets.check(url, host).map_err(|e| named(&e))?;
+        if self.inner.domains.serves(url.host_str()) {
+            return Err(named(&crate::domain::TargetUrlError::OwnHost));
+        }
+        Ok(())
     }
 
     /// Every target of `rules`, checked as a link's URL is; an error names
