@@ -214,6 +214,24 @@ pub struct Domain {
     pub redirects: DomainRedirects,
 }
 
+/// The block a client's address stands for in per-client limits: an IPv4
+/// address itself, an IPv6 one's /64 (the block one subscriber gets, so
+/// that one machine cannot draw a new allowance for every address), an
+/// IPv4-mapped one as its IPv4 address.
+pub(crate) fn client_block(ip: std::net::IpAddr) -> std::net::IpAddr {
+    use std::net::{IpAddr, Ipv6Addr};
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,23 +297,5 @@ mod tests {
         for bad in ["0/abc", "-1/abc", "x/abc", "1/", "1/a b"] {
             assert_eq!(LinkKey::parse_wire(bad), None, "{bad}");
         }
-    }
-}
-
-/// The block a client's address stands for in per-client limits: an IPv4
-/// address itself, an IPv6 one's /64 (the block one subscriber gets, so
-/// that one machine cannot draw a new allowance for every address), an
-/// IPv4-mapped one as its IPv4 address.
-pub(crate) fn client_block(ip: std::net::IpAddr) -> std::net::IpAddr {
-    use std::net::{IpAddr, Ipv6Addr};
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let s = v6.segments();
-                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-            }
-        },
     }
 }
