@@ -296,6 +296,8 @@ crate::on_both_stores! {
     // The API and the seed API answer on any host.
     let r = on(&app, b"other.example", &format!("/link/{code}")).await;
     assert_eq!(r.status(), 200);
+    let seed = body(r).await;
+    assert!(seed["link"].as_str().is_some_and(|l| l.starts_with("https://")), "{seed}");
     let r = app
         .client
         .get(app.url("/api/v1/links"))
@@ -434,7 +436,9 @@ crate::on_both_stores! {
         // below without `?domain=`.
         let unnamed = link(&app, &key, json!({"url": "https://e.com/own", "code": "unnamed"})).await;
         assert_eq!(unnamed["domain"], "ex.co", "{unnamed}");
-        assert_eq!(app.api(Method::GET, "/api/v1/links/unnamed", Some(&key), None).await.status(), 200);
+        let got = body(app.api(Method::GET, "/api/v1/links/unnamed", Some(&key), None).await).await;
+        assert_eq!((&got["code"], &got["domain"], &got["url"]),
+            (&json!("unnamed"), &json!("ex.co"), &json!("https://e.com/own")), "{got}");
         assert_eq!(location(&app, "ex.co", "/unnamed").await, Ok("https://e.com/own".into()));
         assert_eq!(app.api(Method::DELETE, "/api/v1/links/unnamed", Some(&key), None).await.status(), 204);
         assert_error(app.api(Method::GET, "/api/v1/links/unnamed?domain=ex.co", Some(&key), None)
@@ -472,9 +476,14 @@ crate::on_both_stores! {
         assert_eq!(location(&app, "localhost", "/shared").await, Ok("https://e.com/default".into()));
         // On its own domain: all of it.
         let own = "/api/v1/links/shared?domain=ex.co";
-        assert_eq!(app.api(Method::GET, own, Some(&key), None).await.status(), 200);
-        assert_eq!(app.api(Method::GET, "/api/v1/links/shared/visits?domain=ex.co", Some(&key), None)
-            .await.status(), 200);
+        let got = body(app.api(Method::GET, own, Some(&key), None).await).await;
+        assert_eq!((&got["domain"], &got["url"]), (&json!("ex.co"), &json!("https://e.com/mine")),
+            "{got}");
+        let r = app.api(Method::GET, "/api/v1/links/shared/visits?domain=ex.co", Some(&key), None)
+            .await;
+        assert_eq!(r.status(), 200);
+        let visits = body(r).await;
+        assert!(visits["total"].is_u64(), "{visits}");
         let r = app.api(Method::PATCH, own, Some(&key), Some(json!({"url": "https://e.com/mine2"}))).await;
         assert_eq!(r.status(), 200);
         assert_eq!(location(&app, "ex.co", "/shared").await, Ok("https://e.com/mine2".into()));
@@ -489,7 +498,8 @@ crate::on_both_stores! {
         let seen = body(app.api(Method::GET, "/api/v1/domains", Some(&key), None).await).await;
         assert_eq!(seen["domains"].as_array().expect("domains").len(), 1, "{seen}");
         assert_eq!(seen["domains"][0]["host"], "ex.co");
-        assert_eq!(app.api(Method::GET, "/api/v1/domains/ex.co", Some(&key), None).await.status(), 200);
+        let got = body(app.api(Method::GET, "/api/v1/domains/ex.co", Some(&key), None).await).await;
+        assert_eq!(got["host"], "ex.co", "{got}");
         assert_error(app.api(Method::GET, "/api/v1/domains/go.example", Some(&key), None).await,
             404, "go.example").await;
         let all = body(app.api(Method::GET, "/api/v1/domains", Some(&admin), None).await).await;
@@ -506,7 +516,15 @@ crate::on_both_stores! {
         add(&app, &admin, "ex.co", json!({"root_redirect": "https://e.com/home"})).await;
         for path in ["/api/v1/domains", "/api/v1/domains/ex.co", "/api/v1/domains/default"] {
             assert_error(app.api(Method::GET, path, None, None).await, 401, "key").await;
-            assert_eq!(app.api(Method::GET, path, Some(&admin), None).await.status(), 200, "{path}");
+            let r = app.api(Method::GET, path, Some(&admin), None).await;
+            assert_eq!(r.status(), 200, "{path}");
+            let got = body(r).await;
+            let host = if path.ends_with("default") { json!(null) } else { json!("ex.co") };
+            if path.ends_with("domains") {
+                assert_eq!(got["domains"].as_array().map(Vec::len), Some(2), "{got}");
+            } else {
+                assert_eq!(got["host"], host, "{path}: {got}");
+            }
         }
         let user = app.new_key("user", false).await;
         let seen = body(app.api(Method::GET, "/api/v1/domains", Some(&user), None).await).await;

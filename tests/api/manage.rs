@@ -1662,5 +1662,8 @@ fn key_names_that_mix_look_alike_scripts_are_refused() {
     }
     let listed = litelink(&["keys", "list"], &db);
     let listed = String::from_utf8_lossy(&listed.stdout);
-    assert!(!listed.contains('\u{0430}'), "{listed}");
+    assert!(
+        !listed.lines().any(|l| l.starts_with("\u{0430}dmin")),
+        "{listed}"
+    );
 }
