@@ -168,7 +168,11 @@ async fn countries_and_cities_come_from_the_geoip_database_and_follow_its_file()
     // A file that is no database keeps the one in use.
     std::fs::write(dir.path().join("broken"), b"not a database").expect("write");
     std::fs::rename(dir.path().join("broken"), &mmdb).expect("rename");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while app.stats().await["visits"]["geoip_failed_reads"].as_u64() < Some(1) {
+        assert!(Instant::now() < deadline, "the broken file was never read");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let before = count(
         &report(&app, &admin, &code).await["countries"],
         country("NL"),

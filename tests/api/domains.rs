@@ -878,6 +878,19 @@ async fn until_domain(app: &TestApp, host: &str) {
     }
 }
 
+/// The text of the one QR code in a PNG.
+fn decode_qr(png: &[u8]) -> String {
+    let image = image::load_from_memory(png).expect("a PNG").to_luma8();
+    let mut prepared = rqrr::PreparedImage::prepare_from_greyscale(
+        image.width() as usize,
+        image.height() as usize,
+        |x, y| image.get_pixel(x as u32, y as u32).0[0],
+    );
+    let grids = prepared.detect_grids();
+    assert_eq!(grids.len(), 1, "one QR code in the image");
+    grids[0].decode().expect("a readable QR code").1
+}
+
 /// The QR codes encode the link's own short URL: a code of another domain
 /// is found with `?domain=`, or by the Host.
 #[tokio::test]
@@ -907,6 +920,24 @@ async fn qr_codes_are_of_the_links_own_short_url() {
     assert_eq!((s1, s2, s3), (200, 200, 200));
     assert_eq!(by_param, by_host, "one link, one URL");
     assert_ne!(by_param, default, "two links, two URLs");
+    // What each PNG says, decoded.
+    let decoded = async |path: &str, host: &str| {
+        let r = on(&app, host.as_bytes(), path).await;
+        assert_eq!(r.status(), 200, "{path}");
+        decode_qr(&r.bytes().await.expect("png"))
+    };
+    assert_eq!(
+        decoded("/qr-one/qr.png?domain=ex.co", "go.example.com").await,
+        "https://ex.co/qr-one"
+    );
+    assert_eq!(
+        decoded("/qr-one/qr.png", "ex.co").await,
+        "https://ex.co/qr-one"
+    );
+    assert_eq!(
+        decoded("/qr-one/qr.png", "go.example.com").await,
+        "https://go.example.com/qr-one"
+    );
     // Its link object says which URL that is.
     let r = app
         .api(

@@ -310,8 +310,24 @@ async fn a_reloaded_deny_list_stops_existing_links() {
 
     // An unreadable list keeps the old one.
     std::fs::remove_file(&list).unwrap();
+    let logged = |server: &litelink_lab::process::ServerProcess| {
+        server
+            .log()
+            .1
+            .iter()
+            .filter(|l| l.contains("deny list not reloaded"))
+            .count()
+    };
+    let before = logged(&server);
     server.signal(libc::SIGHUP).unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while logged(&server) == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reload never failed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     assert_eq!(
         status(reqwest::Method::GET, &format!("/{bad}")).await.0,
         410

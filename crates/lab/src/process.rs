@@ -112,8 +112,11 @@ impl ServerProcess {
     }
 
     fn launch(mut cmd: Command, cpu: Option<usize>, what: &str) -> anyhow::Result<Self> {
-        cmd.env("RUST_LOG", "info")
-            .stdin(Stdio::null())
+        // At info, unless the caller chose a filter.
+        if !cmd.get_envs().any(|(k, _)| k == "RUST_LOG") {
+            cmd.env("RUST_LOG", "info");
+        }
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         pin_child(&mut cmd, cpu);
@@ -363,17 +366,26 @@ impl ValkeyProcess {
         persist: Option<PathBuf>,
         extra: Vec<String>,
     ) -> anyhow::Result<Self> {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let mut me = Self {
             binary: binary.to_path_buf(),
             cpu,
             child: None,
             persist,
             extra,
-            port,
+            port: 0,
         };
-        me.restart()?;
-        Ok(me)
+        // A free port is found by binding port 0 and letting it go, so
+        // another process may take it before the server does: then the
+        // server exits, or another answers there, and a new port is tried.
+        let mut last = None;
+        for _ in 0..5 {
+            me.port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+            match me.restart() {
+                Ok(()) => return Ok(me),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("no port found")))
     }
 
     /// Starts the server (again) on the same port, empty unless it is
@@ -406,7 +418,19 @@ impl ValkeyProcess {
         );
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
+            if self.exited() {
+                bail!(
+                    "{} exited (port {} taken?)",
+                    self.binary.display(),
+                    self.port
+                );
+            }
             if self.pong() {
+                // Another process's server may hold the port.
+                if self.process_id() != self.child.as_ref().map(Child::id) {
+                    self.kill();
+                    bail!("another server answers on port {}", self.port);
+                }
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -416,6 +440,31 @@ impl ValkeyProcess {
             self.binary.display(),
             self.port
         )
+    }
+
+    fn exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_none_or(|c| c.try_wait().ok().flatten().is_some())
+    }
+
+    /// The process id the server on the port reports (`INFO server`).
+    fn process_id(&self) -> Option<u32> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        s.write_all(b"INFO server\r\n").ok()?;
+        let mut text = String::new();
+        let mut buf = [0u8; 4096];
+        while !text.contains("process_id:") || !text[text.find("process_id:")?..].contains('\n') {
+            let n = s.read(&mut buf).ok()?;
+            if n == 0 {
+                break;
+            }
+            text.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        let rest = &text[text.find("process_id:")? + "process_id:".len()..];
+        rest.lines().next()?.trim().parse().ok()
     }
 
     fn pong(&self) -> bool {

@@ -58,6 +58,8 @@ pub(crate) struct Geo {
     db: ArcSwapOption<Loaded>,
     /// Held while a reload reads the file, so that two never race.
     reloading: Mutex<()>,
+    /// Reads of a changed file that failed (the one in use stayed).
+    failed_reads: std::sync::atomic::AtomicU64,
 }
 
 /// Why `--geoip-db` or `--country-header` cannot be used.
@@ -94,6 +96,7 @@ impl Geo {
             path: settings.db.clone(),
             db: ArcSwapOption::empty(),
             reloading: Mutex::new(()),
+            failed_reads: Default::default(),
         };
         if let Some(path) = &geo.path {
             geo.db.store(Some(Arc::new(load(path)?)));
@@ -157,8 +160,17 @@ impl Geo {
                 self.db.store(Some(Arc::new(db)));
                 tracing::info!(path = %path.display(), "read the GeoIP database");
             }
-            Err(e) => tracing::warn!(error = %e, "kept the GeoIP database in use"),
+            Err(e) => {
+                self.failed_reads
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(error = %e, "kept the GeoIP database in use");
+            }
         }
+    }
+
+    /// How many reads of a changed file failed since start.
+    pub(crate) fn failed_reads(&self) -> u64 {
+        self.failed_reads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether a database file is set (and so worth watching).

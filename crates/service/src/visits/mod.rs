@@ -107,6 +107,8 @@ pub(crate) struct VisitStats {
     pub failed_flushes: u64,
     /// Links with a limit whose counter is in memory.
     pub limited_links: usize,
+    /// Reads of a changed GeoIP file that failed, the one in use kept.
+    pub geoip_failed_reads: u64,
 }
 
 #[derive(Default)]
@@ -187,6 +189,7 @@ impl Visits {
             flushes: c.flushes.load(Ordering::Relaxed),
             failed_flushes: c.failed_flushes.load(Ordering::Relaxed),
             limited_links: lock(&self.limits).len(),
+            geoip_failed_reads: self.geo.failed_reads(),
         }
     }
 }
