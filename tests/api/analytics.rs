@@ -138,6 +138,20 @@ async fn countries_and_cities_come_from_the_geoip_database_and_follow_its_file()
         "{r}"
     );
     assert_eq!(r["cities"].as_array().expect("cities").len(), 2, "{r}");
+    // The CSV has a row per city, named after its country.
+    let csv = app
+        .api(
+            Method::GET,
+            &format!("/api/v1/links/{code}/visits?format=csv"),
+            Some(&admin),
+            None,
+        )
+        .await
+        .text()
+        .await
+        .expect("csv");
+    assert!(csv.lines().any(|l| l == "city,DE/Berlin,,,,2"), "{csv}");
+    assert!(csv.lines().any(|l| l == "city,JP/Tokyo,,,,1"), "{csv}");
 
     // A new file: the range moves to the Netherlands. Requests keep being
     // answered meanwhile, every one of them.
@@ -259,4 +273,83 @@ async fn export_and_import_carry_the_visit_history_between_stores() {
     let admin3 = back.new_key("admin3", true).await;
     assert_eq!(report(&back, &admin3, "moving").await, before);
     drop(dir);
+}
+
+/// SIGHUP reads the GeoIP file again even when its time has not changed
+/// (a file copied over with its old time), which the 2-second watch would
+/// not notice.
+#[tokio::test]
+async fn sighup_reads_the_geoip_file_again() {
+    let Some(python) = writer() else { return };
+    let dir = tempfile::tempdir().expect("dir");
+    let mmdb = dir.path().join("geo.mmdb");
+    build(&python, &mmdb, json!([["203.0.113.0/24", "DE", "Berlin"]]));
+    let stamp = std::fs::metadata(&mmdb)
+        .and_then(|m| m.modified())
+        .expect("mtime");
+    let db = dir.path().join("g.db");
+    let admin = crate::helpers::run_keys(&db, &["create", "--name", "root"], true);
+    let admin = admin.trim().to_owned();
+    let server = crate::helpers::spawn_process(
+        &db,
+        &[
+            "--trust-proxy",
+            "127.0.0.1",
+            "--geoip-db",
+            mmdb.to_str().expect("utf-8"),
+        ],
+    );
+    let client = crate::helpers::client();
+    let r = client
+        .post(format!("{}/api/v1/links", server.url()))
+        .bearer_auth(&admin)
+        .json(&json!({"url": "https://example.com/geo", "code": "geo-hup"}))
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(r.status(), 201);
+    let countries = async || {
+        let r = client
+            .get(format!("{}/geo-hup", server.url()))
+            .header("x-forwarded-for", "203.0.113.9")
+            .send()
+            .await
+            .expect("visit");
+        assert_eq!(r.status(), 302);
+        let r: Value = client
+            .get(format!("{}/api/v1/links/geo-hup/visits", server.url()))
+            .bearer_auth(&admin)
+            .send()
+            .await
+            .expect("report")
+            .json()
+            .await
+            .expect("json");
+        r["countries"].clone()
+    };
+    assert!(countries().await.to_string().contains("\"DE\""));
+    // A new file with the old one's time: only a SIGHUP reads it.
+    let next = dir.path().join("next.mmdb");
+    build(
+        &python,
+        &next,
+        json!([["203.0.113.0/24", "NL", "Amsterdam"]]),
+    );
+    std::fs::File::options()
+        .write(true)
+        .open(&next)
+        .and_then(|f| f.set_modified(stamp))
+        .expect("set the time");
+    std::fs::rename(&next, &mmdb).expect("rename");
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert!(
+        !countries().await.to_string().contains("\"NL\""),
+        "the watch saw no change of time"
+    );
+    server.signal(libc::SIGHUP).expect("SIGHUP");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !countries().await.to_string().contains("\"NL\"") {
+        assert!(Instant::now() < deadline, "SIGHUP did not read the file");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -502,3 +502,44 @@ fn the_configuration_page_names_every_flag_and_its_default() {
     }
     assert!(checked >= 40, "{checked} settings printed");
 }
+
+/// `LITELINK_CONFIG` names the file when `--config` does not; and
+/// `--print-config` hides the passwords of every URL it prints: the store,
+/// its replica and Valkey.
+#[test]
+fn litelink_config_names_the_file_and_every_urls_password_is_hidden() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("env.toml");
+    std::fs::write(&file, "cache-capacity = 4343\n").expect("config");
+    let out = litelink(
+        &[
+            "serve",
+            "--store",
+            "postgres://u:pg-s3cret@db.internal/links",
+            "--postgres-read-url",
+            "postgres://u:replica-s3cret@replica.internal/links",
+            "--valkey-url",
+            "redis://:vk-s3cret@cache.internal:6379",
+            "--print-config",
+        ],
+        &[("LITELINK_CONFIG", file.to_str().expect("path"))],
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        printed.lines().any(|l| l == "cache-capacity = 4343"),
+        "{printed}"
+    );
+    assert!(!printed.contains("s3cret"), "{printed}");
+    for line in [
+        "store = \"postgres://u:***@db.internal/links\"",
+        "postgres-read-url = \"postgres://u:***@replica.internal/links\"",
+        "valkey-url = \"redis://:***@cache.internal:6379\"",
+    ] {
+        assert!(printed.lines().any(|l| l == line), "{line} in:\n{printed}");
+    }
+}

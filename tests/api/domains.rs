@@ -1147,3 +1147,75 @@ fn the_domains_command_checks_redirects_as_link_targets() {
     let (_, listed) = run_on(&None, &db, &["domains", "add", "go.example.com"], true);
     assert!(listed.contains("added"), "{listed}");
 }
+
+/// Removing a domain revokes the keys limited to it; `GET /api/v1/visits`
+/// with `?domain=` counts that domain's links only.
+#[tokio::test]
+async fn a_domains_keys_go_with_it_and_its_visits_are_its_own() {
+    let app = spawn_app(&["--visits-flush-ms", "100"]).await;
+    let admin = app.new_key("admin", true).await;
+    add(&app, &admin, "ex.co", json!({})).await;
+    let team = app.run_keys(&["create", "--name", "team", "--domain", "ex.co"], false);
+    let team = team.trim().to_owned();
+    app.wait_for_key(&team).await;
+    link(
+        &app,
+        &team,
+        json!({"url": "https://e.com/on-ex", "code": "on-ex"}),
+    )
+    .await;
+    link(
+        &app,
+        &admin,
+        json!({"url": "https://e.com/on-default", "code": "on-default"}),
+    )
+    .await;
+    for (host, path, times) in [("ex.co", "/on-ex", 2), ("localhost", "/on-default", 3)] {
+        for _ in 0..times {
+            assert!(location(&app, host, path).await.is_ok(), "{host}{path}");
+        }
+    }
+    let total = async |query: &str| {
+        let r = app
+            .api(
+                Method::GET,
+                &format!("/api/v1/visits{query}"),
+                Some(&admin),
+                None,
+            )
+            .await;
+        assert_eq!(r.status(), 200, "{query}");
+        body(r).await["total"].as_u64().expect("total")
+    };
+    assert_eq!(total("?domain=ex.co").await, 2);
+    assert_eq!(total("?domain=default").await, 3);
+    assert_eq!(total("").await, 5);
+    assert_eq!(
+        app.api(Method::GET, "/api/v1/links", Some(&team), None)
+            .await
+            .status(),
+        200
+    );
+    let r = app
+        .api(
+            Method::DELETE,
+            "/api/v1/domains/ex.co?force=true",
+            Some(&admin),
+            None,
+        )
+        .await;
+    assert_eq!(r.status(), 204);
+    assert_error(
+        app.api(Method::GET, "/api/v1/links", Some(&team), None)
+            .await,
+        401,
+        "key",
+    )
+    .await;
+    let listed = app.run_keys(&["list"], false);
+    let row = listed
+        .lines()
+        .find(|l| l.starts_with("team "))
+        .expect("team is listed");
+    assert!(!row.trim_end().ends_with('-'), "team is revoked: {row}");
+}

@@ -813,3 +813,87 @@ fn a_db_that_is_no_regular_file_is_refused_and_leaves_nothing() {
         );
     }
 }
+
+/// A domain's redirects are answered as a link's are, revalidated on
+/// every use (`Cache-Control: private, max-age=0`), and a link on an added
+/// domain whose target is put on the deny list answers 410.
+#[tokio::test]
+async fn domain_redirects_are_revalidated_and_a_denied_link_on_a_domain_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("deny.txt");
+    std::fs::write(&list, "# nothing yet\n").unwrap();
+    let db = dir.path().join("d.db");
+    let admin = crate::helpers::run_keys(&db, &["create", "--name", "root"], true);
+    let admin = admin.trim().to_owned();
+    let server = spawn_process(&db, &["--deny-hosts", list.to_str().unwrap()]);
+    let client = crate::helpers::client();
+    let r = client
+        .post(format!("{}/api/v1/domains", server.url()))
+        .bearer_auth(&admin)
+        .json(
+            &json!({"host": "ex.co", "root_redirect": "https://e.com/home",
+                      "not_found_redirect": "https://e.com/nf"}),
+        )
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(r.status(), 201);
+    let r = client
+        .post(format!("{}/api/v1/links", server.url()))
+        .bearer_auth(&admin)
+        .json(&json!({"url": "https://turns-bad.example/x", "code": "soon-bad", "domain": "ex.co"}))
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(r.status(), 201);
+    let on_ex = async |path: &str| {
+        let r = client
+            .get(format!("{}{path}", server.url()))
+            .header("host", "ex.co")
+            .send()
+            .await
+            .expect("GET");
+        let header = |name: &str| {
+            r.headers()
+                .get(name)
+                .map(|v| v.to_str().unwrap_or_default().to_owned())
+        };
+        (
+            r.status().as_u16(),
+            header("location"),
+            header("cache-control"),
+        )
+    };
+    let private = Some("private, max-age=0".to_owned());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let root = on_ex("/").await;
+        if root.1.is_some() {
+            assert_eq!(
+                root,
+                (302, Some("https://e.com/home".into()), private.clone())
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the domain is never read: {root:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        on_ex("/no-such-code").await,
+        (302, Some("https://e.com/nf".into()), private.clone())
+    );
+    assert_eq!(on_ex("/soon-bad").await.0, 302);
+    std::fs::write(&list, "turns-bad.example\n").unwrap();
+    server.signal(libc::SIGHUP).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while on_ex("/soon-bad").await.0 != 410 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still served after SIGHUP"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

@@ -1018,3 +1018,195 @@ async fn time_windows_hold_between_their_times() {
         Ok("https://example.com/soon".into())
     );
 }
+
+/// What the rules' documentation promises, condition by condition: every
+/// name of a `query` condition must match; the language is the most
+/// preferred one by q-value, not the first listed; a country header from
+/// a client that is no trusted proxy counts for nothing; a split takes 1
+/// to 16 targets with weights up to 1,000,000.
+#[tokio::test]
+async fn conditions_and_splits_hold_as_documented() {
+    let app = spawn_app(&["--country-header", "CF-IPCountry"]).await;
+    let admin = app.new_key("admin", true).await;
+    create(
+        &app,
+        &admin,
+        json!({"url": "https://example.com/else", "code": "promised", "rules": [
+            {"if": {"query": {"a": "1", "b": "2"}}, "url": "https://example.com/both"},
+            {"if": {"language": "fr"}, "url": "https://example.fr/"},
+            {"if": {"country": "JP"}, "url": "https://example.jp/"},
+        ]}),
+    )
+    .await;
+    let at = async |path: &str, headers: &[(&str, &str)]| lands(&app, path, headers).await;
+    assert_eq!(
+        at("/promised?a=1&b=2", &[]).await,
+        Ok("https://example.com/both".into())
+    );
+    assert_eq!(
+        at("/promised?b=2&a=1&c=3", &[]).await,
+        Ok("https://example.com/both".into())
+    );
+    for one in ["/promised?a=1", "/promised?b=2", "/promised?a=1&b=3"] {
+        assert_eq!(
+            at(one, &[]).await,
+            Ok("https://example.com/else".into()),
+            "{one}"
+        );
+    }
+    for (header, lands_on) in [
+        ("fr;q=0.5, de;q=0.9", "https://example.com/else"),
+        ("de;q=0.4, fr", "https://example.fr/"),
+        ("de, fr", "https://example.com/else"),
+        ("fr-CA;q=0.8, en;q=0.7", "https://example.fr/"),
+    ] {
+        assert_eq!(
+            at("/promised", &[("accept-language", header)]).await,
+            Ok(lands_on.into()),
+            "{header}"
+        );
+    }
+    // No --trust-proxy: the loopback client's country header is ignored.
+    assert_eq!(
+        at("/promised", &[("cf-ipcountry", "JP")]).await,
+        Ok("https://example.com/else".into())
+    );
+
+    let split = |targets: usize, weight: u64| {
+        let each: Vec<Value> = (0..targets)
+            .map(|i| json!({"url": format!("https://example.com/s{i}"), "weight": weight}))
+            .collect();
+        json!({"url": "https://example.com/", "rules": [{"split": each}]})
+    };
+    for (body, why) in [
+        (split(17, 1), "1 to 16 targets"),
+        (split(0, 1), "1 to 16 targets"),
+        (split(2, 1_000_001), "weight"),
+        (split(2, 0), "weight"),
+    ] {
+        let r = app
+            .api(Method::POST, "/api/v1/links", Some(&admin), Some(body))
+            .await;
+        assert_error(r, 400, why).await;
+    }
+    for body in [split(16, 1), split(1, 1_000_000)] {
+        let r = app
+            .api(Method::POST, "/api/v1/links", Some(&admin), Some(body))
+            .await;
+        assert_eq!(r.status(), 201);
+    }
+}
+
+/// A password of 1,024 bytes (the most) is taken and opens its link; the
+/// 429 after too many wrong ones says how many seconds of its window are
+/// left, and fewer as time passes.
+#[tokio::test]
+async fn the_longest_password_works_and_retry_after_counts_down() {
+    let app = spawn_app(&[]).await;
+    let admin = app.new_key("admin", true).await;
+    let longest = "p".repeat(1024);
+    create(
+        &app,
+        &admin,
+        json!({"url": TARGET, "code": "longest", "password": longest}),
+    )
+    .await;
+    assert_eq!(
+        lands(&app, "/longest", &[("x-link-password", &longest)]).await,
+        Ok(TARGET.into())
+    );
+    let r = app
+        .client
+        .post(app.url("/longest"))
+        .form(&[("password", longest.as_str())])
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status(), 303);
+    for _ in 0..5 {
+        assert_eq!(
+            lands(&app, "/longest", &[("x-link-password", "nope")]).await,
+            Err(401)
+        );
+    }
+    let retry_after = async || {
+        let r = visit(&app, "/longest", &[("x-link-password", "nope")]).await;
+        assert_eq!(r.status(), 429);
+        r.headers()["retry-after"]
+            .to_str()
+            .expect("ascii")
+            .parse::<u64>()
+            .expect("seconds")
+    };
+    let first = retry_after().await;
+    assert!(
+        (895..=900).contains(&first),
+        "{first}: 15 minutes, less what has passed"
+    );
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let later = retry_after().await;
+    assert!(
+        later <= first - 2 && later >= first - 4,
+        "{first} then {later}"
+    );
+}
+
+/// A flood of guesses, which keeps every checking permit busy, leaves an
+/// owner's write that sets a password untouched: its hash has permits of
+/// its own.
+#[tokio::test]
+async fn an_owner_sets_a_password_during_a_flood_of_guesses() {
+    let app = spawn_app(&["--trust-proxy", "127.0.0.1"]).await;
+    let admin = app.new_key("admin", true).await;
+    create(
+        &app,
+        &admin,
+        json!({"url": TARGET, "code": "flooded", "password": PASSWORD}),
+    )
+    .await;
+    create(&app, &admin, json!({"url": TARGET, "code": "mine"})).await;
+    let until = std::time::Instant::now() + Duration::from_millis(1500);
+    let floods: Vec<_> = (0..6u32)
+        .map(|worker| {
+            let (client, url) = (app.client.clone(), app.url("/flooded"));
+            tokio::spawn(async move {
+                let mut busy = 0;
+                let mut n = 0u32;
+                while std::time::Instant::now() < until {
+                    n += 1;
+                    let r = client
+                        .get(&url)
+                        .header(
+                            "x-forwarded-for",
+                            format!("10.{worker}.{}.{}", n / 250, n % 250),
+                        )
+                        .header("x-link-password", "nope")
+                        .send()
+                        .await
+                        .expect("guess");
+                    busy += u32::from(r.status() == 503);
+                }
+                busy
+            })
+        })
+        .collect();
+    let mut set = 0;
+    while std::time::Instant::now() < until {
+        let r = app
+            .api(
+                Method::PATCH,
+                "/api/v1/links/mine",
+                Some(&admin),
+                Some(json!({"password": format!("new-{set}")})),
+            )
+            .await;
+        assert_eq!(r.status(), 200, "{}", json_of(r).await);
+        set += 1;
+    }
+    let mut busy = 0;
+    for f in floods {
+        busy += f.await.expect("flood");
+    }
+    assert!(set >= 3, "{set} writes");
+    assert!(busy > 0, "the guesses never took every permit");
+}

@@ -500,8 +500,8 @@ test("screenshots for the README", { skip: !SHOTS }, async () => {
 
 /// A redirect's answer for `path` on the short domain `host` (Node's
 /// client, which sends the Host it is told to).
-function onHost(host, path) {
-  const url = new URL(base);
+function onHost(host, path, at = base) {
+  const url = new URL(at);
   return new Promise((resolve, reject) => {
     const req = http.request(
       { host: url.hostname, port: url.port, path, headers: { host } },
@@ -515,8 +515,16 @@ function onHost(host, path) {
   });
 }
 
-// Last: from here on the server has two domains, and the page a picker.
-test("with two domains: the picker, the domain's QR code, and the manage filter", async () => {
+// A server of its own: a second domain gives every page a picker, which
+// no other test may meet, whatever order the tests run in.
+test("with two domains: the picker, the domain's QR code, and the manage filter", async (t) => {
+  const db = path.join(dir, "two-domains.db");
+  const key = execFileSync(BIN, ["keys", "create", "--name", "admin", "--admin", "--db", db], {
+    encoding: "utf8",
+  }).split("\n")[0].trim();
+  const { proc, base } = await startLitelink(db);
+  t.after(() => proc.kill("SIGTERM"));
+  const onHere = (host, p) => onHost(host, p, base);
   const added = await fetch(`${base}/api/v1/domains`, {
     method: "POST",
     headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
@@ -539,11 +547,11 @@ test("with two domains: the picker, the domain's QR code, and the manage filter"
   const short = await page.locator("#short").inputValue();
   assert.match(short, /^https:\/\/short\.test\/[A-Za-z0-9]{10}$/);
   const code = codeOf(short);
-  assert.deepEqual(await onHost("short.test", `/${code}`), {
+  assert.deepEqual(await onHere("short.test", `/${code}`), {
     status: 302,
     location: `${targetBase}/on-short-test`,
   });
-  assert.equal((await onHost(new URL(base).host, `/${code}`)).status, 404);
+  assert.equal((await onHere(new URL(base).host, `/${code}`)).status, 404);
   await page.waitForFunction(() => {
     const img = document.getElementById("qr");
     return img.complete && img.naturalWidth > 0;
@@ -565,6 +573,6 @@ test("with two domains: the picker, the domain's QR code, and the manage filter"
   await item.getByRole("button", { name: "Delete" }).click();
   await item.getByRole("button", { name: "Yes, delete" }).click();
   await item.waitFor({ state: "detached" });
-  assert.equal((await onHost("short.test", `/${code}`)).status, 404);
+  assert.equal((await onHere("short.test", `/${code}`)).status, 404);
   await page.context().close();
 });

@@ -61,9 +61,12 @@ pub(super) fn answer(wrong: bool, html: bool) -> Response {
         HeaderValue::from_static(CSP),
     );
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    // `same-origin`, not `no-referrer`: the form's post must carry its
+    // real `Origin` (browsers send `null` under `no-referrer`, which the
+    // form refuses), while the target still learns nothing of the page.
     headers.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     mark(headers);
     response

@@ -933,6 +933,11 @@ impl Links {
         let Some(gone) = self.inner.domains.remove(id, force).await? else {
             return Ok(None);
         };
+        // The keys limited to it were revoked with it: at once here, not
+        // at the next reload.
+        if let Err(e) = self.inner.keys.refresh().await {
+            tracing::warn!(error = %e, "cannot reload API keys after removing a domain");
+        }
         if gone.len() > FORGET_ONE_BY_ONE {
             self.inner.cache.set_local(false);
             self.inner.cache.set_local(true);
