@@ -47,6 +47,7 @@ fn main() -> ExitCode {
         Command::Export(args) => litelink::manage::export(args),
         Command::Import(args) => litelink::manage::import(args),
         Command::Stress(args) => stress(args),
+        Command::Health(args) => litelink::manage::health(args),
     };
     result.unwrap_or_else(|e| {
         tracing::error!("{e:#}");

@@ -515,3 +515,29 @@ fn progress() -> indicatif::ProgressBar {
     );
     bar
 }
+
+/// How long `litelink health` waits for the whole answer.
+const HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `litelink health`: 0 when the server says it is ready, else 1.
+pub fn health(args: crate::cli::HealthArgs) -> anyhow::Result<ExitCode> {
+    let port = args.listen.port();
+    let answer = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(litelink_service::http::probe::ready(port, HEALTH_TIMEOUT));
+    Ok(match answer {
+        Ok(status) if status == 200 => {
+            println!("ready");
+            ExitCode::SUCCESS
+        }
+        Ok(status) => {
+            println!("not ready: {status}");
+            ExitCode::FAILURE
+        }
+        Err(why) => {
+            println!("not ready: {why}");
+            ExitCode::FAILURE
+        }
+    })
+}

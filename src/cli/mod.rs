@@ -60,6 +60,18 @@ pub enum Command {
     Import(ImportArgs),
     /// Load-test a server that has the seed API (litelink or any other).
     Stress(StressArgs),
+    /// Ask the server on this machine whether it is ready (`GET
+    /// /health/ready` on 127.0.0.1 at the port of `--listen`, within 2 s):
+    /// exit status 0 when it is, else 1. For a container's health check.
+    Health(HealthArgs),
+}
+
+/// `litelink health`: where the server listens.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HealthArgs {
+    /// The server's `--listen` address: its port is asked on 127.0.0.1.
+    #[arg(long, env = "LITELINK_LISTEN", default_value_t = litelink_service::Settings::default().listen)]
+    pub listen: std::net::SocketAddr,
 }
 
 impl Cli {

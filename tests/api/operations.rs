@@ -225,3 +225,52 @@ async fn json_logs_carry_the_request_id_of_errors() {
         "{log:#?}"
     );
 }
+
+/// `litelink health` asks the server at the port of `--listen` (or
+/// `LITELINK_LISTEN`, or the config file's `listen`) on 127.0.0.1: exit 0
+/// when it is ready, 1 when nothing answers, or nothing answers in 2 s.
+#[test]
+fn the_health_command_says_whether_the_server_is_ready() {
+    let health = |args: &[&str], env: &[(&str, &str)]| {
+        let started = std::time::Instant::now();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_litelink"))
+            .arg("health")
+            .args(args)
+            .envs(env.iter().copied())
+            .output()
+            .expect("litelink health");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            started.elapsed(),
+        )
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = crate::helpers::spawn_process(&dir.path().join("h.db"), &[]);
+    let port = server.url().rsplit(':').next().expect("port").to_owned();
+    let listen = format!("0.0.0.0:{port}");
+    let (code, said, _) = health(&["--listen", &listen], &[]);
+    assert_eq!((code, said.trim()), (Some(0), "ready"));
+    assert_eq!(health(&[], &[("LITELINK_LISTEN", &listen)]).0, Some(0));
+    let file = dir.path().join("c.toml");
+    std::fs::write(&file, format!("listen = \"127.0.0.1:{port}\"\n")).expect("config");
+    assert_eq!(
+        health(&["--config", file.to_str().expect("path")], &[]).0,
+        Some(0)
+    );
+
+    // Nothing listening: 1 at once.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let closed_port = closed.local_addr().expect("addr").port();
+    drop(closed);
+    let (code, said, _) = health(&["--listen", &format!("127.0.0.1:{closed_port}")], &[]);
+    assert_eq!(code, Some(1), "{said}");
+    // Something that takes the connection and never answers: 1 after 2 s.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let silent_port = silent.local_addr().expect("addr").port();
+    let (code, said, took) = health(&["--listen", &format!("127.0.0.1:{silent_port}")], &[]);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("within"), "{said}");
+    assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+    drop(silent);
+}

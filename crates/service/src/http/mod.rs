@@ -15,6 +15,7 @@ pub(crate) mod hot;
 pub mod limit;
 mod locked;
 mod openapi;
+pub mod probe;
 mod prometheus;
 mod qr;
 mod redirect;
