@@ -15,6 +15,7 @@ mod domains;
 mod durability;
 mod hardening;
 mod hot;
+mod image;
 mod manage;
 mod modes;
 mod operations;
