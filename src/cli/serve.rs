@@ -364,6 +364,30 @@ pub struct CacheArgs {
     #[arg(long, env = "LITELINK_VALKEY_TIMEOUT_MS",
           default_value_t = d().cache.valkey.timeout.as_millis() as u64)]
     pub valkey_timeout_ms: u64,
+
+    /// CA certificates (PEM) that verify a `rediss://` server, the cache's
+    /// and the invalidation channel's, instead of the system's CAs.
+    #[arg(long, env = "LITELINK_VALKEY_CA_FILE", value_name = "PATH")]
+    pub valkey_ca_file: Option<std::path::PathBuf>,
+
+    /// A client certificate (PEM) for a `rediss://` server that asks for
+    /// one; with --valkey-key-file.
+    #[arg(
+        long,
+        env = "LITELINK_VALKEY_CERT_FILE",
+        value_name = "PATH",
+        requires = "valkey_key_file"
+    )]
+    pub valkey_cert_file: Option<std::path::PathBuf>,
+
+    /// The client certificate's private key (PEM, mode 0600).
+    #[arg(
+        long,
+        env = "LITELINK_VALKEY_KEY_FILE",
+        value_name = "PATH",
+        requires = "valkey_cert_file"
+    )]
+    pub valkey_key_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -459,6 +483,9 @@ impl ServeArgs {
         s.cache.unheard_ttl = Duration::from_millis(cache.invalidations_down_ttl_ms);
         s.cache.valkey.ttl = (cache.valkey_ttl > 0).then(|| Duration::from_secs(cache.valkey_ttl));
         s.cache.valkey.timeout = Duration::from_millis(cache.valkey_timeout_ms.max(1));
+        s.cache.valkey.tls.ca_file = cache.valkey_ca_file.clone();
+        s.cache.valkey.tls.cert_file = cache.valkey_cert_file.clone();
+        s.cache.valkey.tls.key_file = cache.valkey_key_file.clone();
 
         s.domains.default_host = domains.default_domain.clone();
         s.domains.unknown_host = domains.unknown_host;

@@ -225,3 +225,130 @@ fn three_instances_behind_nginx_lose_no_read_when_one_is_killed() {
     );
     drop(nginx);
 }
+
+/// compose.yaml, read as compose reads it (YAML with its anchors): two or
+/// more litelink services built from the Containerfile, whose environment
+/// `litelink serve` takes as it is, behind nginx with
+/// docs/deploy/compose-nginx.conf naming exactly those services, next to
+/// PostgreSQL and Valkey.
+#[test]
+fn the_compose_file_is_the_deploy_layout() {
+    let Some(python) = std::env::var_os("LITELINK_TEST_MMDB_PYTHON").filter(|p| !p.is_empty())
+    else {
+        crate::helpers::missing(
+            "a Python with PyYAML (LITELINK_TEST_MMDB_PYTHON; scripts/provision-mmdb)",
+        );
+        return;
+    };
+    let root = env!("CARGO_MANIFEST_DIR");
+    let out = Command::new(python)
+        .args([
+            "-c",
+            "import json, sys, yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))))",
+        ])
+        .arg(format!("{root}/compose.yaml"))
+        .output()
+        .expect("python");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let compose: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let services = compose["services"].as_object().expect("services");
+    for needed in ["postgres", "valkey", "nginx"] {
+        assert!(services.contains_key(needed), "no {needed} service");
+    }
+    let litelinks: Vec<&String> = services
+        .iter()
+        .filter(|(_, s)| s["build"] == ".")
+        .map(|(name, _)| name)
+        .collect();
+    assert!(litelinks.len() >= 2, "{litelinks:?}");
+
+    // Each instance's environment, with compose's ${...} filled in.
+    let fill = |v: &str| {
+        let mut v = v.to_owned();
+        while let Some(start) = v.find("${") {
+            let end = start + v[start..].find('}').expect("closing brace");
+            let inner = &v[start + 2..end];
+            let value = match inner.split_once(":-") {
+                Some((_, default)) => default.to_owned(),
+                None => "a-password".to_owned(),
+            };
+            v.replace_range(start..=end, &value);
+        }
+        v
+    };
+    for name in &litelinks {
+        let service = &services[name.as_str()];
+        assert_eq!(service["read_only"], true, "{name}");
+        let env = service["environment"].as_object().expect("environment");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_litelink"));
+        cmd.env_clear().args(["serve", "--print-config"]);
+        for (k, v) in env {
+            assert!(k.starts_with("LITELINK_"), "{name}: {k}");
+            cmd.env(k, fill(v.as_str().expect("a string")));
+        }
+        let out = cmd.output().expect("litelink serve --print-config");
+        let printed = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Every variable became a setting, none was left at its default.
+        for (k, _) in env {
+            let key = k["LITELINK_".len()..].to_lowercase().replace('_', "-");
+            assert!(
+                printed.lines().any(|l| l.starts_with(&format!("{key} = "))),
+                "{name}: {k} is not a setting:\n{printed}"
+            );
+        }
+        assert!(printed.contains("@postgres/"), "{printed}");
+        assert!(printed.contains("redis://valkey:6379"), "{printed}");
+    }
+
+    // nginx: its upstreams are the litelink services on the image's port,
+    // and it listens where compose publishes it; `nginx -t` takes the file
+    // once the service names resolve.
+    let conf = std::fs::read_to_string(format!("{DEPLOY}/compose-nginx.conf")).expect("conf");
+    let upstreams: Vec<&str> = conf
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("server "))
+        .filter(|l| l.ends_with(';'))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let expected: Vec<String> = litelinks.iter().map(|n| format!("{n}:8080")).collect();
+    assert_eq!(upstreams, expected);
+    assert!(conf.contains("listen 8080;"));
+    assert_eq!(services["nginx"]["ports"][0], "8080:8080");
+    let mounted = services["nginx"]["volumes"][0].as_str().expect("volume");
+    assert!(mounted.starts_with("./docs/deploy/compose-nginx.conf:"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut local = conf.clone();
+    for n in &litelinks {
+        local = local.replace(&format!("{n}:8080"), "127.0.0.1:8080");
+    }
+    std::fs::write(dir.path().join("nginx.conf"), local).expect("write");
+    let out = Command::new(nginx_binary())
+        .arg("-t")
+        .arg("-p")
+        .arg(dir.path())
+        .arg("-c")
+        .arg(dir.path().join("nginx.conf"))
+        .args([
+            "-g",
+            &format!(
+                "pid {0}/nginx.pid; error_log {0}/error.log;",
+                dir.path().display()
+            ),
+        ])
+        .output()
+        .expect("nginx -t");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -26,6 +26,7 @@ mod replica;
 mod rules;
 mod snapshots;
 mod stress;
+mod tls;
 mod tour;
 mod valkey_server;
 mod visits;

@@ -25,6 +25,44 @@ impl ValkeyServer {
         Self(ValkeyProcess::start(&binary(), None).expect("start valkey-server"))
     }
 
+    /// A server that also takes TLS connections, on the port it returns,
+    /// with the test CA's certificate for `localhost` (scripts/provision-tls);
+    /// `client_certificates`: it asks clients for one of that CA's. Its
+    /// plain port stays open for the test to look inside.
+    pub fn start_tls(client_certificates: bool) -> Option<(Self, u16)> {
+        let (Some(binary), Some(dir)) = (
+            std::env::var_os("LITELINK_TEST_VALKEY_TLS_SERVER").filter(|b| !b.is_empty()),
+            std::env::var_os("LITELINK_TEST_TLS_DIR").filter(|d| !d.is_empty()),
+        ) else {
+            crate::helpers::missing(
+                "a valkey-server built with TLS and the test CA (LITELINK_TEST_VALKEY_TLS_SERVER, \
+                 LITELINK_TEST_TLS_DIR; scripts/provision-tls)",
+            );
+            return None;
+        };
+        let dir = PathBuf::from(dir);
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let file = |name: &str| dir.join(name).display().to_string();
+        let extra = vec![
+            "--tls-port".into(),
+            port.to_string(),
+            "--tls-cert-file".into(),
+            file("server.crt"),
+            "--tls-key-file".into(),
+            file("server.key"),
+            "--tls-ca-cert-file".into(),
+            file("ca.crt"),
+            "--tls-auth-clients".into(),
+            if client_certificates { "yes" } else { "no" }.into(),
+        ];
+        let server = ValkeyProcess::start_with(&PathBuf::from(binary), extra)
+            .expect("start valkey-server with TLS");
+        Some((Self(server), port))
+    }
+
     /// A server that keeps its data in `dir` when it is killed and restarted.
     pub fn start_persistent(dir: &std::path::Path) -> Self {
         Self(ValkeyProcess::start_persistent(&binary(), dir).expect("start valkey-server"))

@@ -332,6 +332,11 @@ impl ValkeyProcess {
         Self::start_in(binary, cpu, None, Vec::new())
     }
 
+    /// A server started with more options (its TLS port and certificates).
+    pub fn start_with(binary: &Path, extra: Vec<String>) -> anyhow::Result<Self> {
+        Self::start_in(binary, None, None, extra)
+    }
+
     /// A server that keeps its data in `dir` across kills and restarts.
     pub fn start_persistent(binary: &Path, dir: &Path) -> anyhow::Result<Self> {
         Self::start_in(binary, None, Some(dir.to_path_buf()), Vec::new())

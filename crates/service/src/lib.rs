@@ -38,9 +38,12 @@
 //! store/       the LinkStore trait and store::backend, the one place that names the
 //!              backends; queue: the group-commit queue both writers share (StoreError);
 //!              sqlite/ (backend, readers, writer, ops, find, slots, walsync, checkpointer,
-//!              doctor, ...); postgres/ (backend, ops, writer, migrations, replica, doctor)
+//!              doctor, ...); postgres/ (backend, ops, writer, migrations, replica, doctor,
+//!              tls: libpq's sslmode, sslrootcert, sslcert and sslkey)
 //! visits/      tally (counting a redirect), limits (max_visits), flush (to the store),
 //!              report (a link's visit report)
+//! tls          rustls client configurations for litelink's own connections (PostgreSQL,
+//!              Valkey): CA files, client certificates, how much of a certificate is checked
 //! transfer     export and import records (JSON lines, CSV)
 //! observability/ logging (subscriber, request ids, throttled repeats) and recording
 //!              (Prometheus: per-request cells, the recorder, gauges read at a scrape)
@@ -80,6 +83,7 @@ pub mod passwords;
 pub mod settings;
 pub mod startup;
 pub mod store;
+pub mod tls;
 pub mod transfer;
 pub mod visits;
 

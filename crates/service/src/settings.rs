@@ -40,6 +40,7 @@ impl Settings {
             pg.hears_others = self.invalidations.url.is_some();
         }
         self.invalidations.channel = format!("{}invalidations", self.cache.valkey.prefix);
+        self.invalidations.tls = self.cache.valkey.tls.clone();
         self.http.peer_on_gets = self.visits.counting;
         if self.domains.default_host.is_none() {
             self.domains.default_host = self

@@ -94,8 +94,8 @@ impl Application {
         let invalidations = match &settings.invalidations.url {
             Some(url) => Some(Arc::new(
                 Invalidations::start(
+                    &settings.invalidations,
                     url,
-                    settings.invalidations.channel.clone(),
                     Arc::clone(&cache),
                     Arc::clone(&store),
                 )

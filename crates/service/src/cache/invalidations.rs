@@ -21,6 +21,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde::Serialize;
 
 use crate::cache::LinkCache;
+use crate::cache::valkey::{self, ValkeyTls};
 use crate::domain::LinkKey;
 use crate::observability::logging::Throttle;
 use crate::store::LinkStore;
@@ -32,6 +33,8 @@ pub struct InvalidationSettings {
     pub url: Option<String>,
     /// The channel, shared by every instance of one deployment.
     pub channel: String,
+    /// Certificates for a `rediss://` URL: the cache's (`--valkey-ca-file`...).
+    pub tls: ValkeyTls,
 }
 
 /// Bound on one publish: a write waits at most this for its message.
@@ -123,12 +126,13 @@ impl Invalidations {
     /// `cache`'s in-process tier off (and `store`'s replica unread) until
     /// it is subscribed.
     pub(crate) async fn start(
+        settings: &InvalidationSettings,
         url: &str,
-        channel: String,
         cache: Arc<dyn LinkCache>,
         store: Arc<dyn LinkStore>,
-    ) -> Result<Self, redis::RedisError> {
-        let client = redis::Client::open(url)?;
+    ) -> anyhow::Result<Self> {
+        let channel = settings.channel.clone();
+        let client = valkey::client(url, &settings.tls)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(PUBLISH_TIMEOUT));

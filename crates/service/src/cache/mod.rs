@@ -24,7 +24,7 @@ use crate::domain::{LinkKey, Resolved};
 pub(crate) use memory::{MemoryCache, MemoryStats};
 pub(crate) use none::NoCache;
 pub(crate) use tiered::TieredCache;
-pub use valkey::{ValkeyCache, ValkeyError, ValkeySettings, ValkeyStats};
+pub use valkey::{ValkeyCache, ValkeyError, ValkeySettings, ValkeyStats, ValkeyTls};
 
 /// Which cache sits in front of the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, EnumString, Display, VariantNames)]

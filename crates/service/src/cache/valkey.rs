@@ -27,6 +27,9 @@ use std::sync::atomic::AtomicBool;
 
 use crate::domain::{LinkKey, Resolved, TargetUrl, Timestamp};
 use crate::store::ExtraColumns;
+use crate::tls;
+use redis::{ClientTlsConfig, TlsCertificates};
+use std::path::PathBuf;
 
 /// Stored for a code the store does not have. A real target is never empty.
 const MISSING: &str = "";
@@ -56,6 +59,121 @@ pub struct ValkeySettings {
     pub ttl: Option<Duration>,
     /// Bound on each cache call.
     pub timeout: Duration,
+    /// Certificates for `rediss://` servers.
+    pub tls: ValkeyTls,
+}
+
+/// Certificates for `rediss://` connections: the cache's and the
+/// invalidation channel's. Without a CA file the system's CAs verify the
+/// server; there is no way to skip verifying it.
+#[derive(Debug, Clone, Default)]
+pub struct ValkeyTls {
+    /// CA certificates (PEM) to verify the server with, instead of the
+    /// system's: for a private CA.
+    pub ca_file: Option<PathBuf>,
+    /// A client certificate and its key (PEM), for a server that asks.
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+}
+
+impl ValkeyTls {
+    fn is_set(&self) -> bool {
+        self.ca_file.is_some() || self.cert_file.is_some() || self.key_file.is_some()
+    }
+
+    /// The files, read now, as redis-rs takes them.
+    fn certificates(&self) -> Result<TlsCertificates, ValkeyError> {
+        let client_tls = match (&self.cert_file, &self.key_file) {
+            (Some(cert), Some(key)) => Some(ClientTlsConfig {
+                client_cert: tls::read_certificates_pem(cert, "client certificate")?,
+                client_key: tls::read_key_pem(key)?,
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(ValkeyError::Tls(
+                    "--valkey-cert-file and --valkey-key-file go together".into(),
+                ));
+            }
+        };
+        let root_cert = match &self.ca_file {
+            Some(path) => {
+                tls::read_roots(path)?;
+                Some(tls::read_certificates_pem(path, "CA file")?)
+            }
+            None => None,
+        };
+        Ok(TlsCertificates {
+            client_tls,
+            root_cert,
+        })
+    }
+}
+
+/// Why `url` cannot name a Valkey server litelink will talk to, if it
+/// cannot: redis-rs's `#insecure` would take any certificate.
+fn check_url(url: &str) -> Result<(), ValkeyError> {
+    if url.contains('#') {
+        return Err(ValkeyError::Tls(format!(
+            "{}: no fragment is taken (#insecure would not verify the server; give its CA with --valkey-ca-file)",
+            redact(url)
+        )));
+    }
+    Ok(())
+}
+
+/// Bound on the first PING, made at start to say why Valkey cannot be
+/// reached (a certificate refused, a connection refused) before any
+/// request meets it.
+const FIRST_PING: Duration = Duration::from_secs(5);
+
+/// Pings Valkey once in the background and logs why it failed, if it did.
+/// Later failures are counted, and logged at most every 10 s.
+fn probe(mut conn: Conn, url: String) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        let ping = redis::cmd("PING");
+        match tokio::time::timeout(FIRST_PING, ping.query_async::<String>(&mut conn)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::error!(
+                    url,
+                    "Valkey cannot be reached; serving from the store until it can: {e}"
+                )
+            }
+            Err(_) => tracing::error!(
+                url,
+                "Valkey did not answer within {FIRST_PING:?}; serving from the store until it does"
+            ),
+        }
+    });
+}
+
+fn is_tls(url: &str) -> bool {
+    url.starts_with("rediss://") || url.starts_with("valkeys://")
+}
+
+/// A client of the server at `url`, over TLS with `tls`'s certificates for
+/// a `rediss://` URL. Certificate files given for a plain `redis://` URL
+/// are an error: whoever gave them expects TLS.
+pub(crate) fn client(url: &str, tls: &ValkeyTls) -> Result<redis::Client, ValkeyError> {
+    check_url(url)?;
+    let url_error = |source| ValkeyError::Url {
+        url: redact(url),
+        source,
+    };
+    if !is_tls(url) {
+        if tls.is_set() {
+            return Err(ValkeyError::Tls(format!(
+                "certificate files are given, but {} is not a rediss:// URL",
+                redact(url)
+            )));
+        }
+        return redis::Client::open(url).map_err(url_error);
+    }
+    tls::provider();
+    redis::Client::build_with_tls(url, tls.certificates()?).map_err(url_error)
 }
 
 impl Default for ValkeySettings {
@@ -66,6 +184,7 @@ impl Default for ValkeySettings {
             prefix: "litelink:".into(),
             ttl: Some(Duration::from_secs(86_400)),
             timeout: Duration::from_millis(50),
+            tls: ValkeyTls::default(),
         }
     }
 }
@@ -255,6 +374,10 @@ pub enum ValkeyError {
     },
     #[error("cannot create the Valkey connection manager: {0}")]
     Manager(redis::RedisError),
+    #[error("TLS to Valkey: {0}")]
+    Tls(String),
+    #[error("TLS to Valkey: {0}")]
+    Files(#[from] tls::TlsError),
 }
 
 enum CallError {
@@ -273,7 +396,19 @@ impl ValkeyCache {
             source,
         };
         let conn = if config.is_cluster() {
-            let client = redis::cluster::ClusterClient::builder(nodes)
+            for node in &nodes {
+                check_url(node)?;
+            }
+            let mut builder = redis::cluster::ClusterClient::builder(nodes.clone());
+            if nodes.iter().any(|n| is_tls(n)) {
+                tls::provider();
+                builder = builder.certs(config.tls.certificates()?);
+            } else if config.tls.is_set() {
+                return Err(ValkeyError::Tls(
+                    "certificate files are given, but the cluster's URLs are not rediss://".into(),
+                ));
+            }
+            let client = builder
                 .connection_timeout(connect_timeout)
                 .response_timeout(config.timeout)
                 .retries(2)
@@ -285,7 +420,7 @@ impl ValkeyCache {
             // Connects in the background, as the manager below does.
             Conn::Cluster(client.get_pending_async_connection_with_config(cluster_config))
         } else {
-            let client = redis::Client::open(config.url.as_str()).map_err(url_error)?;
+            let client = client(&config.url, &config.tls)?;
             let manager_config = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(connect_timeout))
                 .set_response_timeout(Some(config.timeout))
@@ -296,6 +431,7 @@ impl ValkeyCache {
                     .map_err(ValkeyError::Manager)?,
             )
         };
+        probe(conn.clone(), redact(&config.url));
         Ok(Self {
             conn,
             config,

@@ -9,8 +9,9 @@ pub(crate) fn run(settings: &PostgresSettings) -> anyhow::Result<bool> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let (client, connection) =
-            tokio_postgres::connect(&settings.url, tokio_postgres::NoTls).await?;
+        let (mut config, connector, _) = super::connect_config(&settings.url)?;
+        config.connect_timeout(settings.wait);
+        let (client, connection) = config.connect(connector).await?;
         let task = tokio::spawn(connection);
         let version: String = client.query_one("SHOW server_version", &[]).await?.get(0);
         println!("PostgreSQL version: {version}");

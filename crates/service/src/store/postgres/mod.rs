@@ -14,6 +14,7 @@ mod doctor;
 pub mod migrations;
 mod ops;
 mod replica;
+mod tls;
 mod writer;
 
 pub(crate) use backend::Backend;
@@ -27,7 +28,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use serde::Serialize;
-use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
 use super::{
@@ -88,7 +88,8 @@ impl PostgresSettings {
         if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
             return Err("expected postgres://user@host/database (SQLite is --db PATH)".into());
         }
-        url.parse::<tokio_postgres::Config>()
+        let (rest, _) = tls::split(url)?;
+        rest.parse::<tokio_postgres::Config>()
             .map(|_| ())
             .map_err(|e| format!("not a PostgreSQL URL: {e}"))
     }
@@ -98,6 +99,8 @@ impl PostgresSettings {
 pub(crate) enum OpenError {
     #[error("invalid PostgreSQL URL: {0}")]
     Url(String),
+    #[error("TLS to PostgreSQL: {0}")]
+    Tls(#[from] crate::tls::TlsError),
     #[error("cannot connect to PostgreSQL at {host}: {source}")]
     Connect {
         host: String,
@@ -240,18 +243,23 @@ pub(super) fn is_unique_violation(e: &tokio_postgres::Error) -> bool {
     e.code() == Some(&SqlState::UNIQUE_VIOLATION)
 }
 
-/// A pool of connections to `url` with `settings`' bounds, and the
-/// host(s) it names, for errors (never shown to clients).
-fn pool(url: &str, settings: &PostgresSettings) -> Result<(Pool, String), OpenError> {
-    let mut config: tokio_postgres::Config = url
+/// tokio-postgres's configuration of `url`, the TLS connector its
+/// `sslmode` and certificates ask for, and the host(s) it names, for
+/// errors (never shown to clients).
+fn connect_config(
+    url: &str,
+) -> Result<
+    (
+        tokio_postgres::Config,
+        tokio_postgres_rustls::MakeRustlsConnect,
+        String,
+    ),
+    OpenError,
+> {
+    let (rest, tls) = tls::split(url).map_err(OpenError::Url)?;
+    let mut config: tokio_postgres::Config = rest
         .parse()
         .map_err(|e: tokio_postgres::Error| OpenError::Url(e.to_string()))?;
-    config.connect_timeout(settings.wait);
-    config.options(format!(
-        "-c statement_timeout={}",
-        settings.statement_timeout.as_millis()
-    ));
-    config.application_name("litelink");
     let host = config
         .get_hosts()
         .iter()
@@ -261,9 +269,24 @@ fn pool(url: &str, settings: &PostgresSettings) -> Result<(Pool, String), OpenEr
         })
         .collect::<Vec<_>>()
         .join(",");
+    let (mode, connector) = tls.connector(&host)?;
+    config.ssl_mode(mode);
+    Ok((config, connector, host))
+}
+
+/// A pool of connections to `url` with `settings`' bounds, and the
+/// host(s) it names, for errors.
+fn pool(url: &str, settings: &PostgresSettings) -> Result<(Pool, String), OpenError> {
+    let (mut config, connector, host) = connect_config(url)?;
+    config.connect_timeout(settings.wait);
+    config.options(format!(
+        "-c statement_timeout={}",
+        settings.statement_timeout.as_millis()
+    ));
+    config.application_name("litelink");
     let manager = Manager::from_config(
         config,
-        NoTls,
+        connector,
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
