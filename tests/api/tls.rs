@@ -11,7 +11,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::helpers::{missing, replica_pair, spawn_app};
-use crate::valkey_server::ValkeyServer;
+use crate::valkey_server::{ValkeyCluster, ValkeyServer};
 
 /// The test CA's files, and the TLS-only PostgreSQL's `postgres`
 /// database URL (host `localhost`, the only name its certificate has).
@@ -533,5 +533,53 @@ async fn valkey_client_certificates() {
     let s = app.stats().await;
     assert_eq!(s["cache"]["valkey"]["errors"], 0, "{s}");
     assert_eq!(s["invalidations"]["subscribed"], true, "{s}");
+    app.stop().await;
+}
+
+/// A Valkey Cluster over TLS (clients and the cluster bus): the cache
+/// reaches every node by `rediss://`, verified with the test CA, and the
+/// links land on several nodes.
+#[tokio::test]
+async fn valkey_cluster_over_tls() {
+    let Some(tls) = tls() else { return };
+    let Some(cluster) = ValkeyCluster::start_tls() else {
+        return;
+    };
+    let urls: Vec<String> = cluster
+        .tls_ports
+        .iter()
+        .map(|p| format!("rediss://localhost:{p}"))
+        .collect();
+    let ca = tls.file("ca.crt");
+    let app = spawn_app(&[
+        "--cache",
+        "valkey",
+        "--valkey-url",
+        &urls.join(","),
+        "--valkey-ca-file",
+        &ca,
+        "--valkey-prefix",
+        "ctls:",
+    ])
+    .await;
+    let mut codes = Vec::new();
+    for i in 0..30 {
+        codes.push(app.create_ok(&format!("https://example.com/{i}")).await);
+    }
+    for code in &codes {
+        assert_eq!(app.get(&format!("/{code}")).await.status(), 302);
+    }
+    let per_node = cluster.keys_per_node("ctls:");
+    assert!(
+        per_node.iter().sum::<usize>() >= codes.len()
+            && per_node.iter().filter(|n| **n > 0).count() >= 2,
+        "{per_node:?}"
+    );
+    let s = app.stats().await;
+    assert_eq!(s["cache"]["valkey"]["errors"], 0, "{s}");
+    assert!(
+        s["cache"]["valkey"]["hits"].as_u64() >= Some(codes.len() as u64),
+        "{s}"
+    );
     app.stop().await;
 }

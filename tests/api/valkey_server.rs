@@ -30,36 +30,9 @@ impl ValkeyServer {
     /// `client_certificates`: it asks clients for one of that CA's. Its
     /// plain port stays open for the test to look inside.
     pub fn start_tls(client_certificates: bool) -> Option<(Self, u16)> {
-        let (Some(binary), Some(dir)) = (
-            std::env::var_os("LITELINK_TEST_VALKEY_TLS_SERVER").filter(|b| !b.is_empty()),
-            std::env::var_os("LITELINK_TEST_TLS_DIR").filter(|d| !d.is_empty()),
-        ) else {
-            crate::helpers::missing(
-                "a valkey-server built with TLS and the test CA (LITELINK_TEST_VALKEY_TLS_SERVER, \
-                 LITELINK_TEST_TLS_DIR; scripts/provision-tls)",
-            );
-            return None;
-        };
-        let dir = PathBuf::from(dir);
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let file = |name: &str| dir.join(name).display().to_string();
-        let extra = vec![
-            "--tls-port".into(),
-            port.to_string(),
-            "--tls-cert-file".into(),
-            file("server.crt"),
-            "--tls-key-file".into(),
-            file("server.key"),
-            "--tls-ca-cert-file".into(),
-            file("ca.crt"),
-            "--tls-auth-clients".into(),
-            if client_certificates { "yes" } else { "no" }.into(),
-        ];
-        let server = ValkeyProcess::start_with(&PathBuf::from(binary), extra)
-            .expect("start valkey-server with TLS");
+        let (binary, port, extra) = tls_options(client_certificates)?;
+        let server =
+            ValkeyProcess::start_with(&binary, extra).expect("start valkey-server with TLS");
         Some((Self(server), port))
     }
 
@@ -81,6 +54,40 @@ impl ValkeyServer {
     }
 }
 
+/// The binary that speaks TLS, a free TLS port, and the options that
+/// open it with the test CA's files; `None` (said) where they are missing.
+fn tls_options(client_certificates: bool) -> Option<(PathBuf, u16, Vec<String>)> {
+    let (Some(binary), Some(dir)) = (
+        std::env::var_os("LITELINK_TEST_VALKEY_TLS_SERVER").filter(|b| !b.is_empty()),
+        std::env::var_os("LITELINK_TEST_TLS_DIR").filter(|d| !d.is_empty()),
+    ) else {
+        crate::helpers::missing(
+            "a valkey-server built with TLS and the test CA (LITELINK_TEST_VALKEY_TLS_SERVER, \
+             LITELINK_TEST_TLS_DIR; scripts/provision-tls)",
+        );
+        return None;
+    };
+    let dir = PathBuf::from(dir);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let file = |name: &str| dir.join(name).display().to_string();
+    let extra = vec![
+        "--tls-port".into(),
+        port.to_string(),
+        "--tls-cert-file".into(),
+        file("server.crt"),
+        "--tls-key-file".into(),
+        file("server.key"),
+        "--tls-ca-cert-file".into(),
+        file("ca.crt"),
+        "--tls-auth-clients".into(),
+        if client_certificates { "yes" } else { "no" }.into(),
+    ];
+    Some((PathBuf::from(binary), port, extra))
+}
+
 impl Deref for ValkeyServer {
     type Target = ValkeyProcess;
     fn deref(&self) -> &ValkeyProcess {
@@ -100,22 +107,54 @@ impl DerefMut for ValkeyServer {
 /// MEET, as an operator without the cluster CLI would.
 pub struct ValkeyCluster {
     pub nodes: Vec<ValkeyServer>,
+    /// Each node's TLS port, for a cluster over TLS.
+    pub tls_ports: Vec<u16>,
     _dir: tempfile::TempDir,
 }
 
 impl ValkeyCluster {
     pub fn start() -> Self {
+        Self::start_nodes(|dir| {
+            ValkeyProcess::start_cluster_node(&binary(), dir).map(|node| (node, None))
+        })
+    }
+
+    /// A cluster whose nodes speak TLS to clients and to each other
+    /// (`tls-cluster`), and announce themselves as `localhost`, the name
+    /// of the test CA's certificate.
+    pub fn start_tls() -> Option<Self> {
+        tls_options(false)?;
+        Some(Self::start_nodes(|dir| {
+            let (binary, port, mut extra) = tls_options(false).expect("tls options");
+            extra.extend(
+                [
+                    "--tls-cluster",
+                    "yes",
+                    "--cluster-announce-hostname",
+                    "localhost",
+                    "--cluster-preferred-endpoint-type",
+                    "hostname",
+                ]
+                .map(str::to_owned),
+            );
+            ValkeyProcess::start_cluster_node_with(&binary, dir, extra)
+                .map(|node| (node, Some(port)))
+        }))
+    }
+
+    fn start_nodes(
+        start: impl Fn(&std::path::Path) -> anyhow::Result<(ValkeyProcess, Option<u16>)>,
+    ) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let nodes: Vec<ValkeyServer> = (0..3)
+        let (nodes, tls_ports): (Vec<ValkeyServer>, Vec<Option<u16>>) = (0..3)
             .map(|i| {
                 let node_dir = dir.path().join(format!("node{i}"));
                 std::fs::create_dir_all(&node_dir).expect("node dir");
-                ValkeyServer(
-                    ValkeyProcess::start_cluster_node(&binary(), &node_dir)
-                        .expect("start a cluster node"),
-                )
+                let (node, tls) = start(&node_dir).expect("start a cluster node");
+                (ValkeyServer(node), tls)
             })
-            .collect();
+            .unzip();
+        let tls_ports: Vec<u16> = tls_ports.into_iter().flatten().collect();
         let slots = [(0, 5460), (5461, 10922), (10923, 16383)];
         for (node, (from, to)) in nodes.iter().zip(slots) {
             let mut c = node.connection();
@@ -127,22 +166,28 @@ impl ValkeyCluster {
                 .expect("CLUSTER ADDSLOTSRANGE");
         }
         let mut first = nodes[0].connection();
-        for node in &nodes[1..] {
+        for (i, node) in nodes[1..].iter().enumerate() {
             // Each node's bus is on a port of its own, not port + 10000.
             let (_, bus): (String, u16) = redis::cmd("CONFIG")
                 .arg("GET")
                 .arg("cluster-port")
                 .query(&mut node.connection())
                 .expect("CONFIG GET cluster-port");
+            // Over TLS, a node is known by its TLS port.
+            let port = tls_ports.get(i + 1).copied().unwrap_or(node.port);
             redis::cmd("CLUSTER")
                 .arg("MEET")
                 .arg("127.0.0.1")
-                .arg(node.port)
+                .arg(port)
                 .arg(bus)
                 .query::<()>(&mut first)
                 .expect("CLUSTER MEET");
         }
-        let cluster = Self { nodes, _dir: dir };
+        let cluster = Self {
+            nodes,
+            tls_ports,
+            _dir: dir,
+        };
         cluster.wait_ok();
         cluster
     }

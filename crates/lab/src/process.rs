@@ -347,8 +347,17 @@ impl ValkeyProcess {
     /// cluster bus on a free port of its own. Its slots are assigned by
     /// whoever builds the cluster.
     pub fn start_cluster_node(binary: &Path, dir: &Path) -> anyhow::Result<Self> {
+        Self::start_cluster_node_with(binary, dir, Vec::new())
+    }
+
+    /// A cluster node with more options (a TLS port and certificates).
+    pub fn start_cluster_node_with(
+        binary: &Path,
+        dir: &Path,
+        more: Vec<String>,
+    ) -> anyhow::Result<Self> {
         let bus = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let extra = [
+        let mut extra = [
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
@@ -362,6 +371,7 @@ impl ValkeyProcess {
         ]
         .map(str::to_owned)
         .to_vec();
+        extra.extend(more);
         Self::start_in(binary, None, Some(dir.to_path_buf()), extra)
     }
 

@@ -126,23 +126,40 @@ fn check_url(url: &str) -> Result<(), ValkeyError> {
 /// request meets it.
 const FIRST_PING: Duration = Duration::from_secs(5);
 
-/// Pings Valkey once in the background and logs why it failed, if it did.
-/// Later failures are counted, and logged at most every 10 s.
+/// Pings Valkey in the background until it answers, for at most
+/// [`FIRST_PING`], and logs why it never did: the first error that is not
+/// a timeout (a refused certificate says more than the timeouts of the
+/// retries behind it). Later failures are counted, and logged at most
+/// every 10 s.
 fn probe(mut conn: Conn, url: String) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
     runtime.spawn(async move {
+        let deadline = tokio::time::Instant::now() + FIRST_PING;
+        let mut why: Option<redis::RedisError> = None;
         let ping = redis::cmd("PING");
-        match tokio::time::timeout(FIRST_PING, ping.query_async::<String>(&mut conn)).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => {
-                tracing::error!(
-                    url,
-                    "Valkey cannot be reached; serving from the store until it can: {e}"
-                )
+        loop {
+            match tokio::time::timeout_at(deadline, ping.query_async::<String>(&mut conn)).await {
+                Ok(Ok(_)) => return,
+                Ok(Err(e)) => {
+                    if why.as_ref().is_none_or(|w| w.is_timeout()) {
+                        why = Some(e);
+                    }
+                }
+                Err(_) => break,
             }
-            Err(_) => tracing::error!(
+            if tokio::time::Instant::now() + Duration::from_millis(200) >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        match why {
+            Some(e) => tracing::error!(
+                url,
+                "Valkey cannot be reached; serving from the store until it can: {e}"
+            ),
+            None => tracing::error!(
                 url,
                 "Valkey did not answer within {FIRST_PING:?}; serving from the store until it does"
             ),
