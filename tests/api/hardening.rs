@@ -661,18 +661,29 @@ async fn for_any_input_location_is_the_stored_url() {
     );
 }
 
+/// A server with an empty deny list (its file, which the test rewrites)
+/// and an admin key; the directory holds both and the database.
+fn with_deny_list() -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    litelink_lab::process::ServerProcess,
+    String,
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let list = dir.path().join("deny.txt");
+    std::fs::write(&list, "# nothing yet\n").expect("write the list");
+    let db = dir.path().join("d.db");
+    let admin = crate::helpers::run_keys(&db, &["create", "--name", "root"], true);
+    let server = spawn_process(&db, &["--deny-hosts", &list.display().to_string()]);
+    (dir, list, server, admin.trim().to_owned())
+}
+
 /// Every target a redirect can send to is checked against the deny list
 /// as it is when the redirect is served: an expired link's `expired_url`
 /// and the domain's not-found redirect stop at a reloaded list too.
 #[tokio::test]
 async fn a_reloaded_deny_list_stops_expired_urls_and_domain_redirects() {
-    let dir = tempfile::tempdir().unwrap();
-    let list = dir.path().join("deny.txt");
-    std::fs::write(&list, "# nothing yet\n").unwrap();
-    let db = dir.path().join("d.db");
-    let admin = crate::helpers::run_keys(&db, &["create", "--name", "root"], true);
-    let admin = admin.trim().to_owned();
-    let server = spawn_process(&db, &["--deny-hosts", list.to_str().unwrap()]);
+    let (_dir, list, server, admin) = with_deny_list();
     let client = crate::helpers::client();
     let soon = time::OffsetDateTime::now_utc() + time::Duration::seconds(2);
     let soon = soon
@@ -819,13 +830,7 @@ fn a_db_that_is_no_regular_file_is_refused_and_leaves_nothing() {
 /// domain whose target is put on the deny list answers 410.
 #[tokio::test]
 async fn domain_redirects_are_revalidated_and_a_denied_link_on_a_domain_is_gone() {
-    let dir = tempfile::tempdir().unwrap();
-    let list = dir.path().join("deny.txt");
-    std::fs::write(&list, "# nothing yet\n").unwrap();
-    let db = dir.path().join("d.db");
-    let admin = crate::helpers::run_keys(&db, &["create", "--name", "root"], true);
-    let admin = admin.trim().to_owned();
-    let server = spawn_process(&db, &["--deny-hosts", list.to_str().unwrap()]);
+    let (_dir, list, server, admin) = with_deny_list();
     let client = crate::helpers::client();
     let r = client
         .post(format!("{}/api/v1/domains", server.url()))
