@@ -2,7 +2,8 @@
 //! runtime stage (`LITELINK_TEST_IMAGE`), run with podman and runc as a
 //! user runs it: it answers, keeps its links on its volume across a
 //! restart, runs as a user that is not root, on a read-only root, passes
-//! its health check, stops at SIGTERM with status 0, and stays small.
+//! its health check, stops at SIGTERM with status 0, and stays small; and
+//! reaches a PostgreSQL over verified TLS with a CA file mounted into it.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -142,4 +143,87 @@ async fn the_image_serves_from_its_volume_as_a_user_on_a_read_only_root() {
         r.headers()["location"],
         "https://example.com/in-a-container"
     );
+}
+
+/// The image as it meets a managed PostgreSQL: the CA's certificate
+/// mounted read-only, `sslmode=verify-full` in `LITELINK_STORE`; every
+/// connection it makes is TLS, and a link goes in and comes back.
+#[tokio::test]
+async fn the_image_reaches_postgresql_over_verified_tls() {
+    let Ok(image) = std::env::var("LITELINK_TEST_IMAGE") else {
+        missing("no container image (LITELINK_TEST_IMAGE; scripts/test builds one as root)");
+        return;
+    };
+    let Some(tls) = crate::tls::tls() else { return };
+    let db = tls.fresh_db("postgres", "localhost");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let tag = format!("{}-{port}", std::process::id());
+    let c = Container {
+        name: format!("litelink-test-{tag}"),
+        volume: format!("litelink-test-data-{tag}"),
+    };
+    let listen = format!("LITELINK_LISTEN=127.0.0.1:{port}");
+    let store =
+        format!("LITELINK_STORE={db}?sslmode=verify-full&sslrootcert=/etc/litelink/db-ca.pem");
+    let ca = format!("{}:/etc/litelink/db-ca.pem:ro", tls.file("ca.crt"));
+    let mount = format!("{}:/data", c.volume);
+    let (ok, said) = podman(&[
+        "run",
+        "-d",
+        "--name",
+        &c.name,
+        "--runtime",
+        "runc",
+        "--ulimit",
+        "nofile=4096:4096",
+        "--ulimit",
+        "nproc=4096:4096",
+        "--network",
+        "host",
+        "--read-only",
+        "-e",
+        &listen,
+        "-e",
+        &store,
+        "-v",
+        &ca,
+        "-v",
+        &mount,
+        &image,
+    ]);
+    assert!(ok, "podman run: {said}");
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while client()
+        .get(format!("{base}/health/ready"))
+        .send()
+        .await
+        .map(|r| r.status() != 200)
+        .unwrap_or(true)
+    {
+        let (_, logs) = podman(&["logs", &c.name]);
+        assert!(Instant::now() < deadline, "never answered: {logs}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let made: serde_json::Value = client()
+        .post(format!("{base}/link"))
+        .json(&serde_json::json!({"url": "https://example.com/over-verified-tls"}))
+        .send()
+        .await
+        .expect("create")
+        .json()
+        .await
+        .expect("json");
+    let code = made["short_link"].as_str().expect("a code");
+    let r = client()
+        .get(format!("{base}/{code}"))
+        .send()
+        .await
+        .expect("redirect");
+    assert_eq!(r.status(), 302);
+    let (all, ssl) = crate::tls::litelink_connections(&tls, &db);
+    assert!(all > 0 && ssl == all, "{ssl} of {all} over TLS");
 }

@@ -15,12 +15,12 @@ use crate::valkey_server::{ValkeyCluster, ValkeyServer};
 
 /// The test CA's files, and the TLS-only PostgreSQL's `postgres`
 /// database URL (host `localhost`, the only name its certificate has).
-struct Tls {
+pub(crate) struct Tls {
     dir: PathBuf,
     postgres: String,
 }
 
-fn tls() -> Option<Tls> {
+pub(crate) fn tls() -> Option<Tls> {
     let var = |name| std::env::var(name).ok().filter(|v| !v.is_empty());
     match (var("LITELINK_TEST_TLS_DIR"), var("LITELINK_TEST_PG_TLS")) {
         (Some(dir), Some(postgres)) => Some(Tls {
@@ -38,13 +38,13 @@ fn tls() -> Option<Tls> {
 }
 
 impl Tls {
-    fn file(&self, name: &str) -> String {
+    pub(crate) fn file(&self, name: &str) -> String {
         self.dir.join(name).display().to_string()
     }
 
     /// A new database on the TLS server, owned by `owner`: its URL for
     /// that user, with `host`, and no TLS parameter yet.
-    fn fresh_db(&self, owner: &str, host: &str) -> String {
+    pub(crate) fn fresh_db(&self, owner: &str, host: &str) -> String {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = format!("litelink_tls_{}_{n}", std::process::id());
@@ -107,7 +107,7 @@ fn refused(args: &[&str], says: &[&str]) {
 
 /// How many of litelink's connections to `db` are open, and how many of
 /// those use TLS (`pg_stat_ssl`).
-fn litelink_connections(tls: &Tls, db_url: &str) -> (i64, i64) {
+pub(crate) fn litelink_connections(tls: &Tls, db_url: &str) -> (i64, i64) {
     let db = db_url
         .split('?')
         .next()
