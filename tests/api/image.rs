@@ -29,6 +29,49 @@ struct Container {
     volume: String,
 }
 
+impl Container {
+    /// Runs `image` as a user would, read-only, on a free port of the host
+    /// network with its own volume at /data, plus `extra` options of
+    /// `podman run`; the container and its address.
+    fn run(image: &str, extra: &[&str]) -> (Self, String) {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let tag = format!("{}-{port}", std::process::id());
+        let c = Container {
+            name: format!("litelink-test-{tag}"),
+            volume: format!("litelink-test-data-{tag}"),
+        };
+        let listen = format!("LITELINK_LISTEN=127.0.0.1:{port}");
+        let mount = format!("{}:/data", c.volume);
+        let mut args = vec![
+            "run",
+            "-d",
+            "--name",
+            &c.name,
+            "--runtime",
+            "runc",
+            "--ulimit",
+            "nofile=4096:4096",
+            "--ulimit",
+            "nproc=4096:4096",
+            "--network",
+            "host",
+            "--read-only",
+            "-e",
+            &listen,
+            "-v",
+            &mount,
+        ];
+        args.extend_from_slice(extra);
+        args.push(image);
+        let (ok, said) = podman(&args);
+        assert!(ok, "podman run: {said}");
+        (c, format!("http://127.0.0.1:{port}"))
+    }
+}
+
 impl Drop for Container {
     fn drop(&mut self) {
         let _ = podman(&["rm", "-f", "-t", "0", &self.name]);
@@ -69,39 +112,7 @@ async fn the_image_serves_from_its_volume_as_a_user_on_a_read_only_root() {
         assert!(labels.contains(label), "{label} in {labels}");
     }
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let tag = format!("{}-{port}", std::process::id());
-    let c = Container {
-        name: format!("litelink-test-{tag}"),
-        volume: format!("litelink-test-data-{tag}"),
-    };
-    let listen = format!("LITELINK_LISTEN=127.0.0.1:{port}");
-    let mount = format!("{}:/data", c.volume);
-    let (ok, said) = podman(&[
-        "run",
-        "-d",
-        "--name",
-        &c.name,
-        "--runtime",
-        "runc",
-        "--ulimit",
-        "nofile=4096:4096",
-        "--ulimit",
-        "nproc=4096:4096",
-        "--network",
-        "host",
-        "--read-only",
-        "-e",
-        &listen,
-        "-v",
-        &mount,
-        &image,
-    ]);
-    assert!(ok, "podman run: {said}");
-    let base = format!("http://127.0.0.1:{port}");
+    let (c, base) = Container::run(&image, &[]);
     wait_until_it_answers(&base).await;
 
     let made: serde_json::Value = client()
@@ -156,58 +167,11 @@ async fn the_image_reaches_postgresql_over_verified_tls() {
     };
     let Some(tls) = crate::tls::tls() else { return };
     let db = tls.fresh_db("postgres", "localhost");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let tag = format!("{}-{port}", std::process::id());
-    let c = Container {
-        name: format!("litelink-test-{tag}"),
-        volume: format!("litelink-test-data-{tag}"),
-    };
-    let listen = format!("LITELINK_LISTEN=127.0.0.1:{port}");
     let store =
         format!("LITELINK_STORE={db}?sslmode=verify-full&sslrootcert=/etc/litelink/db-ca.pem");
     let ca = format!("{}:/etc/litelink/db-ca.pem:ro", tls.file("ca.crt"));
-    let mount = format!("{}:/data", c.volume);
-    let (ok, said) = podman(&[
-        "run",
-        "-d",
-        "--name",
-        &c.name,
-        "--runtime",
-        "runc",
-        "--ulimit",
-        "nofile=4096:4096",
-        "--ulimit",
-        "nproc=4096:4096",
-        "--network",
-        "host",
-        "--read-only",
-        "-e",
-        &listen,
-        "-e",
-        &store,
-        "-v",
-        &ca,
-        "-v",
-        &mount,
-        &image,
-    ]);
-    assert!(ok, "podman run: {said}");
-    let base = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while client()
-        .get(format!("{base}/health/ready"))
-        .send()
-        .await
-        .map(|r| r.status() != 200)
-        .unwrap_or(true)
-    {
-        let (_, logs) = podman(&["logs", &c.name]);
-        assert!(Instant::now() < deadline, "never answered: {logs}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (_c, base) = Container::run(&image, &["-e", &store, "-v", &ca]);
+    wait_until_it_answers(&base).await;
     let made: serde_json::Value = client()
         .post(format!("{base}/link"))
         .json(&serde_json::json!({"url": "https://example.com/over-verified-tls"}))
