@@ -1,8 +1,6 @@
 //! `GET /{code}/qr.svg` and `/{code}/qr.png?size=N`: the short URL as a QR
 //! code (the `qrcode` crate). Not a visit.
 
-use std::io::Cursor;
-
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
@@ -139,20 +137,37 @@ pub(crate) async fn png(
     Ok(image("image/png", bytes))
 }
 
-/// The code drawn as large as fits `size` in whole pixels per module,
-/// centred on a white square of exactly `size` pixels.
+/// Modules of light margin on each side, as the QR specification asks.
+const QUIET_ZONE: u32 = 4;
+
+/// The code drawn as large as fits `size` in whole pixels per module (at
+/// least one), centred on a white square of exactly `size` pixels.
 fn png_bytes(qr: &QrCode, size: u32) -> Result<Vec<u8>, ApiError> {
-    let drawn = qr
-        .render::<image::Luma<u8>>()
-        .max_dimensions(size, size)
-        .build();
-    let mut canvas = image::GrayImage::from_pixel(size, size, image::Luma([255]));
-    let x = i64::from(size.saturating_sub(drawn.width()) / 2);
-    let y = i64::from(size.saturating_sub(drawn.height()) / 2);
-    image::imageops::overlay(&mut canvas, &drawn, x, y);
-    let mut out = Cursor::new(Vec::new());
-    canvas
-        .write_to(&mut out, image::ImageFormat::Png)
+    let modules = u32::try_from(qr.width()).unwrap_or(u32::MAX);
+    let across = modules.saturating_add(2 * QUIET_ZONE);
+    let unit = (size / across).max(1);
+    let offset = size.saturating_sub(across.saturating_mul(unit)) / 2 + QUIET_ZONE * unit;
+    let side = size as usize;
+    let mut canvas = vec![255u8; side * side];
+    for (i, color) in qr.to_colors().into_iter().enumerate() {
+        if color == qrcode::Color::Light {
+            continue;
+        }
+        let i = u32::try_from(i).unwrap_or(u32::MAX);
+        let (left, top) = (offset + (i % modules) * unit, offset + (i / modules) * unit);
+        // A code too large for `size` is clipped on the right and bottom.
+        for y in top..(top + unit).min(size) {
+            let row = y as usize * side;
+            canvas[row + left.min(size) as usize..row + (left + unit).min(size) as usize].fill(0);
+        }
+    }
+    let mut out = Vec::new();
+    let mut encoder = png::Encoder::new(&mut out, size, size);
+    encoder.set_color(png::ColorType::Grayscale);
+    encoder.set_depth(png::BitDepth::Eight);
+    encoder
+        .write_header()
+        .and_then(|mut writer| writer.write_image_data(&canvas))
         .map_err(|e| ApiError::Internal(format!("PNG encoding: {e}")))?;
-    Ok(out.into_inner())
+    Ok(out)
 }
