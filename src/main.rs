@@ -43,6 +43,7 @@ fn main() -> ExitCode {
                 }
             }),
         Command::Keys(command) => litelink::manage::keys(command),
+        Command::Users(command) => litelink::manage::users(command),
         Command::Domains(command) => litelink::manage::domains(command),
         Command::Export(args) => litelink::manage::export(args),
         Command::Import(args) => litelink::manage::import(args),

@@ -1,5 +1,5 @@
-//! What `keys`, `export` and `import` do: each opens the store, works, and
-//! closes it.
+//! What `keys`, `users`, `export` and `import` do: each opens the store,
+//! works, and closes it.
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
@@ -9,14 +9,19 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::Context;
+use litelink_service::domain::Role;
+use litelink_service::domain::user::{check_user_name, fold_name};
 use litelink_service::domain::{DomainId, DomainRedirects, Host, TargetPolicy, TargetUrl};
 use litelink_service::domains::{DomainRegistry, DomainSettings};
 use litelink_service::keys;
 use litelink_service::startup::open_tool_store;
-use litelink_service::store::{ImportRow, LinkStore, Purpose};
+use litelink_service::store::{
+    ImportRow, LinkStore, NewUser, Purpose, User, UserChange, UserWrite,
+};
 use litelink_service::transfer::{self, Checker};
+use litelink_service::users::{hash_password, one_time_password};
 
-use crate::cli::{DomainsCommand, ExportArgs, ImportArgs, KeysCommand, RedirectArgs};
+use crate::cli::{DomainsCommand, ExportArgs, ImportArgs, KeysCommand, RedirectArgs, UsersCommand};
 
 /// Rows per import transaction: large enough that a commit (and its sync)
 /// is a small share of the time, and that named codes landing at random
@@ -38,19 +43,43 @@ pub fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
         match command {
             KeysCommand::Create {
                 name,
+                user,
                 admin,
                 domain,
                 store,
             } => {
                 keys::check_name(&name).map_err(anyhow::Error::msg)?;
+                if user.is_none() {
+                    check_user_name(&name)
+                        .map_err(|e| anyhow::anyhow!("{e}: name the key's user with --user"))?;
+                }
                 let store = open_tool_store(&store.settings(), Purpose::Tool).await?;
                 let created = async {
                     let domain = match &domain {
                         Some(name) => Some(named_domain(&registry(&store).await?, name)?),
                         None => None,
                     };
+                    // Checked before a user is made for it, which would
+                    // otherwise stay behind without a key.
+                    if store.keys().await?.iter().any(|k| k.name == name) {
+                        anyhow::bail!("a key named '{name}' exists");
+                    }
+                    let owner = match &user {
+                        Some(user) => find_user(&store, user).await?.id,
+                        None => {
+                            let new = NewUser {
+                                name: name.clone(),
+                                email: None,
+                                role: if admin { Role::Admin } else { Role::Member },
+                                domain,
+                                password: None,
+                                must_change: false,
+                            };
+                            made_user(store.write_user(UserWrite::Create(new)).await, &name)?.id
+                        }
+                    };
                     let (secret, hash) = keys::new_secret();
-                    let key = store.create_key(&name, admin, hash, domain).await?;
+                    let key = store.create_key(&name, owner, hash, domain).await?;
                     anyhow::Ok((secret, key))
                 }
                 .await;
@@ -58,9 +87,10 @@ pub fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
                 let (secret, key) = created?;
                 println!("{secret}");
                 eprintln!(
-                    "key '{}' created{}{}; this is the only time it is shown",
+                    "key '{}' created for the user '{}' ({}){}; this is the only time it is shown",
                     key.name,
-                    if key.admin { " (admin)" } else { "" },
+                    key.user_name,
+                    key.role.as_str(),
                     domain.map_or(String::new(), |d| format!(" for the domain {d}"))
                 );
                 Ok(ExitCode::SUCCESS)
@@ -74,25 +104,17 @@ pub fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
                 let show = |t: Option<litelink_service::domain::Timestamp>| {
                     t.map_or_else(|| "-".to_owned(), |t| t.to_string())
                 };
-                let domain_of = |id: Option<DomainId>| match id {
-                    None => "-".to_owned(),
-                    Some(id) if id.is_default() => "default".to_owned(),
-                    Some(id) => domains
-                        .iter()
-                        .find(|d| d.id == id)
-                        .and_then(|d| d.host.as_ref())
-                        .map_or_else(|| "(removed)".to_owned(), |h| h.to_string()),
-                };
                 println!(
-                    "{:<24} {:<5} {:<24} {:<24} {:<24} {:<24}",
-                    "name", "admin", "domain", "created", "last used", "revoked"
+                    "{:<24} {:<24} {:<6} {:<24} {:<24} {:<24} {:<24}",
+                    "name", "user", "role", "domain", "created", "last used", "revoked"
                 );
                 for k in keys {
                     println!(
-                        "{:<24} {:<5} {:<24} {:<24} {:<24} {:<24}",
+                        "{:<24} {:<24} {:<6} {:<24} {:<24} {:<24} {:<24}",
                         k.name,
-                        if k.admin { "yes" } else { "no" },
-                        domain_of(k.domain),
+                        k.user_name,
+                        k.role.as_str(),
+                        domain_label(&domains, k.domain),
                         k.created_at,
                         show(k.last_used_at),
                         show(k.revoked_at)
@@ -114,6 +136,166 @@ pub fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
             }
         }
     })
+}
+
+/// A domain as the tools show it: `-` for none, `default`, or its host.
+fn domain_label(domains: &[litelink_service::domain::Domain], id: Option<DomainId>) -> String {
+    match id {
+        None => "-".to_owned(),
+        Some(id) if id.is_default() => "default".to_owned(),
+        Some(id) => domains
+            .iter()
+            .find(|d| d.id == id)
+            .and_then(|d| d.host.as_ref())
+            .map_or_else(|| "(removed)".to_owned(), |h| h.to_string()),
+    }
+}
+
+/// The user `name` names, regardless of case, or an error saying so.
+async fn find_user(store: &Arc<dyn LinkStore>, name: &str) -> anyhow::Result<User> {
+    let folded = fold_name(name);
+    store
+        .users()
+        .await?
+        .into_iter()
+        .find(|u| fold_name(&u.name) == folded)
+        .ok_or_else(|| anyhow::anyhow!("no user '{name}' (see `litelink users list`)"))
+}
+
+/// A user just written, or why not.
+fn made_user(
+    written: Result<Option<User>, litelink_service::store::StoreError>,
+    name: &str,
+) -> anyhow::Result<User> {
+    written?.ok_or_else(|| anyhow::anyhow!("no user '{name}' (see `litelink users list`)"))
+}
+
+pub fn users(command: UsersCommand) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async move {
+        match command {
+            UsersCommand::Create {
+                name,
+                role,
+                email,
+                domain,
+                store,
+            } => {
+                check_user_name(&name).map_err(anyhow::Error::msg)?;
+                let email = email
+                    .map(|e| litelink_service::users::Email::try_from(e).map(|e| e.into_string()))
+                    .transpose()
+                    .map_err(anyhow::Error::msg)?;
+                let password = one_time_password();
+                let hash = hash_password(password.clone())
+                    .await
+                    .map_err(anyhow::Error::msg)?;
+                let store = open_tool_store(&store.settings(), Purpose::Tool).await?;
+                let created = async {
+                    let domain = match &domain {
+                        Some(name) => Some(named_domain(&registry(&store).await?, name)?),
+                        None => None,
+                    };
+                    let new = NewUser {
+                        name: name.clone(),
+                        email,
+                        role,
+                        domain,
+                        password: Some(hash),
+                        must_change: true,
+                    };
+                    made_user(store.write_user(UserWrite::Create(new)).await, &name)
+                }
+                .await;
+                store.close().await;
+                let user = created?;
+                println!("{password}");
+                eprintln!(
+                    "user '{}' created ({}); this one-time password is shown once and must be changed at first sign-in",
+                    user.name,
+                    user.role.as_str()
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            UsersCommand::List { store } => {
+                let store = open_tool_store(&store.settings(), Purpose::Tool).await?;
+                let listed =
+                    async { anyhow::Ok((store.users().await?, store.domains().await?)) }.await;
+                store.close().await;
+                let (users, domains) = listed?;
+                println!(
+                    "{:<24} {:<6} {:<24} {:<32} {:<8} {:<24}",
+                    "name", "role", "domain", "email", "disabled", "created"
+                );
+                for u in users {
+                    println!(
+                        "{:<24} {:<6} {:<24} {:<32} {:<8} {:<24}",
+                        u.name,
+                        u.role.as_str(),
+                        domain_label(&domains, u.domain),
+                        u.email.as_deref().unwrap_or("-"),
+                        if u.disabled { "yes" } else { "no" },
+                        u.created_at
+                    );
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            UsersCommand::SetRole { name, role, store } => {
+                let change = UserChange {
+                    role: Some(role),
+                    ..UserChange::default()
+                };
+                let user = change_user(&store.settings(), &name, change).await?;
+                eprintln!("user '{}' is now {}", user.name, user.role.as_str());
+                Ok(ExitCode::SUCCESS)
+            }
+            UsersCommand::ResetPassword { name, store } => {
+                let password = one_time_password();
+                let hash = hash_password(password.clone())
+                    .await
+                    .map_err(anyhow::Error::msg)?;
+                let change = UserChange {
+                    password: Some((Some(hash), true)),
+                    ..UserChange::default()
+                };
+                let user = change_user(&store.settings(), &name, change).await?;
+                println!("{password}");
+                eprintln!(
+                    "user '{}' has a new one-time password, shown once; it must be changed at the next sign-in",
+                    user.name
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            UsersCommand::Disable { name, store } => {
+                let change = UserChange {
+                    disabled: Some(true),
+                    ..UserChange::default()
+                };
+                let user = change_user(&store.settings(), &name, change).await?;
+                eprintln!("user '{}' disabled: their keys and sessions stop", user.name);
+                Ok(ExitCode::SUCCESS)
+            }
+        }
+    })
+}
+
+/// Applies `change` to the user `name` names.
+async fn change_user(
+    settings: &litelink_service::store::StoreSettings,
+    name: &str,
+    change: UserChange,
+) -> anyhow::Result<User> {
+    let store = open_tool_store(settings, Purpose::Tool).await?;
+    let changed = async {
+        let user = find_user(&store, name).await?;
+        let write = UserWrite::Update {
+            name: user.name.clone(),
+            change,
+        };
+        made_user(store.write_user(write).await, name)
+    }
+    .await;
+    store.close().await;
+    changed
 }
 
 /// The domains of a store, as a server sees them (no default host: the
@@ -387,7 +569,7 @@ async fn import_into(
     create_domains: bool,
 ) -> anyhow::Result<ImportSummary> {
     let started = Instant::now();
-    let mut checker = Checker::new(&store.keys().await?, &store.domains().await?, targets);
+    let mut checker = Checker::new(&store.users().await?, &store.domains().await?, targets);
     let bar = progress();
     let mut s = ImportSummary::default();
     let mut batch: Vec<ImportRow> = Vec::with_capacity(IMPORT_BATCH);

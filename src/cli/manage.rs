@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
+use litelink_service::domain::Role;
 use litelink_service::transfer::Format;
 
 use super::keyword;
@@ -11,28 +12,81 @@ use super::serve::StoreArgs;
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum KeysCommand {
-    /// Make a key and print it once; only its hash is stored.
+    /// Make a key and print it once; only its hash is stored. The key acts
+    /// as its user, with that user's role.
     Create {
         /// A unique name for the key (who or what uses it).
         #[arg(long)]
         name: String,
-        /// The key manages every link, not only its own.
-        #[arg(long, conflicts_with = "domain")]
+        /// The user the key belongs to. Without it, a user of the key's
+        /// name is made as well: an admin with `--admin`, else a member.
+        #[arg(long, value_name = "USER")]
+        user: Option<String>,
+        /// The new user is an admin: it manages every link, user and
+        /// domain.
+        #[arg(long, conflicts_with_all = ["domain", "user"])]
         admin: bool,
-        /// Limit the key to one domain (a host, or `default`): it creates,
-        /// lists, edits and deletes links there only.
+        /// Limit the key (and a user made with it) to one domain (a host,
+        /// or `default`): it creates, lists, edits and deletes links there
+        /// only.
         #[arg(long, value_name = "HOST")]
         domain: Option<String>,
         #[command(flatten)]
         store: StoreArgs,
     },
-    /// Every key: name, admin, created, last used, revoked.
+    /// Every key: name, user, role, domain, created, last used, revoked.
     List {
         #[command(flatten)]
         store: StoreArgs,
     },
     /// Revoke a key by name: it stops working within a second.
     Revoke {
+        name: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum UsersCommand {
+    /// Make a user and print a one-time password, to be changed at first
+    /// sign-in.
+    Create {
+        /// 1 to 64 characters, unique regardless of case.
+        #[arg(long)]
+        name: String,
+        #[arg(long, value_parser = keyword::<Role>())]
+        role: Role,
+        #[arg(long)]
+        email: Option<String>,
+        /// Limit the user to one domain (a host, or `default`).
+        #[arg(long, value_name = "HOST")]
+        domain: Option<String>,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Every user: name, role, domain, email, disabled, created.
+    List {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Give a user another role; a running server honours it within a
+    /// second.
+    SetRole {
+        name: String,
+        #[arg(value_parser = keyword::<Role>())]
+        role: Role,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Give a user a new one-time password, and print it.
+    ResetPassword {
+        name: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Disable a user: their keys and sessions stop within a second.
+    Disable {
         name: String,
         #[command(flatten)]
         store: StoreArgs,

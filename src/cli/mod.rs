@@ -13,7 +13,7 @@ use std::str::FromStr;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
 
-pub use manage::{DomainsCommand, ExportArgs, ImportArgs, KeysCommand, RedirectArgs};
+pub use manage::{DomainsCommand, ExportArgs, ImportArgs, KeysCommand, RedirectArgs, UsersCommand};
 pub use serve::{DoctorArgs, ServeArgs, StoreArgs};
 pub use stress::StressArgs;
 
@@ -49,6 +49,10 @@ pub enum Command {
     /// Create, list and revoke API keys (works beside a running server).
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Create, list, change and disable users (works beside a running
+    /// server).
+    #[command(subcommand)]
+    Users(UsersCommand),
     /// Add, list, change and remove short domains (works beside a running
     /// server).
     #[command(subcommand)]

@@ -28,6 +28,7 @@ mod snapshots;
 mod stress;
 mod tls;
 mod tour;
+mod users;
 mod valkey_server;
 mod visits;
 mod web;

@@ -1,4 +1,5 @@
-//! API keys: making them, and recognising them on requests.
+//! API keys: making them, and recognising them on requests as the user
+//! they belong to, with that user's role.
 //!
 //! A key is `ll_` and 32 random base62 characters (about 190 bits); only
 //! its SHA-256 is stored. The running server keeps every key's hash in
@@ -14,7 +15,7 @@ use rand::distr::{Alphanumeric, SampleString};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::domain::{DomainId, KeyId, Owner, Timestamp};
+use crate::domain::{DomainId, KeyId, Owner, Role, Timestamp, UserId};
 use crate::store::{ApiKey, LinkStore, StoreError};
 
 /// How often keys are reloaded from the store.
@@ -26,23 +27,36 @@ pub(crate) const TOUCH_EVERY: Duration = Duration::from_secs(60);
 const PREFIX: &str = "ll_";
 const SECRET_LEN: usize = 32;
 
-/// A caller that presented a valid key.
+/// A caller that presented a valid key: the user it acts as.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Principal {
-    pub id: KeyId,
+    pub user: UserId,
+    /// The user's name.
     pub name: String,
-    pub admin: bool,
-    /// The one domain this key works on; `None`: every domain.
+    pub role: Role,
+    /// The one domain this caller works on; `None`: every domain.
     pub domain: Option<DomainId>,
+    /// The key presented.
+    pub key: KeyId,
 }
 
 impl Principal {
-    /// The owner of links this key creates.
+    /// The owner of links this caller creates.
     pub(crate) fn owner(&self) -> Owner {
         Owner {
-            id: self.id,
+            id: self.user,
             name: self.name.clone(),
         }
+    }
+
+    pub(crate) fn is_admin(&self) -> bool {
+        self.role == Role::Admin
+    }
+
+    /// Whether this caller reads every link (an admin or a viewer), not
+    /// only their own.
+    pub(crate) fn reads_all(&self) -> bool {
+        matches!(self.role, Role::Admin | Role::Viewer)
     }
 }
 
@@ -68,16 +82,7 @@ pub(crate) const MAX_NAME_BYTES: usize = 100;
 /// white space, and no control or invisible formatting character (a
 /// right-to-left override would show another name in `keys list`).
 pub fn check_name(name: &str) -> Result<(), String> {
-    // Unicode's format characters (category Cf) that change how text is
-    // shown or hide in it: bidi marks, embeddings, overrides and isolates,
-    // zero-width characters, and the like.
-    let formatting = |c: char| {
-        matches!(c,
-            '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}'
-            | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{206F}' | '\u{FEFF}'
-            | '\u{FFF9}'..='\u{FFFB}' | '\u{0600}'..='\u{0605}' | '\u{06DD}' | '\u{070F}'
-            | '\u{E0001}' | '\u{E0020}'..='\u{E007F}')
-    };
+    let formatting = crate::domain::user::is_hidden_formatting;
     if name.trim().is_empty() || name.len() > MAX_NAME_BYTES {
         return Err(format!("a key name is 1 to {MAX_NAME_BYTES} bytes"));
     }
@@ -173,7 +178,8 @@ impl KeyRegistry {
             }
         }
         let key = found.ok_or(AuthError::Unknown)?;
-        if key.revoked_at.is_some() {
+        // A disabled user's keys stop with them.
+        if key.revoked_at.is_some() || key.user_disabled {
             return Err(AuthError::Revoked);
         }
         self.used
@@ -181,10 +187,11 @@ impl KeyRegistry {
             .unwrap_or_else(|e| e.into_inner())
             .insert(key.id, Timestamp::now());
         Ok(Principal {
-            id: key.id,
-            name: key.name.clone(),
-            admin: key.admin,
+            user: key.user,
+            name: key.user_name.clone(),
+            role: key.role,
             domain: key.domain,
+            key: key.id,
         })
     }
 

@@ -15,6 +15,8 @@
 //!              rules: a link's password hash, targeted redirects and expired target;
 //!              wire: how each value reads itself from JSON (FromText) and describes
 //!              itself in the OpenAPI document; from_json and its messages, Patch
+//! users        users as the API shows them (UserView, NewUserBody, UserPatchBody), one-time
+//!              passwords; domain::user: UserId, Role (admin, member, viewer), name rules
 //! domains      short domains in use: the domain a Host names, each domain's redirects
 //!              (reloaded every second); the domain bodies (NewDomainBody, DomainView)
 //! geo          a visitor's country from its address (header, MaxMind file, built-in table)
@@ -30,9 +32,11 @@
 //! links/       the application service and every rule of the game: who may create and
 //!              manage what, which targets a link may have, cache then store, a link's rules
 //!              and password on the way (LinksError); bodies (NewLinkBody, LinkPatchBody,
-//!              LinkView: what a client sends and is shown); limit (rate limits on creates)
+//!              LinkView: what a client sends and is shown); limit (rate limits on creates);
+//!              users (only admins manage users; roles decide the rest, in mod.rs)
 //! passwords    link passwords: Argon2id on the blocking pool, guesses bounded
-//! keys         API keys: making them, and recognising them (reloaded every second)
+//! keys         API keys: making them, and recognising them as their user, with that
+//!              user's role (reloaded every second)
 //! cache/       the LinkCache trait; none, memory, valkey (one server or a cluster), tiered;
 //!              invalidations: changes told to the other instances on one store
 //! store/       the LinkStore trait and store::backend, the one place that names the
@@ -85,6 +89,7 @@ pub mod startup;
 pub mod store;
 pub mod tls;
 pub mod transfer;
+pub mod users;
 pub mod visits;
 
 pub use settings::Settings;

@@ -13,11 +13,11 @@ use crate::domain::visit::{
 };
 use crate::domain::wire::{csv_cell, from_csv_cell};
 use crate::domain::{
-    DEFAULT_NAME, Domain, DomainId, Host, KeyId, ShortCode, TargetPolicy, TargetUrl, Timestamp,
+    DEFAULT_NAME, Domain, DomainId, Host, ShortCode, TargetPolicy, TargetUrl, Timestamp, UserId,
     is_reserved,
 };
 use crate::domain::{Dim, LinkRules, PasswordHash, VisitCounts, extra_of};
-use crate::store::{ApiKey, History, ImportRow, Record};
+use crate::store::{History, ImportRow, Record, User};
 
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::Display, strum::VariantNames,
@@ -180,19 +180,19 @@ pub fn read<R: BufRead + 'static>(
 /// Turns records into rows the store takes: every field checked as the API
 /// would (except that past expiries are kept), owners found by name.
 pub struct Checker {
-    owners: HashMap<String, KeyId>,
+    owners: HashMap<String, UserId>,
     /// The domains here, by host.
     domains: HashMap<Host, DomainId>,
     /// The targets refused, as the server refuses them.
     targets: TargetPolicy,
-    /// Owner names without a key here, each warned about once.
+    /// Owner names without a user here, each warned about once.
     pub unknown_owners: HashSet<String>,
 }
 
 impl Checker {
-    pub fn new(keys: &[ApiKey], domains: &[Domain], targets: TargetPolicy) -> Self {
+    pub fn new(users: &[User], domains: &[Domain], targets: TargetPolicy) -> Self {
         Self {
-            owners: keys.iter().map(|k| (k.name.clone(), k.id)).collect(),
+            owners: users.iter().map(|u| (u.name.clone(), u.id)).collect(),
             domains: domains
                 .iter()
                 .filter_map(|d| Some((d.host.clone()?, d.id)))

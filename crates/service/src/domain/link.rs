@@ -89,14 +89,14 @@ super::wire::string_schema!(
     }
 );
 
-/// An API key's row id: what a link's owner refers to.
+/// An API key's row id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct KeyId(pub i64);
 
-/// Who owns a link: a key, by id and name.
+/// Who owns a link: a user, by id and name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
-    pub id: KeyId,
+    pub id: super::UserId,
     pub name: String,
 }
 

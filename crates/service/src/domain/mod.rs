@@ -8,6 +8,7 @@ mod host;
 mod link;
 pub(crate) mod rules;
 mod target;
+pub mod user;
 pub(crate) mod visit;
 pub mod wire;
 
@@ -25,4 +26,5 @@ pub(crate) use rules::{LinkRules, Password, PasswordHash, Rules};
 pub use target::{
     DenyListError, MAX_URL_BYTES, TargetPolicy, TargetUrl, TargetUrlError, is_private_ip,
 };
+pub use user::{Role, UserId};
 pub(crate) use visit::{AgentClass, Country, Dim, Facets, HourCount, VisitCounts};

@@ -211,6 +211,9 @@ impl From<StoreError> for ApiError {
             },
             StoreError::CodeTaken(code) => Self::Conflict(format!("code '{code}' is taken")),
             StoreError::NameTaken(name) => Self::Conflict(format!("a key named '{name}' exists")),
+            StoreError::UserTaken(name) => Self::Conflict(format!(
+                "a user named '{name}' exists (names are unique regardless of case)"
+            )),
             StoreError::HostTaken(host) => Self::Conflict(format!("the domain '{host}' exists")),
             e @ StoreError::DomainHasLinks(_) => Self::Conflict(e.to_string()),
             StoreError::CodeSpaceExhausted(_) => Self::Unavailable {

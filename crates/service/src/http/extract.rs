@@ -177,7 +177,7 @@ impl FromRequestParts<AppState> for Operator {
             return Ok(Self);
         }
         match Caller::from_request_parts(parts, state).await? {
-            Caller(Some(p)) if p.admin => Ok(Self),
+            Caller(Some(p)) if p.is_admin() => Ok(Self),
             Caller(Some(_)) => Err(ApiError::Forbidden("this needs an admin key".into())),
             Caller(None) => Err(ApiError::Unauthorized(
                 "this server has API keys: an admin key is required \

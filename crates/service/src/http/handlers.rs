@@ -41,10 +41,12 @@ pub(crate) struct Created {
 }
 
 impl AppState {
-    /// `link` as the management API shows it.
-    fn link_object(&self, headers: &HeaderMap, link: Link) -> LinkView {
+    /// `link` as the management API shows it to `caller` (`None`: the
+    /// anonymous client that just created it).
+    fn link_object(&self, headers: &HeaderMap, caller: Option<&Principal>, link: Link) -> LinkView {
         let short_url = self.short_url(headers, &link.key());
-        self.links.view(link, short_url)
+        let secrets = caller.is_none_or(|c| crate::links::sees_secrets(c, &link));
+        self.links.view(link, short_url, secrets)
     }
 
     /// Who a write comes from, as the links service reads it.
@@ -139,7 +141,10 @@ pub(crate) async fn api_create(
 ) -> Result<(StatusCode, Json<LinkView>), ApiError> {
     let asker = state.asker(caller.as_ref(), client, &headers);
     let link = state.links.create(&asker, body, CreateRoute::Api).await?;
-    Ok((StatusCode::CREATED, Json(state.link_object(&headers, link))))
+    Ok((
+        StatusCode::CREATED,
+        Json(state.link_object(&headers, caller.as_ref(), link)),
+    ))
 }
 
 fn not_found(code: &ShortCode) -> ApiError {
@@ -272,7 +277,7 @@ pub(crate) async fn api_get(
         .get(&caller, &key)
         .await?
         .ok_or_else(|| not_found(&key.code))?;
-    Ok(Json(state.link_object(&headers, link)))
+    Ok(Json(state.link_object(&headers, Some(&caller), link)))
 }
 
 #[utoipa::path(patch, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$"), ("domain" = Option<String>, Query, description = "The link's domain (a host, or 'default'); when absent, the key's own domain for a key limited to one, else the default domain")),
@@ -301,7 +306,7 @@ pub(crate) async fn api_update(
         .update(&asker, &caller, &key, body)
         .await?
         .ok_or_else(|| not_found(&key.code))?;
-    Ok(Json(state.link_object(&headers, link)))
+    Ok(Json(state.link_object(&headers, Some(&caller), link)))
 }
 
 #[utoipa::path(delete, path = "/api/v1/links/{code}", tag = "links", params(("code" = String, Path, description = "A short code: 1 to 64 of [A-Za-z0-9_-]", pattern = "^[A-Za-z0-9_-]{1,64}$"), ("domain" = Option<String>, Query, description = "The link's domain (a host, or 'default'); when absent, the key's own domain for a key limited to one, else the default domain")),
@@ -547,7 +552,7 @@ pub(crate) async fn api_list(
         links: page
             .links
             .into_iter()
-            .map(|l| state.link_object(&headers, l))
+            .map(|l| state.link_object(&headers, Some(&caller), l))
             .collect(),
         next_cursor: page.next.map(|id| id.to_string()),
     }))

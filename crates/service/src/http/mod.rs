@@ -22,6 +22,7 @@ mod redirect;
 pub(crate) mod request_id;
 pub(crate) mod server;
 pub mod shutdown;
+mod users;
 mod web;
 
 use std::sync::Arc;
@@ -285,6 +286,11 @@ fn routes() -> openapi::Routes {
         .get("/api/v1/domains/{host}", domains::get)
         .patch("/api/v1/domains/{host}", domains::update)
         .delete("/api/v1/domains/{host}", domains::remove)
+        .get("/api/v1/users", users::list)
+        .post("/api/v1/users", users::create)
+        .get("/api/v1/users/{name}", users::get)
+        .patch("/api/v1/users/{name}", users::update)
+        .delete("/api/v1/users/{name}", users::remove)
         .get("/{code}", handlers::redirect)
         .post("/{code}", handlers::unlock)
         .get("/{code}/qr.svg", qr::svg)

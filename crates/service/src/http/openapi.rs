@@ -17,7 +17,7 @@ use utoipa::{Modify, OpenApi};
 
 use super::AppState;
 use super::error::ErrorMessage;
-use super::{domains, handlers, qr, web};
+use super::{domains, handlers, qr, users, web};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -53,6 +53,11 @@ use super::{domains, handlers, qr, web};
         domains::get,
         domains::update,
         domains::remove,
+        users::list,
+        users::create,
+        users::get,
+        users::update,
+        users::remove,
         handlers::redirect,
         handlers::unlock,
         qr::svg,
@@ -64,6 +69,7 @@ use super::{domains, handlers, qr, web};
         (name = "seed", description = "The original API: create, look up, heart-beat"),
         (name = "links", description = "Managing links with an API key"),
         (name = "domains", description = "The short domains links answer on"),
+        (name = "users", description = "People and their roles: an admin's to manage"),
         (name = "redirect", description = "Short URLs and their QR codes"),
         (name = "operations", description = "Health, metrics, statistics, this document"),
         (name = "web", description = "The web page"),

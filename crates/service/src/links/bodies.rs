@@ -108,12 +108,14 @@ pub(crate) struct LinkView {
     /// one.
     pub domain: Option<String>,
     pub code: String,
-    pub url: TargetUrl,
+    /// The target; null on a protected link for a caller who is neither
+    /// its owner nor an admin (a viewer).
+    pub url: Option<TargetUrl>,
     pub short_url: String,
     pub created_at: Timestamp,
     pub expires_at: Option<Timestamp>,
     pub expired: bool,
-    /// The name of the key that created it.
+    /// The name of the user who owns it.
     pub owner: Option<String>,
     /// Counted redirects, those not yet flushed included.
     pub visits: u64,
@@ -128,19 +130,30 @@ pub(crate) struct LinkView {
 }
 
 impl LinkView {
-    /// `link` as shown, on the domain of host `domain`, at `short_url`.
-    pub(crate) fn new(link: Link, domain: Option<String>, short_url: String) -> Self {
+    /// `link` as shown, on the domain of host `domain`, at `short_url`;
+    /// without `secrets`, a protected link's targets are left out.
+    pub(crate) fn new(
+        link: Link,
+        domain: Option<String>,
+        short_url: String,
+        secrets: bool,
+    ) -> Self {
         let expired = link.resolved().is_expired();
         let extra = link.extra.as_deref();
+        let protected = extra.is_some_and(|e| e.password.is_some());
+        let shown = secrets || !protected;
         Self {
             domain,
             code: link.code.to_string(),
             short_url,
             expired,
-            protected: extra.is_some_and(|e| e.password.is_some()),
-            rules: extra.map(|e| e.rules.clone()).unwrap_or_default(),
-            expired_url: extra.and_then(|e| e.expired_url.clone()),
-            url: link.target,
+            protected,
+            rules: extra
+                .filter(|_| shown)
+                .map(|e| e.rules.clone())
+                .unwrap_or_default(),
+            expired_url: extra.filter(|_| shown).and_then(|e| e.expired_url.clone()),
+            url: shown.then_some(link.target),
             created_at: link.created_at,
             expires_at: link.expires_at,
             owner: link.owner.map(|o| o.name),

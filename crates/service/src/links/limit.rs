@@ -70,7 +70,7 @@ impl CreateLimiter {
     ) -> Result<(), LinksError> {
         let outcome = match caller {
             Some(p) => match &self.keys {
-                Some(limiter) => limiter.check_key(&p.id),
+                Some(limiter) => limiter.check_key(&p.key),
                 None => return Ok(()),
             },
             None => {

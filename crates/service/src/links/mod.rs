@@ -6,6 +6,7 @@
 
 pub mod bodies;
 pub(crate) mod limit;
+mod users;
 
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ use crate::cache::invalidations::{InvalidationStats, Invalidations};
 use crate::cache::{CacheStats, LinkCache, Lookup};
 use crate::domain::rules::{self, Facts, Rule};
 use crate::domain::wire::Patch;
-use crate::domain::{Country, Facets, Timestamp};
+use crate::domain::{Country, Facets, Role, Timestamp};
 use crate::domain::{DomainId, Link, LinkKey, Resolved, TargetPolicy, TargetUrl, VisitCounts};
 use crate::domains::{DomainPatchBody, DomainRegistry, Named, NewDomainBody};
 use crate::keys::{KeyRegistry, Principal};
@@ -207,12 +208,40 @@ pub(crate) enum CreateRoute {
     Api,
 }
 
-/// Whether `caller` may see and change `link`: its owner, or an admin.
-/// Links without an owner are managed by admins only; a key limited to a
-/// domain sees no link on another.
+/// Whether `caller` may see `link`: its owner, an admin or a viewer.
+/// A caller limited to a domain sees no link on another.
+fn may_read(caller: &Principal, link: &Link) -> bool {
+    on_domain(caller, link.domain) && (caller.reads_all() || owns(caller, link))
+}
+
+fn owns(caller: &Principal, link: &Link) -> bool {
+    link.owner.as_ref().is_some_and(|o| o.id == caller.user)
+}
+
+/// Whether `caller` may change `link`: its owner (unless a viewer), or an
+/// admin. Links without an owner are managed by admins only.
 fn may_manage(caller: &Principal, link: &Link) -> bool {
     on_domain(caller, link.domain)
-        && (caller.admin || link.owner.as_ref().is_some_and(|o| o.id == caller.id))
+        && match caller.role {
+            Role::Admin => true,
+            Role::Member => owns(caller, link),
+            Role::Viewer => false,
+        }
+}
+
+/// Whether `caller` may see a protected link's target, rules and expired
+/// target: its owner, or an admin.
+pub(crate) fn sees_secrets(caller: &Principal, link: &Link) -> bool {
+    caller.is_admin() || owns(caller, link)
+}
+
+/// Writing anything is for members and admins.
+fn writer(caller: &Principal) -> Result<(), LinksError> {
+    if caller.role == Role::Viewer {
+        Err(LinksError::Forbidden("a viewer changes nothing"))
+    } else {
+        Ok(())
+    }
 }
 
 /// Whether `caller` may work on `domain`.
@@ -224,7 +253,7 @@ const OTHER_DOMAIN: &str = "this key is limited to another domain";
 
 /// Changing the domains is an admin's to do.
 fn admin(caller: &Principal) -> Result<(), LinksError> {
-    if caller.admin {
+    if caller.is_admin() {
         Ok(())
     } else {
         Err(LinksError::Forbidden("this needs an admin key"))
@@ -502,7 +531,9 @@ impl Links {
         caller: Option<&Principal>,
         choosing_code: bool,
     ) -> Result<(), LinksError> {
-        if caller.is_none() {
+        if let Some(caller) = caller {
+            writer(caller)?;
+        } else {
             if self.inner.create_auth == CreateAuth::Key {
                 return Err(LinksError::NeedsKey(
                     "creating links needs an API key on this server",
@@ -646,14 +677,15 @@ impl Links {
             .ok_or_else(|| LinksError::Invalid(format!("no domain '{name}' on this server")))
     }
 
-    /// `link` as the management API shows it, at `short_url`.
-    pub(crate) fn view(&self, link: Link, short_url: String) -> LinkView {
+    /// `link` as the management API shows it, at `short_url`; without
+    /// `secrets`, a protected link's targets are left out.
+    pub(crate) fn view(&self, link: Link, short_url: String, secrets: bool) -> LinkView {
         let domain = self
             .inner
             .domains
             .host_of(link.domain)
             .map(|h| h.to_string());
-        LinkView::new(link, domain, short_url)
+        LinkView::new(link, domain, short_url, secrets)
     }
 
     /// The link `caller` may manage; `None` also when it may not see it.
@@ -666,8 +698,24 @@ impl Links {
         let _gate = self.inner.visits.read_gate().await;
         let link = self.inner.store.link(code).await?;
         Ok(link
-            .filter(|link| may_manage(caller, link))
+            .filter(|link| may_read(caller, link))
             .map(|link| self.with_pending(link)))
+    }
+
+    /// [`Self::get`], for a change: a link `caller` sees but may not
+    /// change (a viewer's) is refused.
+    async fn get_to_change(
+        &self,
+        caller: &Principal,
+        code: &LinkKey,
+    ) -> Result<Option<Link>, LinksError> {
+        match self.get(caller, code).await? {
+            Some(link) if !may_manage(caller, &link) => {
+                writer(caller)?;
+                Err(LinksError::Forbidden("this link is another user's"))
+            }
+            found => Ok(found),
+        }
     }
 
     fn with_pending(&self, mut link: Link) -> Link {
@@ -705,7 +753,7 @@ impl Links {
             return Err(LinksError::Forbidden(OTHER_DOMAIN));
         }
         let scope = VisitScope {
-            owner: (!caller.admin).then_some(caller.id),
+            owner: (!caller.reads_all()).then_some(caller.user),
             domain: domain.or(caller.domain),
         };
         let _gate = self.inner.visits.read_gate().await;
@@ -740,7 +788,7 @@ impl Links {
         code: &LinkKey,
         body: LinkPatchBody,
     ) -> Result<Option<Link>, LinksError> {
-        if self.get(caller, code).await?.is_none() {
+        if self.get_to_change(caller, code).await?.is_none() {
             return Ok(None);
         }
         if let Some(url) = &body.url {
@@ -792,7 +840,7 @@ impl Links {
         caller: &Principal,
         code: &LinkKey,
     ) -> Result<bool, LinksError> {
-        if self.get(caller, code).await?.is_none() {
+        if self.get_to_change(caller, code).await?.is_none() {
             return Ok(false);
         }
         let deleted = self.inner.store.delete(code).await?;
@@ -824,7 +872,7 @@ impl Links {
             return Err(LinksError::Forbidden(OTHER_DOMAIN));
         }
         let query = ListQuery {
-            owner: (!caller.admin).then_some(caller.id),
+            owner: (!caller.reads_all()).then_some(caller.user),
             domain: domain.or(caller.domain),
             limit,
             before,

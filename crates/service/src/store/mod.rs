@@ -35,7 +35,7 @@ use serde::Serialize;
 use crate::domain::rules::Rule;
 use crate::domain::{
     CodeGenerator, Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkKey, LinkRules, Owner,
-    PasswordHash, Resolved, ShortCode, TargetUrl, Timestamp, VisitCounts, extra_of,
+    PasswordHash, Resolved, Role, ShortCode, TargetUrl, Timestamp, UserId, VisitCounts, extra_of,
 };
 
 /// What a store is opened for.
@@ -282,8 +282,9 @@ pub(crate) fn rules_column(rules: &[Rule]) -> Option<String> {
 /// One page of links, newest first.
 #[derive(Debug, Clone)]
 pub struct ListQuery {
-    /// Only this key's links; `None`: every link (an admin's view).
-    pub owner: Option<KeyId>,
+    /// Only this user's links; `None`: every link (an admin's or a
+    /// viewer's view).
+    pub owner: Option<UserId>,
     /// Only this domain's links; `None`: every domain's.
     pub domain: Option<DomainId>,
     pub limit: usize,
@@ -293,11 +294,11 @@ pub struct ListQuery {
     pub q: Option<String>,
 }
 
-/// Whose links' visits are summed: a key's (`owner`), on one domain, or
+/// Whose links' visits are summed: a user's (`owner`), on one domain, or
 /// all of them (`None`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct VisitScope {
-    pub owner: Option<KeyId>,
+    pub owner: Option<UserId>,
     pub domain: Option<DomainId>,
 }
 
@@ -308,18 +309,80 @@ pub struct ListPage {
     pub next: Option<i64>,
 }
 
-/// An API key as stored: only the SHA-256 of its secret.
+/// An API key as stored (only the SHA-256 of its secret), with what it
+/// acts as: its user's name and role, and whether that user is disabled.
 #[derive(Debug, Clone)]
 pub struct ApiKey {
     pub id: KeyId,
     pub name: String,
     pub hash: [u8; 32],
-    pub admin: bool,
-    /// The one domain the key's links are on; `None`: every domain.
+    pub user: UserId,
+    pub user_name: String,
+    pub role: Role,
+    pub user_disabled: bool,
+    /// The one domain the key works on (its own limit, else its user's);
+    /// `None`: every domain.
     pub domain: Option<DomainId>,
     pub created_at: Timestamp,
     pub last_used_at: Option<Timestamp>,
     pub revoked_at: Option<Timestamp>,
+}
+
+/// A person (or a script's identity): keys and links belong to one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    pub id: UserId,
+    pub name: String,
+    pub email: Option<String>,
+    pub role: Role,
+    /// The one domain the user works on; `None`: every domain.
+    pub domain: Option<DomainId>,
+    /// The Argon2id hash of the local password, in PHC form; `None`: no
+    /// local sign-in.
+    pub password: Option<String>,
+    /// The password was given by an admin and must be changed at sign-in.
+    pub must_change: bool,
+    pub disabled: bool,
+    pub created_at: Timestamp,
+}
+
+/// A user to store.
+#[derive(Debug, Clone)]
+pub struct NewUser {
+    pub name: String,
+    pub email: Option<String>,
+    pub role: Role,
+    pub domain: Option<DomainId>,
+    pub password: Option<String>,
+    pub must_change: bool,
+}
+
+/// A change to a user; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default)]
+pub struct UserChange {
+    pub email: Option<Option<String>>,
+    pub role: Option<Role>,
+    pub domain: Option<Option<DomainId>>,
+    /// A new password hash, and whether it must be changed at sign-in.
+    pub password: Option<(Option<String>, bool)>,
+    pub disabled: Option<bool>,
+}
+
+/// A write to the users.
+#[derive(Debug, Clone)]
+pub enum UserWrite {
+    /// A name taken regardless of case is [`StoreError::UserTaken`].
+    Create(NewUser),
+    Update {
+        name: String,
+        change: UserChange,
+    },
+    /// Disables the user and revokes their keys; their links stay, or go
+    /// to `reassign`.
+    Remove {
+        name: String,
+        reassign: Option<UserId>,
+    },
 }
 
 /// One link as `export` writes it and `import` reads it; a deleted code
@@ -429,7 +492,7 @@ pub struct ImportRow {
     pub target: Option<TargetUrl>,
     pub created_at: Timestamp,
     pub expires_at: Option<Timestamp>,
-    pub owner: Option<KeyId>,
+    pub owner: Option<UserId>,
     pub deleted_at: Option<Timestamp>,
     pub max_visits: Option<u64>,
     pub visits: u64,
@@ -483,18 +546,25 @@ pub trait LinkStore: Send + Sync + 'static {
     /// hour, and per day and value.
     async fn visit_totals(&self, scope: VisitScope) -> Result<VisitCounts, StoreError>;
 
-    /// Every API key, revoked ones included.
+    /// Every API key, revoked ones included, with its user.
     async fn keys(&self) -> Result<Vec<ApiKey>, StoreError>;
 
-    /// Stores a key (limited to `domain`, when given); a name in use is
-    /// [`StoreError::NameTaken`].
+    /// Stores a key of `user` (limited to `domain`, when given); a name in
+    /// use is [`StoreError::NameTaken`].
     async fn create_key(
         &self,
         name: &str,
-        admin: bool,
+        user: UserId,
         hash: [u8; 32],
         domain: Option<DomainId>,
     ) -> Result<ApiKey, StoreError>;
+
+    /// Every user, disabled ones included, in the order they were made.
+    async fn users(&self) -> Result<Vec<User>, StoreError>;
+
+    /// Makes, changes or removes a user; the user as it is afterwards, or
+    /// `None` when there is no such user.
+    async fn write_user(&self, write: UserWrite) -> Result<Option<User>, StoreError>;
 
     /// Every domain, the default one (id 0, no host) first.
     async fn domains(&self) -> Result<Vec<Domain>, StoreError>;
@@ -642,6 +712,9 @@ pub enum StoreError {
     /// A key name in use.
     #[error("a key named '{0}' exists")]
     NameTaken(String),
+    /// A user name in use, regardless of case.
+    #[error("a user named '{0}' exists")]
+    UserTaken(String),
     /// A domain that exists.
     #[error("the domain '{0}' exists")]
     HostTaken(String),

@@ -32,11 +32,11 @@ use tokio_postgres::error::SqlState;
 
 use super::{
     ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, NewLink, Record, StorageFailure,
-    StoreError, StoreMetrics, StoreStats, VisitScope,
+    StoreError, StoreMetrics, StoreStats, User, UserWrite, VisitScope,
 };
 use crate::domain::{
     CodeGenerator, Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkKey, Resolved,
-    ShortCode, Timestamp, VisitCounts,
+    ShortCode, Timestamp, UserId, VisitCounts,
 };
 
 /// The PostgreSQL store's settings; their defaults are the ones below and
@@ -551,11 +551,19 @@ impl LinkStore for PostgresStore {
     async fn create_key(
         &self,
         name: &str,
-        admin: bool,
+        user: UserId,
         hash: [u8; 32],
         domain: Option<DomainId>,
     ) -> Result<ApiKey, StoreError> {
-        with_client!(self, |c| ops::create_key(&c, name, admin, hash, domain))
+        with_client!(self, |c| ops::create_key(&c, name, user, hash, domain))
+    }
+
+    async fn users(&self) -> Result<Vec<User>, StoreError> {
+        with_client!(self, |c| ops::users(&c))
+    }
+
+    async fn write_user(&self, write: UserWrite) -> Result<Option<User>, StoreError> {
+        with_client!(self, |c| ops::write_user(&mut c, write))
     }
 
     async fn domains(&self) -> Result<Vec<Domain>, StoreError> {

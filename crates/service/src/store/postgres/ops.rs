@@ -8,20 +8,26 @@ use deadpool_postgres::{Client, GenericClient};
 use tokio_postgres::Row;
 
 use super::{is_unique_violation, store_error};
+use crate::domain::user::fold_name;
 use crate::domain::visit::{OTHER_HOST, REFERRER_HOSTS_PER_DAY, VALUES_PER_DAY};
 use crate::domain::{
     CodeGenerator, Domain, DomainId, DomainRedirects, Host, HourCount, KeyId, Link, LinkKey,
-    LinkRules, Owner, Resolved, ShortCode, TargetUrl, Timestamp, VisitCounts,
+    LinkRules, Owner, Resolved, Role, ShortCode, TargetUrl, Timestamp, UserId, VisitCounts,
 };
 use crate::store::{
-    ApiKey, ExtraColumns, ImportRow, LinkPatch, ListPage, ListQuery, Record, StorageFailure,
-    StoreError, VisitScope,
+    ApiKey, ExtraColumns, ImportRow, LinkPatch, ListPage, ListQuery, NewUser, Record,
+    StorageFailure, StoreError, User, UserChange, UserWrite, VisitScope,
 };
 
-const LINK_COLUMNS: &str = "l.code, l.target, l.created_at, l.expires_at, l.owner, k.name, \
+const LINK_COLUMNS: &str = "l.code, l.target, l.created_at, l.expires_at, l.owner, u.name, \
                             l.max_visits, l.visits, l.domain, l.password, l.rules, l.expired_url";
-const LINK_FROM: &str = "links l LEFT JOIN keys k ON k.id = l.owner";
-const KEY_COLUMNS: &str = "id, name, hash, admin, created_at, last_used_at, revoked_at, domain";
+const LINK_FROM: &str = "links l LEFT JOIN users u ON u.id = l.owner";
+/// From `keys k JOIN users u ON u.id = k.user_id`: a key works on its own
+/// domain, else on its user's.
+const KEY_COLUMNS: &str = "k.id, k.name, k.hash, k.created_at, k.last_used_at, k.revoked_at, \
+     coalesce(k.domain, u.domain), k.user_id, u.name, u.role, u.disabled_at IS NOT NULL";
+const USER_COLUMNS: &str = "id, name, email, role, domain, password, must_change, \
+     disabled_at IS NOT NULL, created_at";
 const DOMAIN_COLUMNS: &str = "id, host, root_redirect, not_found_redirect, expired_redirect";
 
 /// A count as PostgreSQL's BIGINT.
@@ -39,7 +45,7 @@ fn link_at(row: &Row, at: usize) -> Result<Link, StoreError> {
         row.get::<_, Option<String>>(at + 5),
     ) {
         (Some(id), Some(name)) => Some(Owner {
-            id: KeyId(id),
+            id: UserId(id),
             name,
         }),
         _ => None,
@@ -74,11 +80,34 @@ fn key(row: &Row) -> Result<ApiKey, StoreError> {
         id: KeyId(row.get(0)),
         name: row.get(1),
         hash,
-        admin: row.get(3),
-        domain: row.get::<_, Option<i64>>(7).map(DomainId),
-        created_at: Timestamp::from_millis(row.get(4)),
-        last_used_at: row.get::<_, Option<i64>>(5).map(Timestamp::from_millis),
-        revoked_at: row.get::<_, Option<i64>>(6).map(Timestamp::from_millis),
+        created_at: Timestamp::from_millis(row.get(3)),
+        last_used_at: row.get::<_, Option<i64>>(4).map(Timestamp::from_millis),
+        revoked_at: row.get::<_, Option<i64>>(5).map(Timestamp::from_millis),
+        domain: row.get::<_, Option<i64>>(6).map(DomainId),
+        user: UserId(row.get(7)),
+        user_name: row.get(8),
+        role: role(row, 9)?,
+        user_disabled: row.get(10),
+    })
+}
+
+fn role(row: &Row, at: usize) -> Result<Role, StoreError> {
+    row.get::<_, &str>(at)
+        .parse()
+        .map_err(|_| StoreError::Storage(StorageFailure::Corrupt, "an unknown role".into()))
+}
+
+fn user(row: &Row) -> Result<User, StoreError> {
+    Ok(User {
+        id: UserId(row.get(0)),
+        name: row.get(1),
+        email: row.get(2),
+        role: role(row, 3)?,
+        domain: row.get::<_, Option<i64>>(4).map(DomainId),
+        password: row.get(5),
+        must_change: row.get(6),
+        disabled: row.get(7),
+        created_at: Timestamp::from_millis(row.get(8)),
     })
 }
 
@@ -548,7 +577,9 @@ async fn snapshot(c: &mut Client) -> Result<deadpool_postgres::Transaction<'_>, 
 
 pub(super) async fn keys(c: &Client) -> Result<Vec<ApiKey>, StoreError> {
     let stmt = c
-        .prepare_cached(&format!("SELECT {KEY_COLUMNS} FROM keys ORDER BY id"))
+        .prepare_cached(&format!(
+            "SELECT {KEY_COLUMNS} FROM keys k JOIN users u ON u.id = k.user_id ORDER BY k.id"
+        ))
         .await
         .map_err(store_error)?;
     c.query(&stmt, &[])
@@ -562,44 +593,175 @@ pub(super) async fn keys(c: &Client) -> Result<Vec<ApiKey>, StoreError> {
 pub(super) async fn create_key(
     c: &Client,
     name: &str,
-    admin: bool,
+    user: UserId,
     hash: [u8; 32],
     domain: Option<DomainId>,
 ) -> Result<ApiKey, StoreError> {
-    let now = Timestamp::now();
+    // `admin` is no longer read: a key acts with its user's role.
     let stmt = c
-        .prepare_cached(
-            "INSERT INTO keys (name, hash, admin, created_at, domain) VALUES ($1, $2, $3, $4, $5) \
-             RETURNING id",
-        )
+        .prepare_cached(&format!(
+            "WITH k AS (INSERT INTO keys (name, hash, admin, created_at, domain, user_id) \
+             VALUES ($1, $2, false, $3, $4, $5) RETURNING *) \
+             SELECT {KEY_COLUMNS} FROM k JOIN users u ON u.id = k.user_id"
+        ))
         .await
         .map_err(store_error)?;
-    match c
-        .query_one(
-            &stmt,
-            &[
-                &name,
-                &&hash[..],
-                &admin,
-                &now.millis(),
-                &domain.map(|d| d.0),
-            ],
-        )
-        .await
-    {
-        Ok(row) => Ok(ApiKey {
-            id: KeyId(row.get(0)),
-            name: name.to_owned(),
-            hash,
-            admin,
-            domain,
-            created_at: now,
-            last_used_at: None,
-            revoked_at: None,
-        }),
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
+        &name,
+        &&hash[..],
+        &Timestamp::now().millis(),
+        &domain.map(|d| d.0),
+        &user.0,
+    ];
+    match c.query_one(&stmt, &params).await {
+        Ok(row) => key(&row),
         Err(e) if is_unique_violation(&e) => Err(StoreError::NameTaken(name.to_owned())),
         Err(e) => Err(store_error(e)),
     }
+}
+
+pub(super) async fn users(c: &Client) -> Result<Vec<User>, StoreError> {
+    let stmt = c
+        .prepare_cached(&format!("SELECT {USER_COLUMNS} FROM users ORDER BY id"))
+        .await
+        .map_err(store_error)?;
+    c.query(&stmt, &[])
+        .await
+        .map_err(store_error)?
+        .iter()
+        .map(user)
+        .collect()
+}
+
+async fn user_named(c: &impl GenericClient, name: &str) -> Result<Option<User>, StoreError> {
+    query_opt(
+        c,
+        &format!("SELECT {USER_COLUMNS} FROM users WHERE folded = $1"),
+        &[&fold_name(name)],
+    )
+    .await?
+    .as_ref()
+    .map(user)
+    .transpose()
+}
+
+/// A user write, in one transaction; with the link ids a removal moved to
+/// another owner.
+pub(super) async fn write_user(
+    c: &mut Client,
+    write: UserWrite,
+) -> Result<Option<User>, StoreError> {
+    let now = Timestamp::now().millis();
+    let tx = c.transaction().await.map_err(store_error)?;
+    let written = match write {
+        UserWrite::Create(NewUser {
+            name,
+            email,
+            role,
+            domain,
+            password,
+            must_change,
+        }) => {
+            let stmt = tx
+                .prepare_cached(
+                    "INSERT INTO users (name, folded, email, role, domain, password, \
+                     must_change, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                )
+                .await
+                .map_err(store_error)?;
+            match tx
+                .execute(
+                    &stmt,
+                    &[
+                        &name,
+                        &fold_name(&name),
+                        &email,
+                        &role.as_str(),
+                        &domain.map(|d| d.0),
+                        &password,
+                        &must_change,
+                        &now,
+                    ],
+                )
+                .await
+            {
+                Ok(_) => user_named(&tx, &name).await?,
+                Err(e) if is_unique_violation(&e) => return Err(StoreError::UserTaken(name)),
+                Err(e) => return Err(store_error(e)),
+            }
+        }
+        UserWrite::Update { name, change } => {
+            let Some(found) = user_named(&tx, &name).await? else {
+                return Ok(None);
+            };
+            let UserChange {
+                email,
+                role,
+                domain,
+                password,
+                disabled,
+            } = change;
+            let (password, must_change) = match password {
+                Some((hash, must)) => (Some(hash), Some(must)),
+                None => (None, None),
+            };
+            execute(
+                &tx,
+                "UPDATE users SET \
+                 email = CASE WHEN $2 THEN $3 ELSE email END, \
+                 role = coalesce($4, role), \
+                 domain = CASE WHEN $5 THEN $6 ELSE domain END, \
+                 password = CASE WHEN $7 THEN $8 ELSE password END, \
+                 must_change = coalesce($9, must_change), \
+                 disabled_at = CASE WHEN $10::bool IS NULL THEN disabled_at \
+                                    WHEN $10 THEN coalesce(disabled_at, $11) ELSE NULL END \
+                 WHERE id = $1",
+                &[
+                    &found.id.0,
+                    &email.is_some(),
+                    &email.flatten(),
+                    &role.map(|r| r.as_str()),
+                    &domain.is_some(),
+                    &domain.flatten().map(|d| d.0),
+                    &password.is_some(),
+                    &password.flatten(),
+                    &must_change,
+                    &disabled,
+                    &now,
+                ],
+            )
+            .await?;
+            user_named(&tx, &name).await?
+        }
+        UserWrite::Remove { name, reassign } => {
+            let Some(found) = user_named(&tx, &name).await? else {
+                return Ok(None);
+            };
+            execute(
+                &tx,
+                "UPDATE users SET disabled_at = coalesce(disabled_at, $2) WHERE id = $1",
+                &[&found.id.0, &now],
+            )
+            .await?;
+            execute(
+                &tx,
+                "UPDATE keys SET revoked_at = $2 WHERE user_id = $1 AND revoked_at IS NULL",
+                &[&found.id.0, &now],
+            )
+            .await?;
+            if let Some(to) = reassign {
+                execute(
+                    &tx,
+                    "UPDATE links SET owner = $2 WHERE owner = $1",
+                    &[&found.id.0, &to.0],
+                )
+                .await?;
+            }
+            user_named(&tx, &name).await?
+        }
+    };
+    tx.commit().await.map_err(store_error)?;
+    Ok(written)
 }
 
 pub(super) async fn domains(c: &Client) -> Result<Vec<Domain>, StoreError> {
@@ -757,7 +919,7 @@ pub(super) async fn export(
     let result = async {
         let stmt = c
             .prepare_cached(
-                "SELECT l.code, l.target, l.created_at, l.expires_at, k.name, l.deleted_at, \
+                "SELECT l.code, l.target, l.created_at, l.expires_at, u.name, l.deleted_at, \
                  l.max_visits, l.visits, d.host, l.password, l.rules, l.expired_url, \
                  CASE WHEN l.visits > 0 THEN json_build_array( \
                    (SELECT json_agg(json_build_array(hour, humans, bots, browsers) ORDER BY hour) \
@@ -766,7 +928,7 @@ pub(super) async fn export(
                     FROM visits_referrers WHERE link = l.id), \
                    (SELECT json_agg(json_build_array(day, dim, value, count)) \
                     FROM visits_facets WHERE link = l.id))::text END \
-                 FROM links l LEFT JOIN keys k ON k.id = l.owner \
+                 FROM links l LEFT JOIN users u ON u.id = l.owner \
                  JOIN domains d ON d.id = l.domain ORDER BY l.id",
             )
             .await

@@ -119,7 +119,72 @@ const MIGRATIONS: &[Migration] = &[
     Sql("ALTER TABLE links ADD COLUMN password TEXT;
     ALTER TABLE links ADD COLUMN rules TEXT;
     ALTER TABLE links ADD COLUMN expired_url TEXT;"),
+    // 9: users. Keys and links belong to users, and a key acts with its
+    // user's role (keys.admin is no longer read). Each key of before gets
+    // a user whose id is the key's, so that the owners of links (which
+    // held key ids) are now user ids; `links.owner` still says
+    // `REFERENCES keys(id)` because SQLite cannot alter a constraint, and
+    // its foreign keys are not enforced. `folded` makes names unique
+    // regardless of case. Ids are never reused. A user signed in through
+    // OpenID Connect is found by (issuer, subject).
+    Code(users),
 ];
+
+fn users(tx: &Transaction<'_>) -> rusqlite::Result<()> {
+    tx.execute_batch(
+        "CREATE TABLE users (
+            id          INTEGER PRIMARY KEY AUTOINCREMENT,
+            name        TEXT    NOT NULL,
+            folded      TEXT    NOT NULL UNIQUE,
+            email       TEXT,
+            role        TEXT    NOT NULL,
+            domain      INTEGER,
+            password    TEXT,    -- Argon2id, PHC form
+            must_change INTEGER NOT NULL DEFAULT 0,
+            issuer      TEXT,
+            subject     TEXT,
+            disabled_at INTEGER,
+            created_at  INTEGER NOT NULL
+        ) STRICT;
+        CREATE UNIQUE INDEX users_oidc ON users (issuer, subject) WHERE issuer IS NOT NULL;
+        ALTER TABLE keys ADD COLUMN user_id INTEGER REFERENCES users(id);",
+    )?;
+    let keys: Vec<(i64, String, bool, Option<i64>, i64)> = tx
+        .prepare("SELECT id, name, admin, domain, created_at FROM keys ORDER BY id")?
+        .query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    let named: Vec<(i64, String, bool)> = keys
+        .iter()
+        .map(|(id, name, admin, ..)| (*id, name.clone(), *admin))
+        .collect();
+    let mut insert = tx.prepare(
+        "INSERT INTO users (id, name, folded, role, domain, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    for (user, (_, _, _, domain, created_at)) in crate::domain::user::users_for_keys(&named)
+        .iter()
+        .zip(&keys)
+    {
+        insert.execute((
+            user.id,
+            &user.name,
+            crate::domain::user::fold_name(&user.name),
+            user.role.as_str(),
+            domain,
+            created_at,
+        ))?;
+    }
+    tx.execute("UPDATE keys SET user_id = id", [])?;
+    if !keys.is_empty() {
+        tracing::info!(
+            users = keys.len(),
+            "each API key now belongs to a user of its name"
+        );
+    }
+    Ok(())
+}
 
 fn codes_by_row_id(tx: &Transaction<'_>) -> rusqlite::Result<()> {
     // The sort that builds the code index gets room to work in memory

@@ -48,11 +48,11 @@ use self::slots::Slots;
 use self::writer::{Hooks, Writer};
 use super::{
     ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, NewLink, Record, StorageFailure,
-    StoreError, StoreMetrics, StoreStats, VisitScope,
+    StoreError, StoreMetrics, StoreStats, User, UserWrite, VisitScope,
 };
 use crate::domain::{
     CodeGenerator, Codebook, Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkKey,
-    Resolved, ShortCode, Timestamp, VisitCounts,
+    Resolved, ShortCode, Timestamp, UserId, VisitCounts,
 };
 use rusqlite::Connection;
 
@@ -636,18 +636,29 @@ impl LinkStore for SqliteStore {
     async fn create_key(
         &self,
         name: &str,
-        admin: bool,
+        user: UserId,
         hash: [u8; 32],
         domain: Option<DomainId>,
     ) -> Result<ApiKey, StoreError> {
         let op = Op::CreateKey {
             name: name.to_owned(),
-            admin,
+            user,
             hash,
             domain,
         };
         match self.inner.writer.apply(op).await? {
             Done::Key(key) => Ok(key),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn users(&self) -> Result<Vec<User>, StoreError> {
+        self.read(|r| r.users()).await
+    }
+
+    async fn write_user(&self, write: UserWrite) -> Result<Option<User>, StoreError> {
+        match self.inner.writer.apply(Op::User(write)).await? {
+            Done::User(user) => Ok(user),
             other => Err(unexpected(other)),
         }
     }

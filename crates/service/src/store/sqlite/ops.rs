@@ -7,12 +7,13 @@ use super::find::{self, Rows};
 use super::is_unique_violation;
 use super::replies::Done;
 use super::rows;
+use crate::domain::user::fold_name;
 use crate::domain::visit::{OTHER_HOST, REFERRER_HOSTS_PER_DAY, VALUES_PER_DAY};
 use crate::domain::{
     Codebook, Domain, DomainId, DomainRedirects, Host, KeyId, LinkKey, ShortCode, Timestamp,
-    VisitCounts,
+    UserId, VisitCounts,
 };
-use crate::store::{ImportRow, LinkPatch, StoreError};
+use crate::store::{ImportRow, LinkPatch, NewUser, StoreError, UserChange, UserWrite};
 
 #[derive(Debug)]
 pub(super) enum Op {
@@ -25,10 +26,11 @@ pub(super) enum Op {
     },
     CreateKey {
         name: String,
-        admin: bool,
+        user: UserId,
         hash: [u8; 32],
         domain: Option<DomainId>,
     },
+    User(UserWrite),
     AddDomain(Host, DomainRedirects),
     SetDomain(DomainId, DomainRedirects),
     RemoveDomain {
@@ -120,10 +122,11 @@ fn run(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError
         Op::Delete { key } => delete(conn, book, key, now),
         Op::CreateKey {
             name,
-            admin,
+            user,
             hash,
             domain,
-        } => create_key(conn, name, admin, hash, domain, now),
+        } => create_key(conn, name, user, hash, domain, now),
+        Op::User(write) => write_user(conn, write, now),
         Op::AddDomain(host, redirects) => add_domain(conn, host, redirects),
         Op::SetDomain(id, redirects) => set_domain(conn, id, redirects),
         Op::RemoveDomain { id, force } => remove_domain(conn, id, force, now),
@@ -227,23 +230,24 @@ fn tombstone(conn: &Connection, id: i64, now: Timestamp) -> rusqlite::Result<boo
 fn create_key(
     conn: &Connection,
     name: String,
-    admin: bool,
+    user: UserId,
     hash: [u8; 32],
     domain: Option<DomainId>,
     now: Timestamp,
 ) -> Result<Applied, StoreError> {
+    // `admin` is no longer read: a key acts with its user's role.
     let inserted = conn
         .prepare_cached(
-            "INSERT INTO keys (name, hash, admin, created_at, domain) \
-             VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id",
+            "INSERT INTO keys (name, hash, admin, created_at, domain, user_id) \
+             VALUES (?1, ?2, 0, ?3, ?4, ?5) RETURNING id",
         )?
         .query_row(
             (
                 name.as_str(),
                 &hash[..],
-                admin,
                 now.millis(),
                 domain.map(|d| d.0),
+                user.0,
             ),
             |r| r.get::<_, i64>(0),
         );
@@ -252,16 +256,122 @@ fn create_key(
         Err(e) if is_unique_violation(&e) => return Err(StoreError::NameTaken(name)),
         Err(e) => return Err(e.into()),
     };
-    Ok(applied(Done::Key(crate::store::ApiKey {
-        id: KeyId(id),
-        name,
-        hash,
-        admin,
-        domain,
-        created_at: now,
-        last_used_at: None,
-        revoked_at: None,
-    })))
+    let key = conn
+        .prepare_cached(&format!(
+            "SELECT {} FROM keys k JOIN users u ON u.id = k.user_id WHERE k.id = ?1",
+            rows::KEY_COLUMNS
+        ))?
+        .query_row([id], rows::key)?;
+    Ok(applied(Done::Key(key)))
+}
+
+fn user_named(conn: &Connection, name: &str) -> rusqlite::Result<Option<crate::store::User>> {
+    conn.prepare_cached(&format!(
+        "SELECT {} FROM users WHERE folded = ?1",
+        rows::USER_COLUMNS
+    ))?
+    .query_row([fold_name(name)], rows::user)
+    .optional()
+}
+
+fn write_user(conn: &Connection, write: UserWrite, now: Timestamp) -> Result<Applied, StoreError> {
+    match write {
+        UserWrite::Create(NewUser {
+            name,
+            email,
+            role,
+            domain,
+            password,
+            must_change,
+        }) => {
+            let inserted = conn
+                .prepare_cached(
+                    "INSERT INTO users (name, folded, email, role, domain, password, \
+                     must_change, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                )?
+                .execute(rusqlite::params![
+                    name,
+                    fold_name(&name),
+                    email,
+                    role.as_str(),
+                    domain.map(|d| d.0),
+                    password,
+                    must_change,
+                    now.millis()
+                ]);
+            match inserted {
+                Ok(_) => Ok(applied(Done::User(user_named(conn, &name)?))),
+                Err(e) if is_unique_violation(&e) => Err(StoreError::UserTaken(name)),
+                Err(e) => Err(e.into()),
+            }
+        }
+        UserWrite::Update { name, change } => {
+            let Some(user) = user_named(conn, &name)? else {
+                return Ok(applied(Done::User(None)));
+            };
+            let UserChange {
+                email,
+                role,
+                domain,
+                password,
+                disabled,
+            } = change;
+            let (password, must_change) = match password {
+                Some((hash, must)) => (Some(hash), Some(must)),
+                None => (None, None),
+            };
+            conn.prepare_cached(
+                "UPDATE users SET \
+                 email = CASE WHEN ?2 THEN ?3 ELSE email END, \
+                 role = coalesce(?4, role), \
+                 domain = CASE WHEN ?5 THEN ?6 ELSE domain END, \
+                 password = CASE WHEN ?7 THEN ?8 ELSE password END, \
+                 must_change = coalesce(?9, must_change), \
+                 disabled_at = CASE WHEN ?10 IS NULL THEN disabled_at \
+                                    WHEN ?10 THEN coalesce(disabled_at, ?11) ELSE NULL END \
+                 WHERE id = ?1",
+            )?
+            .execute(rusqlite::params![
+                user.id.0,
+                email.is_some(),
+                email.flatten(),
+                role.map(|r| r.as_str()),
+                domain.is_some(),
+                domain.flatten().map(|d| d.0),
+                password.is_some(),
+                password.flatten(),
+                must_change,
+                disabled,
+                now.millis()
+            ])?;
+            Ok(applied(Done::User(user_named(conn, &name)?)))
+        }
+        UserWrite::Remove { name, reassign } => {
+            let Some(user) = user_named(conn, &name)? else {
+                return Ok(applied(Done::User(None)));
+            };
+            conn.prepare_cached(
+                "UPDATE users SET disabled_at = coalesce(disabled_at, ?2) WHERE id = ?1",
+            )?
+            .execute((user.id.0, now.millis()))?;
+            conn.prepare_cached(
+                "UPDATE keys SET revoked_at = ?2 WHERE user_id = ?1 AND revoked_at IS NULL",
+            )?
+            .execute((user.id.0, now.millis()))?;
+            let mut moved = Vec::new();
+            if let Some(to) = reassign {
+                moved = conn
+                    .prepare_cached("UPDATE links SET owner = ?2 WHERE owner = ?1 RETURNING id")?
+                    .query_map((user.id.0, to.0), |r| r.get::<_, i64>(0))?
+                    .collect::<Result<_, _>>()?;
+            }
+            Ok(Applied {
+                done: Done::User(user_named(conn, &name)?),
+                links_added: 0,
+                changed: Changed::Rows(moved),
+            })
+        }
+    }
 }
 
 fn add_domain(

@@ -23,7 +23,7 @@ use super::{ConnectionMode, SqliteSettings};
 use crate::domain::{
     Codebook, Domain, HourCount, Link, LinkKey, Resolved, TargetUrl, Timestamp, VisitCounts,
 };
-use crate::store::{ApiKey, ListPage, ListQuery, Record, VisitScope};
+use crate::store::{ApiKey, ListPage, ListQuery, Record, User, VisitScope};
 
 /// What a redirect needs of a live link (find.rs).
 const SELECT_TARGET: Statements<&str> = Statements {
@@ -309,10 +309,22 @@ impl Readers {
     pub(super) fn keys(&self) -> rusqlite::Result<Vec<ApiKey>> {
         self.with_fresh_connection(|conn| {
             conn.prepare_cached(&format!(
-                "SELECT {} FROM keys ORDER BY id",
+                "SELECT {} FROM keys k JOIN users u ON u.id = k.user_id ORDER BY k.id",
                 rows::KEY_COLUMNS
             ))?
             .query_map([], rows::key)?
+            .collect()
+        })
+    }
+
+    /// Every user, through a snapshot begun now (as keys are).
+    pub(super) fn users(&self) -> rusqlite::Result<Vec<User>> {
+        self.with_fresh_connection(|conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {} FROM users ORDER BY id",
+                rows::USER_COLUMNS
+            ))?
+            .query_map([], rows::user)?
             .collect()
         })
     }
@@ -382,9 +394,9 @@ impl Readers {
     ) -> rusqlite::Result<Result<u64, std::io::Error>> {
         self.with_connection(|conn| {
             let mut stmt = conn.prepare(
-                "SELECT l.code, l.target, l.created_at, l.expires_at, k.name, l.deleted_at, \
+                "SELECT l.code, l.target, l.created_at, l.expires_at, u.name, l.deleted_at, \
                  l.max_visits, l.visits, d.host, l.id, l.password, l.rules, l.expired_url \
-                 FROM links l LEFT JOIN keys k ON k.id = l.owner \
+                 FROM links l LEFT JOIN users u ON u.id = l.owner \
                  JOIN domains d ON d.id = l.domain ORDER BY l.id",
             )?;
             let mut rows = stmt.query([])?;

@@ -19,6 +19,8 @@ pub(super) enum Done {
     /// Whether a delete or revoke found what it was to remove.
     Found(bool),
     Key(ApiKey),
+    /// A user as written (`None`: there was no such user).
+    User(Option<crate::store::User>),
     /// A domain added or changed (`None`: there was no such domain).
     Domain(Option<crate::domain::Domain>),
     /// A domain removal: `None` when there was no such domain, else the

@@ -5,17 +5,17 @@ use std::sync::Arc;
 use rusqlite::Row;
 
 use crate::domain::{
-    Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkRules, Owner, ShortCode, TargetUrl,
-    Timestamp,
+    Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkRules, Owner, Role, ShortCode,
+    TargetUrl, Timestamp, UserId,
 };
-use crate::store::{ApiKey, ExtraColumns};
+use crate::store::{ApiKey, ExtraColumns, User};
 
-/// The columns [`link`] reads, from `links l LEFT JOIN keys k`.
+/// The columns [`link`] reads, from `links l LEFT JOIN users u`.
 pub(super) const LINK_COLUMNS: &str = "l.code, l.target, l.created_at, l.expires_at, l.owner, \
-     k.name, l.max_visits, l.visits, l.domain, l.password, l.rules, l.expired_url";
+     u.name, l.max_visits, l.visits, l.domain, l.password, l.rules, l.expired_url";
 
 /// `FROM` clause for [`LINK_COLUMNS`].
-pub(super) const LINK_FROM: &str = "links l LEFT JOIN keys k ON k.id = l.owner";
+pub(super) const LINK_FROM: &str = "links l LEFT JOIN users u ON u.id = l.owner";
 
 pub(super) fn link(row: &Row<'_>) -> rusqlite::Result<Link> {
     link_at(row, 0)
@@ -28,7 +28,7 @@ pub(super) fn link_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Link> {
         row.get::<_, Option<String>>(at + 5)?,
     ) {
         (Some(id), Some(name)) => Some(Owner {
-            id: KeyId(id),
+            id: UserId(id),
             name,
         }),
         _ => None,
@@ -60,8 +60,11 @@ pub(super) fn extra_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Option<Arc<
     })
 }
 
-pub(super) const KEY_COLUMNS: &str =
-    "id, name, hash, admin, created_at, last_used_at, revoked_at, domain";
+/// The columns [`key`] reads, from `keys k JOIN users u ON u.id = k.user_id`:
+/// a key works on its own domain, else on its user's.
+pub(super) const KEY_COLUMNS: &str = "k.id, k.name, k.hash, k.created_at, k.last_used_at, \
+     k.revoked_at, coalesce(k.domain, u.domain), k.user_id, u.name, u.role, \
+     u.disabled_at IS NOT NULL";
 
 pub(super) fn key(row: &Row<'_>) -> rusqlite::Result<ApiKey> {
     let hash: Vec<u8> = row.get(2)?;
@@ -76,11 +79,42 @@ pub(super) fn key(row: &Row<'_>) -> rusqlite::Result<ApiKey> {
         id: KeyId(row.get(0)?),
         name: row.get(1)?,
         hash,
-        admin: row.get(3)?,
-        domain: row.get::<_, Option<i64>>(7)?.map(DomainId),
-        created_at: Timestamp::from_millis(row.get(4)?),
-        last_used_at: row.get::<_, Option<i64>>(5)?.map(Timestamp::from_millis),
-        revoked_at: row.get::<_, Option<i64>>(6)?.map(Timestamp::from_millis),
+        created_at: Timestamp::from_millis(row.get(3)?),
+        last_used_at: row.get::<_, Option<i64>>(4)?.map(Timestamp::from_millis),
+        revoked_at: row.get::<_, Option<i64>>(5)?.map(Timestamp::from_millis),
+        domain: row.get::<_, Option<i64>>(6)?.map(DomainId),
+        user: UserId(row.get(7)?),
+        user_name: row.get(8)?,
+        role: role_at(row, 9)?,
+        user_disabled: row.get(10)?,
+    })
+}
+
+fn role_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Role> {
+    row.get_ref(at)?.as_str()?.parse().map_err(|_| {
+        rusqlite::Error::FromSqlConversionFailure(
+            at,
+            rusqlite::types::Type::Text,
+            "an unknown role".into(),
+        )
+    })
+}
+
+/// The columns [`user`] reads, from `users`.
+pub(super) const USER_COLUMNS: &str = "id, name, email, role, domain, password, must_change, \
+     disabled_at IS NOT NULL, created_at";
+
+pub(super) fn user(row: &Row<'_>) -> rusqlite::Result<User> {
+    Ok(User {
+        id: UserId(row.get(0)?),
+        name: row.get(1)?,
+        email: row.get(2)?,
+        role: role_at(row, 3)?,
+        domain: row.get::<_, Option<i64>>(4)?.map(DomainId),
+        password: row.get(5)?,
+        must_change: row.get(6)?,
+        disabled: row.get(7)?,
+        created_at: Timestamp::from_millis(row.get(8)?),
     })
 }
 

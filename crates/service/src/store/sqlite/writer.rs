@@ -562,6 +562,7 @@ impl WriterThread {
                 if !matches!(
                     e,
                     StoreError::NameTaken(_)
+                        | StoreError::UserTaken(_)
                         | StoreError::HostTaken(_)
                         | StoreError::DomainHasLinks(_)
                 ) {
