@@ -249,6 +249,70 @@ crate::on_both_stores! {
     }
 }
 
+crate::on_both_stores! {
+    async fn people_make_and_revoke_their_own_keys(store: Store) {
+        let app = spawn_app_in(&store, &[]).await;
+        let admin = app.new_key("root", true).await;
+        let alice = app.new_key("alice", false).await;
+        let bob = app.new_key("bob", false).await;
+        new_user(&app, &admin, json!({"name": "val", "role": "viewer"})).await;
+        let viewer = key_for(&app, "val-key", "val").await;
+        let post = |key: &str, b: Value| {
+            let key = key.to_owned();
+            let app = &app;
+            async move { app.api(Method::POST, "/api/v1/keys", Some(&key), Some(b)).await }
+        };
+
+        let r = post(&alice, json!({"name": "alice-ci"})).await;
+        assert_eq!(r.status(), 201);
+        let made = body(r).await;
+        let secret = made["secret"].as_str().expect("secret").to_owned();
+        assert!(secret.starts_with("ll_"), "{made}");
+        assert_eq!((made["name"].as_str(), made["user"].as_str(), made["role"].as_str()),
+            (Some("alice-ci"), Some("alice"), Some("member")));
+        // The new key works at once, as alice.
+        let r = app.api(Method::POST, "/api/v1/links", Some(&secret),
+            Some(json!({"url": "https://example.com/ci"}))).await;
+        assert_eq!(r.status(), 201);
+        assert_eq!(body(r).await["owner"], "alice");
+
+        let names = async |key: &str| -> Vec<String> {
+            let listed = body(app.api(Method::GET, "/api/v1/keys", Some(key), None).await).await;
+            listed["keys"].as_array().expect("keys").iter().map(|k| {
+                assert!(k.get("secret").is_none() && k.get("hash").is_none(), "{k}");
+                k["name"].as_str().expect("name").to_owned()
+            }).collect()
+        };
+        assert_eq!(names(&alice).await, ["alice", "alice-ci"]);
+        assert_eq!(names(&admin).await, ["root", "alice", "bob", "val-key", "alice-ci"]);
+
+        assert_error(post(&bob, json!({"name": "alice-ci"})).await, 409, "exists").await;
+        assert_error(post(&bob, json!({"name": ""})).await, 400, "name").await;
+        assert_error(post(&bob, json!({"name": "b\u{202E}x"})).await, 400, "name").await;
+        assert_error(post(&bob, json!({"name": "b2", "domain": "nope.example"})).await, 400, "domain").await;
+        assert_error(post(&bob, json!({"name": "b2", "user": "root"})).await, 400, "user").await;
+        assert_error(app.api(Method::POST, "/api/v1/keys", None, Some(json!({"name": "x"}))).await,
+            401, "key").await;
+
+        // A viewer's key acts as a viewer.
+        let r = post(&viewer, json!({"name": "val-script"})).await;
+        assert_eq!(r.status(), 201);
+        let val_script = body(r).await["secret"].as_str().expect("secret").to_owned();
+        assert_error(app.api(Method::POST, "/api/v1/links", Some(&val_script),
+            Some(json!({"url": "https://example.com/v"}))).await, 403, "viewer").await;
+
+        // Only one's own keys are revoked (an admin's: any), at once.
+        assert_error(app.api(Method::DELETE, "/api/v1/keys/alice-ci", Some(&bob), None).await,
+            404, "alice-ci").await;
+        assert_eq!(app.api(Method::DELETE, "/api/v1/keys/alice-ci", Some(&alice), None).await.status(), 204);
+        assert_error(app.api(Method::GET, "/api/v1/links", Some(&secret), None).await, 401, "key").await;
+        assert_error(app.api(Method::DELETE, "/api/v1/keys/alice-ci", Some(&alice), None).await,
+            404, "alice-ci").await;
+        assert_eq!(app.api(Method::DELETE, "/api/v1/keys/bob", Some(&admin), None).await.status(), 204);
+        assert_error(app.api(Method::GET, "/api/v1/links", Some(&bob), None).await, 401, "key").await;
+    }
+}
+
 /// `keys create` makes a user of the key's name, or names one; `users`
 /// makes, lists and changes users beside a running server, which honours
 /// a change within a second.

@@ -155,6 +155,50 @@ pub struct CreatedUser {
     pub password: Option<String>,
 }
 
+/// The body of `POST /api/v1/keys`: a key for the caller's own user.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = NewKey)]
+pub(crate) struct NewKeyBody {
+    /// 1 to 100 bytes, unique among every key; no control or formatting
+    /// characters, no look-alike mix of scripts.
+    #[schema(min_length = 1, max_length = 100)]
+    pub name: String,
+    /// Limit the key to one domain (a host, or `default`); a user limited
+    /// to a domain has keys on that domain only.
+    #[serde(default)]
+    #[schema(max_length = 253)]
+    pub domain: Option<String>,
+}
+
+/// An API key as the API shows it: never its secret, but once.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = Key)]
+pub struct KeyView {
+    pub name: String,
+    /// The user it acts as, with that user's role.
+    pub user: String,
+    pub role: Role,
+    /// The one domain it works on; null: every domain.
+    pub domain: Option<String>,
+    pub created_at: crate::domain::Timestamp,
+    pub last_used_at: Option<crate::domain::Timestamp>,
+    pub revoked_at: Option<crate::domain::Timestamp>,
+}
+
+/// The answer to a key's creation: the key, and its secret, shown this
+/// once (only its hash is stored).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CreatedKey {
+    #[serde(flatten)]
+    pub key: KeyView,
+    pub secret: String,
+}
+
+/// Most keys a user may have that are not revoked: the server keeps every
+/// key's hash in memory.
+pub const MAX_KEYS_PER_USER: usize = 100;
+
 /// A one-time password: 20 random base62 characters (about 119 bits).
 pub fn one_time_password() -> String {
     Alphanumeric.sample_string(&mut rand::rng(), 20)

@@ -12,6 +12,7 @@ pub(crate) mod finish;
 mod handlers;
 mod host;
 pub(crate) mod hot;
+mod keys;
 pub mod limit;
 mod locked;
 mod openapi;
@@ -286,6 +287,9 @@ fn routes() -> openapi::Routes {
         .get("/api/v1/domains/{host}", domains::get)
         .patch("/api/v1/domains/{host}", domains::update)
         .delete("/api/v1/domains/{host}", domains::remove)
+        .get("/api/v1/keys", keys::list)
+        .post("/api/v1/keys", keys::create)
+        .delete("/api/v1/keys/{name}", keys::revoke)
         .get("/api/v1/users", users::list)
         .post("/api/v1/users", users::create)
         .get("/api/v1/users/{name}", users::get)

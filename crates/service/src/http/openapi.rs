@@ -17,7 +17,7 @@ use utoipa::{Modify, OpenApi};
 
 use super::AppState;
 use super::error::ErrorMessage;
-use super::{domains, handlers, qr, users, web};
+use super::{domains, handlers, keys, qr, users, web};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -53,6 +53,9 @@ use super::{domains, handlers, qr, users, web};
         domains::get,
         domains::update,
         domains::remove,
+        keys::list,
+        keys::create,
+        keys::revoke,
         users::list,
         users::create,
         users::get,
@@ -69,6 +72,7 @@ use super::{domains, handlers, qr, users, web};
         (name = "seed", description = "The original API: create, look up, heart-beat"),
         (name = "links", description = "Managing links with an API key"),
         (name = "domains", description = "The short domains links answer on"),
+        (name = "keys", description = "API keys: each person's own (an admin's: every key)"),
         (name = "users", description = "People and their roles: an admin's to manage"),
         (name = "redirect", description = "Short URLs and their QR codes"),
         (name = "operations", description = "Health, metrics, statistics, this document"),

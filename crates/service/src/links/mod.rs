@@ -5,6 +5,7 @@
 //! how often, and which targets a link may have.
 
 pub mod bodies;
+mod keys;
 pub(crate) mod limit;
 mod users;
 

@@ -21,7 +21,7 @@ impl Links {
     }
 
     /// A domain as users name it: its host, or `default`.
-    fn domain_label(&self, id: DomainId) -> String {
+    pub(super) fn domain_label(&self, id: DomainId) -> String {
         match self.inner.domains.host_of(id) {
             Some(host) if !id.is_default() => host.to_string(),
             _ => DEFAULT_NAME.to_owned(),
@@ -176,7 +176,7 @@ impl Links {
     }
 
     /// Reads the keys again, so that a user's change counts at once here.
-    async fn reload_keys(&self) {
+    pub(super) async fn reload_keys(&self) {
         if let Err(e) = self.inner.keys.refresh().await {
             tracing::warn!(error = %e, "cannot reload API keys after a change to a user");
         }
