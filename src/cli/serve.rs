@@ -39,10 +39,35 @@ pub struct ServeArgs {
     pub domains: DomainArgs,
     #[command(flatten)]
     pub abuse: AbuseArgs,
+    #[command(flatten)]
+    pub accounts: AccountArgs,
     /// Print the effective configuration as TOML (passwords in URLs as
     /// `***`) and exit; `--config` reads it back.
     #[arg(long)]
     pub print_config: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Accounts")]
+pub struct AccountArgs {
+    /// Seconds a signed-in session may go unused before it ends.
+    #[arg(long, env = "LITELINK_SESSION_IDLE", value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..),
+          default_value_t = d().accounts.session_idle.as_secs())]
+    pub session_idle: u64,
+
+    /// Seconds after which a session ends, used or not.
+    #[arg(long, env = "LITELINK_SESSION_MAX", value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..),
+          default_value_t = d().accounts.session_max.as_secs())]
+    pub session_max: u64,
+
+    /// Whether people may sign in with a local password (`off` where an
+    /// identity provider must be the only way in). Signing in needs
+    /// --public-url.
+    #[arg(long, env = "LITELINK_LOCAL_LOGIN", value_enum,
+          default_value = on_off(d().accounts.local_login))]
+    pub local_login: OnOff,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -429,6 +454,7 @@ impl ServeArgs {
             visits,
             abuse,
             domains,
+            accounts,
             print_config: _,
         } = self;
         let mut s = Settings {
@@ -489,6 +515,9 @@ impl ServeArgs {
 
         s.domains.default_host = domains.default_domain.clone();
         s.domains.unknown_host = domains.unknown_host;
+        s.accounts.session_idle = Duration::from_secs(accounts.session_idle);
+        s.accounts.session_max = Duration::from_secs(accounts.session_max);
+        s.accounts.local_login = accounts.local_login.is_on();
 
         s.visits.counting = visits.visits.is_on();
         s.visits.flush_interval = Duration::from_millis(visits.visits_flush_ms);

@@ -3,6 +3,7 @@
 
 mod helpers;
 
+mod accounts;
 mod analytics;
 mod api;
 mod cache;

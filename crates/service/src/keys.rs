@@ -36,8 +36,18 @@ pub(crate) struct Principal {
     pub role: Role,
     /// The one domain this caller works on; `None`: every domain.
     pub domain: Option<DomainId>,
-    /// The key presented.
-    pub key: KeyId,
+    /// How the caller proved who they are.
+    pub via: Via,
+}
+
+/// How a caller proved who they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Via {
+    /// An API key.
+    Key(KeyId),
+    /// A signed-in session's cookie; `must_change`: the user has only a
+    /// one-time password, and may do nothing but change it.
+    Session { must_change: bool },
 }
 
 impl Principal {
@@ -191,7 +201,7 @@ impl KeyRegistry {
             name: key.user_name.clone(),
             role: key.role,
             domain: key.domain,
-            key: key.id,
+            via: Via::Key(key.id),
         })
     }
 

@@ -34,7 +34,9 @@
 //!              and password on the way (LinksError); bodies (NewLinkBody, LinkPatchBody,
 //!              LinkView: what a client sends and is shown); limit (rate limits on creates);
 //!              users (only admins manage users; roles decide the rest, in mod.rs)
-//! passwords    link passwords: Argon2id on the blocking pool, guesses bounded
+//! passwords    link and sign-in passwords: Argon2id on the blocking pool, guesses bounded
+//! sessions     signed-in sessions: the cookie, the session it names (hashed in the store),
+//!              idle and absolute expiry, the one origin that may write with it
 //! keys         API keys: making them, and recognising them as their user, with that
 //!              user's role (reloaded every second)
 //! cache/       the LinkCache trait; none, memory, valkey (one server or a cluster), tiered;
@@ -84,6 +86,7 @@ pub mod keys;
 pub mod links;
 pub mod observability;
 pub mod passwords;
+pub mod sessions;
 pub mod settings;
 pub mod startup;
 pub mod store;

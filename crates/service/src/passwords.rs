@@ -1,5 +1,5 @@
-//! Link passwords: hashing one (Argon2id, on the blocking pool) and
-//! checking a guess, with guessing bounded. A guess is refused before it
+//! Passwords: hashing one (Argon2id, on the blocking pool) and checking a
+//! guess, with guessing bounded, for links and for signing in. A guess is refused before it
 //! is hashed once its client (an IPv6 client by its /64) has failed
 //! [`PER_CLIENT`] times on the link within [`WINDOW`]. Once anyone has
 //! failed [`PER_LINK`] times, only clients with fewer than
@@ -7,7 +7,9 @@
 //! strangers cannot lock the owner out. At most [`HASHING`] guesses are
 //! hashed at once, and a guess beyond them is refused, not queued; an
 //! owner's writes hash under [`HASHING`] permits of their own, which no
-//! flood of guesses can take.
+//! flood of guesses can take. Signing in is bounded the same way, per
+//! account ([`LOGIN_PER_CLIENT`], [`LOGIN_PER_ACCOUNT`]), with permits of
+//! its own.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -30,6 +32,11 @@ pub(crate) const WINDOW: Duration = Duration::from_secs(15 * 60);
 /// everyone together has failed [`PER_LINK`] times on: the owner, who may
 /// mistype once, is let through; a guesser, who has failed more, is not.
 pub(crate) const LOCKED_ALLOWANCE: u32 = 2;
+/// Failed sign-ins one client may make on one account within [`WINDOW`].
+pub(crate) const LOGIN_PER_CLIENT: u32 = 10;
+/// Failed sign-ins everyone together may make on one account within
+/// [`WINDOW`].
+pub(crate) const LOGIN_PER_ACCOUNT: u32 = 100;
 /// Hashes computed at once.
 pub(crate) const HASHING: usize = 2;
 /// Links and clients whose failures are remembered; past it, expired
@@ -41,7 +48,7 @@ const BUSY_RETRY_SECS: u32 = 1;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub(crate) enum PasswordError {
-    #[error("too many wrong passwords for this link; try again later")]
+    #[error("too many wrong passwords; try again later")]
     TooManyGuesses { retry_after: u32 },
     #[error("too many passwords are being checked; try again shortly")]
     Busy { retry_after: u32 },
@@ -72,16 +79,81 @@ impl Window {
     }
 }
 
-#[derive(Default)]
-struct Failures {
-    by_link: HashMap<LinkKey, Window>,
-    by_client: HashMap<(LinkKey, Option<IpAddr>), Window>,
+/// The failures on one kind of subject (a link, an account), by subject
+/// and by subject and client, with the limits on each.
+struct Guesses<K> {
+    failures: Mutex<Failures<K>>,
+    per_client: u32,
+    per_subject: u32,
 }
 
-impl Failures {
-    fn prune(&mut self, now: Instant) {
-        self.by_link.retain(|_, w| w.current(now));
-        self.by_client.retain(|_, w| w.current(now));
+struct Failures<K> {
+    by_subject: HashMap<K, Window>,
+    by_client: HashMap<(K, Option<IpAddr>), Window>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Guesses<K> {
+    fn new(per_client: u32, per_subject: u32) -> Self {
+        Self {
+            failures: Mutex::new(Failures {
+                by_subject: HashMap::new(),
+                by_client: HashMap::new(),
+            }),
+            per_client,
+            per_subject,
+        }
+    }
+
+    /// Whether `client` may guess on `subject` now; else how long to wait.
+    /// The subject's bound holds only for clients that have failed
+    /// already; an unknown client (no address) is one of them.
+    fn admit(&self, subject: &K, client: Option<IpAddr>, now: Instant) -> Result<(), u32> {
+        let failures = lock(&self.failures);
+        let limited = |w: Option<&Window>, limit: u32| {
+            w.filter(|w| w.current(now) && w.failures >= limit)
+                .map(|w| w.retry_after(now))
+        };
+        let own = failures.by_client.get(&(subject.clone(), client));
+        let client_limit = limited(own, self.per_client);
+        let subject_limit = limited(failures.by_subject.get(subject), self.per_subject)
+            .filter(|_| client.is_none() || limited(own, LOCKED_ALLOWANCE).is_some());
+        match client_limit.max(subject_limit) {
+            Some(retry_after) => Err(retry_after),
+            None => Ok(()),
+        }
+    }
+
+    fn failed(&self, subject: &K, client: Option<IpAddr>, now: Instant) {
+        let mut failures = lock(&self.failures);
+        if failures.by_client.len() >= REMEMBERED || failures.by_subject.len() >= REMEMBERED {
+            failures.by_subject.retain(|_, w| w.current(now));
+            failures.by_client.retain(|_, w| w.current(now));
+        }
+        let bump = |w: &mut Window| {
+            if w.current(now) {
+                w.failures += 1;
+            } else {
+                *w = Window {
+                    started: now,
+                    failures: 1,
+                };
+            }
+        };
+        let first = Window {
+            started: now,
+            failures: 1,
+        };
+        if let Some(w) = failures.by_subject.get_mut(subject) {
+            bump(w);
+        } else if failures.by_subject.len() < REMEMBERED {
+            failures.by_subject.insert(subject.clone(), first);
+        }
+        let at = (subject.clone(), client);
+        if let Some(w) = failures.by_client.get_mut(&at) {
+            bump(w);
+        } else if failures.by_client.len() < REMEMBERED {
+            failures.by_client.insert(at, first);
+        }
     }
 }
 
@@ -90,8 +162,15 @@ pub(crate) struct Passwords {
     hashing: Arc<Semaphore>,
     /// For hashing the passwords that owners set: apart from the guesses'.
     setting: Arc<Semaphore>,
-    failures: Mutex<Failures>,
+    /// For checking sign-ins: apart from link guesses'.
+    signing_in: Arc<Semaphore>,
+    links: Guesses<LinkKey>,
+    /// By folded user name.
+    accounts: Guesses<String>,
     argon2: Argon2<'static>,
+    /// A hash that an unknown account's sign-in is checked against, so
+    /// that it takes as long as a known one's.
+    decoy: String,
 }
 
 impl Default for Passwords {
@@ -108,11 +187,19 @@ impl Passwords {
     /// With other Argon2id costs than OWASP's (19 MiB, two passes), which
     /// hashing uses; a check always uses the hash's own.
     pub(crate) fn with_params(params: Params) -> Self {
+        let argon2 = Argon2::new(Algorithm::Argon2id, Version::V0x13, params);
+        let decoy = argon2
+            .hash_password(&rand::random::<[u8; 16]>())
+            .map(|h| h.to_string())
+            .unwrap_or_default();
         Self {
             hashing: Arc::new(Semaphore::new(HASHING)),
             setting: Arc::new(Semaphore::new(HASHING)),
-            failures: Mutex::default(),
-            argon2: Argon2::new(Algorithm::Argon2id, Version::V0x13, params),
+            signing_in: Arc::new(Semaphore::new(HASHING)),
+            links: Guesses::new(PER_CLIENT, PER_LINK),
+            accounts: Guesses::new(LOGIN_PER_CLIENT, LOGIN_PER_ACCOUNT),
+            argon2,
+            decoy,
         }
     }
 
@@ -167,22 +254,9 @@ impl Passwords {
     ) -> Result<bool, PasswordError> {
         let now = Instant::now();
         let client = client.map(client_block);
-        {
-            let failures = lock(&self.failures);
-            let limited = |w: Option<&Window>, limit: u32| {
-                w.filter(|w| w.current(now) && w.failures >= limit)
-                    .map(|w| w.retry_after(now))
-            };
-            let own = failures.by_client.get(&(key.clone(), client));
-            let client_limit = limited(own, PER_CLIENT);
-            // The link's bound holds only for clients that have failed
-            // already; an unknown client (no address) is one of them.
-            let link_limit = limited(failures.by_link.get(key), PER_LINK)
-                .filter(|_| client.is_none() || limited(own, LOCKED_ALLOWANCE).is_some());
-            if let Some(retry_after) = client_limit.max(link_limit) {
-                return Err(PasswordError::TooManyGuesses { retry_after });
-            }
-        }
+        self.links
+            .admit(key, client, now)
+            .map_err(|retry_after| PasswordError::TooManyGuesses { retry_after })?;
         let phc = hash.as_str().to_owned();
         let guess = guess.to_vec();
         let right = self
@@ -193,53 +267,42 @@ impl Passwords {
             })
             .await?;
         if !right {
-            self.failed(key, client, Instant::now());
+            self.links.failed(key, client, Instant::now());
         }
         Ok(right)
     }
 
-    fn failed(&self, key: &LinkKey, client: Option<IpAddr>, now: Instant) {
-        let mut failures = lock(&self.failures);
-        if failures.by_client.len() >= REMEMBERED || failures.by_link.len() >= REMEMBERED {
-            failures.prune(now);
+    /// Whether `guess` is the password of the account `account` (a folded
+    /// user name), whose hash is `hash` (`None`: no such account, or no
+    /// password, checked against a decoy so that it takes as long), for
+    /// `client`. Bounded per account as link guesses are per link, and
+    /// hashed under permits of its own.
+    pub(crate) async fn check_login(
+        self: &Arc<Self>,
+        account: &str,
+        client: Option<IpAddr>,
+        hash: Option<&str>,
+        guess: &[u8],
+    ) -> Result<bool, PasswordError> {
+        let now = Instant::now();
+        let client = client.map(client_block);
+        let account = account.to_owned();
+        self.accounts
+            .admit(&account, client, now)
+            .map_err(|retry_after| PasswordError::TooManyGuesses { retry_after })?;
+        let known = hash.is_some();
+        let phc = hash.unwrap_or(&self.decoy).to_owned();
+        let guess = guess.to_vec();
+        let right = self
+            .hashing(&self.signing_in, move |argon2| {
+                Phc::new(&phc).is_ok_and(|parsed| argon2.verify_password(&guess, &parsed).is_ok())
+            })
+            .await?
+            && known;
+        if !right {
+            self.accounts.failed(&account, client, Instant::now());
         }
-        let bump = |w: &mut Window| {
-            if w.current(now) {
-                w.failures += 1;
-            } else {
-                *w = Window {
-                    started: now,
-                    failures: 1,
-                };
-            }
-        };
-        let fresh = Window {
-            started: now,
-            failures: 0,
-        };
-        if let Some(w) = failures.by_link.get_mut(key) {
-            bump(w);
-        } else if failures.by_link.len() < REMEMBERED {
-            failures.by_link.insert(
-                key.clone(),
-                Window {
-                    failures: 1,
-                    ..fresh
-                },
-            );
-        }
-        let at = (key.clone(), client);
-        if let Some(w) = failures.by_client.get_mut(&at) {
-            bump(w);
-        } else if failures.by_client.len() < REMEMBERED {
-            failures.by_client.insert(
-                at,
-                Window {
-                    failures: 1,
-                    ..fresh
-                },
-            );
-        }
+        Ok(right)
     }
 }
 

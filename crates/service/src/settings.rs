@@ -9,6 +9,7 @@ use crate::cache::invalidations::InvalidationSettings;
 use crate::domain::{CodeSettings, Host};
 use crate::domains::DomainSettings;
 use crate::http::HttpSettings;
+use crate::sessions::AccountSettings;
 use crate::store::{BackendChoice, StoreSettings};
 use crate::visits::VisitSettings;
 
@@ -23,6 +24,7 @@ pub struct Settings {
     pub visits: VisitSettings,
     pub invalidations: InvalidationSettings,
     pub domains: DomainSettings,
+    pub accounts: AccountSettings,
 }
 
 impl Settings {
@@ -64,6 +66,7 @@ impl Default for Settings {
             visits: VisitSettings::default(),
             invalidations: InvalidationSettings::default(),
             domains: DomainSettings::default(),
+            accounts: AccountSettings::default(),
         }
     }
 }

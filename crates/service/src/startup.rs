@@ -114,7 +114,13 @@ impl Application {
                 Some(listener.local_addr()?),
             ),
         );
+        let sessions = Arc::new(crate::sessions::Sessions::new(
+            Arc::clone(&store),
+            settings.accounts.clone(),
+            settings.http.public_url.as_deref(),
+        ));
         let links = Links::new(links::Parts {
+            sessions,
             cache,
             store,
             keys,

@@ -175,6 +175,8 @@ impl From<LinksError> for ApiError {
             LinksError::Forbidden(why) => Self::Forbidden(why.into()),
             LinksError::Store(e) => e.into(),
             LinksError::Invalid(why) => Self::BadRequest(why),
+            e @ LinksError::WrongCredentials => Self::Unauthorized(e.to_string()),
+            LinksError::AccountsOff(why) => Self::NotFound(why.into()),
             LinksError::Conflict(why) => Self::Conflict(why),
             LinksError::RateLimited {
                 message,

@@ -4,7 +4,7 @@
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, Method, header};
 
 use super::AppState;
 use super::error::ApiError;
@@ -81,27 +81,9 @@ impl<S: Send + Sync> FromRequest<S> for PasswordForm {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, _: &S) -> Result<Self, ApiError> {
-        let is_form = req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(';').next())
-            .is_some_and(|m| {
-                m.trim()
-                    .eq_ignore_ascii_case("application/x-www-form-urlencoded")
-            });
-        if !is_form {
-            return Err(ApiError::UnsupportedMediaType(
-                "expected Content-Type: application/x-www-form-urlencoded".into(),
-            ));
-        }
-        let body = read_body(req, MAX_FORM_BYTES, |limit| {
-            format!("the form is too large (over {limit} bytes)")
-        })
-        .await?;
-        let password = url::form_urlencoded::parse(&body)
-            .find(|(name, _)| name == "password")
-            .map(|(_, value)| value.into_owned())
+        let password = read_form(req, MAX_FORM_BYTES)
+            .await?
+            .remove("password")
             .filter(|p| !p.is_empty())
             .ok_or_else(|| ApiError::BadRequest("field 'password' is required".into()))?;
         Password::from_text(&password)
@@ -110,23 +92,80 @@ impl<S: Send + Sync> FromRequest<S> for PasswordForm {
     }
 }
 
-/// The API key a request presents, if any: `Authorization: Bearer KEY` or
-/// `X-API-Key: KEY`. A key that is sent must be valid (401 otherwise).
+/// The fields of an `application/x-www-form-urlencoded` body of at most
+/// `max` bytes (a field sent twice: its first value).
+pub(crate) async fn read_form(
+    req: Request,
+    max: usize,
+) -> Result<std::collections::HashMap<String, String>, ApiError> {
+    let is_form = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| {
+            m.trim()
+                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+        });
+    if !is_form {
+        return Err(ApiError::UnsupportedMediaType(
+            "expected Content-Type: application/x-www-form-urlencoded".into(),
+        ));
+    }
+    let body = read_body(req, max, |limit| {
+        format!("the form is too large (over {limit} bytes)")
+    })
+    .await?;
+    let mut fields = std::collections::HashMap::new();
+    for (name, value) in url::form_urlencoded::parse(&body) {
+        fields
+            .entry(name.into_owned())
+            .or_insert_with(|| value.into_owned());
+    }
+    Ok(fields)
+}
+
+/// Who sends a request, if anyone: the API key it presents
+/// (`Authorization: Bearer KEY` or `X-API-Key: KEY`), which must be valid
+/// (401 otherwise), else the signed-in session its cookie names. A request
+/// with a key is judged by the key alone. One that writes with the cookie
+/// must come from this server's own pages (its `Origin` is the public
+/// URL's; 403 otherwise), and a user with a one-time password may do
+/// nothing but change it (403).
 pub(crate) struct Caller(pub Option<Principal>);
 
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let Some(secret) = presented_key(&parts.headers)? else {
+        if let Some(secret) = presented_key(&parts.headers)? {
+            return match state.links.keys().authenticate_fresh(secret).await {
+                Ok(p) => Ok(Self(Some(p))),
+                Err(e @ (AuthError::Unknown | AuthError::Revoked)) => {
+                    Err(ApiError::Unauthorized(e.to_string()))
+                }
+            };
+        }
+        let Some(id) = crate::sessions::Sessions::cookie(&parts.headers) else {
             return Ok(Self(None));
         };
-        match state.links.keys().authenticate_fresh(secret).await {
-            Ok(p) => Ok(Self(Some(p))),
-            Err(e @ (AuthError::Unknown | AuthError::Revoked)) => {
-                Err(ApiError::Unauthorized(e.to_string()))
-            }
+        let Some((caller, _)) = state.links.session(id).await? else {
+            return Ok(Self(None));
+        };
+        let reads = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
+        if !reads && !state.links.sessions().same_origin(&parts.headers) {
+            return Err(ApiError::Forbidden(
+                "a change made with the session cookie must come from this server's own pages \
+                 (Origin)"
+                    .into(),
+            ));
         }
+        if let crate::keys::Via::Session { must_change: true } = caller.via {
+            return Err(ApiError::Forbidden(
+                "change your one-time password first (/account/password)".into(),
+            ));
+        }
+        Ok(Self(Some(caller)))
     }
 }
 

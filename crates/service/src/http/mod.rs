@@ -5,6 +5,7 @@
 //! is a handler in `handlers.rs`, its `#[utoipa::path]`, and one line in
 //! [`routes`].
 
+mod accounts;
 mod domains;
 mod error;
 mod extract;
@@ -287,6 +288,11 @@ fn routes() -> openapi::Routes {
         .get("/api/v1/domains/{host}", domains::get)
         .patch("/api/v1/domains/{host}", domains::update)
         .delete("/api/v1/domains/{host}", domains::remove)
+        .get("/login", accounts::show_login)
+        .post("/login", accounts::login)
+        .post("/logout", accounts::logout)
+        .get("/account/password", accounts::show_password)
+        .post("/account/password", accounts::change_password)
         .get("/api/v1/keys", keys::list)
         .post("/api/v1/keys", keys::create)
         .delete("/api/v1/keys/{name}", keys::revoke)

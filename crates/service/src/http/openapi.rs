@@ -17,7 +17,7 @@ use utoipa::{Modify, OpenApi};
 
 use super::AppState;
 use super::error::ErrorMessage;
-use super::{domains, handlers, keys, qr, users, web};
+use super::{accounts, domains, handlers, keys, qr, users, web};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -53,6 +53,11 @@ use super::{domains, handlers, keys, qr, users, web};
         domains::get,
         domains::update,
         domains::remove,
+        accounts::show_login,
+        accounts::login,
+        accounts::logout,
+        accounts::show_password,
+        accounts::change_password,
         keys::list,
         keys::create,
         keys::revoke,
@@ -72,6 +77,7 @@ use super::{domains, handlers, keys, qr, users, web};
         (name = "seed", description = "The original API: create, look up, heart-beat"),
         (name = "links", description = "Managing links with an API key"),
         (name = "domains", description = "The short domains links answer on"),
+        (name = "accounts", description = "Signing in and out, for a browser"),
         (name = "keys", description = "API keys: each person's own (an admin's: every key)"),
         (name = "users", description = "People and their roles: an admin's to manage"),
         (name = "redirect", description = "Short URLs and their QR codes"),

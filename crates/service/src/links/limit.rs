@@ -11,8 +11,15 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
 
 use super::LinksError;
-use crate::domain::{KeyId, client_block};
-use crate::keys::Principal;
+use crate::domain::{KeyId, UserId, client_block};
+use crate::keys::{Principal, Via};
+
+/// Who a create's rate limit counts against: a key, or a signed-in user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Actor {
+    Key(KeyId),
+    User(UserId),
+}
 
 /// A create's client as the limits count it: its address, and whether a
 /// trusted proxy named it (a forwarded address is never exempt).
@@ -38,7 +45,8 @@ pub(crate) struct Quotas {
 /// The buckets; shared by every request.
 pub(crate) struct CreateLimiter {
     anonymous: Option<DefaultKeyedRateLimiter<IpAddr>>,
-    keys: Option<DefaultKeyedRateLimiter<KeyId>>,
+    /// By key, or by user for a signed-in session.
+    keys: Option<DefaultKeyedRateLimiter<Actor>>,
     loopback: bool,
 }
 
@@ -70,7 +78,10 @@ impl CreateLimiter {
     ) -> Result<(), LinksError> {
         let outcome = match caller {
             Some(p) => match &self.keys {
-                Some(limiter) => limiter.check_key(&p.key),
+                Some(limiter) => limiter.check_key(&match p.via {
+                    Via::Key(key) => Actor::Key(key),
+                    Via::Session { .. } => Actor::User(p.user),
+                }),
                 None => return Ok(()),
             },
             None => {

@@ -4,6 +4,7 @@
 //! rule of the game is here: who may create, read, change or delete what,
 //! how often, and which targets a link may have.
 
+mod accounts;
 pub mod bodies;
 mod keys;
 pub(crate) mod limit;
@@ -88,6 +89,12 @@ pub(crate) enum LinksError {
     /// Too many creates from this client or key.
     #[error("{message}")]
     RateLimited { message: String, retry_after: u32 },
+    /// A sign-in with a wrong name or password: one answer for both.
+    #[error("wrong name or password")]
+    WrongCredentials,
+    /// Signing in, or this way of it, is not set up here.
+    #[error("{0}")]
+    AccountsOff(&'static str),
 }
 
 /// What a redirect finds.
@@ -186,6 +193,8 @@ pub(crate) struct Parts {
     pub passwords: Arc<Passwords>,
     /// The rate limits on creates.
     pub limiter: Arc<CreateLimiter>,
+    /// Signed-in sessions.
+    pub sessions: Arc<crate::sessions::Sessions>,
 }
 
 /// Who asks, and from where: what the rules of the game read of a request

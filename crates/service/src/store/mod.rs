@@ -368,6 +368,45 @@ pub struct UserChange {
     pub disabled: Option<bool>,
 }
 
+/// A signed-in session as stored (only a hash of its id is kept), with
+/// its user as they are now.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub user: User,
+    /// The user's role when the session began: a session whose user's
+    /// role has changed since is over.
+    pub role: Role,
+    pub created_at: Timestamp,
+    pub seen_at: Timestamp,
+}
+
+/// A write to the sessions.
+#[derive(Debug, Clone)]
+pub enum SessionWrite {
+    /// A new session; sessions begun before `started_before` or last seen
+    /// before `seen_before` (expired ones) go in the same write.
+    Start {
+        hash: [u8; 32],
+        user: UserId,
+        role: Role,
+        started_before: Timestamp,
+        seen_before: Timestamp,
+    },
+    /// When a session was last seen.
+    Touch {
+        hash: [u8; 32],
+        at: Timestamp,
+    },
+    End {
+        hash: [u8; 32],
+    },
+    /// Ends every session of `user` but `keep`.
+    EndOthers {
+        user: UserId,
+        keep: Option<[u8; 32]>,
+    },
+}
+
 /// A write to the users.
 #[derive(Debug, Clone)]
 pub enum UserWrite {
@@ -565,6 +604,12 @@ pub trait LinkStore: Send + Sync + 'static {
     /// Makes, changes or removes a user; the user as it is afterwards, or
     /// `None` when there is no such user.
     async fn write_user(&self, write: UserWrite) -> Result<Option<User>, StoreError>;
+
+    /// The session whose id hashes to `hash`, read fresh (one just begun
+    /// through any instance is found).
+    async fn session(&self, hash: [u8; 32]) -> Result<Option<Session>, StoreError>;
+
+    async fn write_session(&self, write: SessionWrite) -> Result<(), StoreError>;
 
     /// Every domain, the default one (id 0, no host) first.
     async fn domains(&self) -> Result<Vec<Domain>, StoreError>;

@@ -100,6 +100,15 @@ const MIGRATIONS: &[Migration] = &[
     // id is the key's, so that link owners (key ids until now) are user
     // ids, and the links' foreign key moves from keys to users.
     Users,
+    // 6: signed-in sessions, as SQLite's schema 10.
+    Sql("CREATE TABLE sessions (
+        hash       BYTEA   PRIMARY KEY,
+        user_id    BIGINT  NOT NULL REFERENCES users (id),
+        role       TEXT    NOT NULL,
+        created_at BIGINT  NOT NULL,
+        seen_at    BIGINT  NOT NULL
+    );
+    CREATE INDEX sessions_user ON sessions (user_id);"),
 ];
 
 async fn users(tx: &tokio_postgres::Transaction<'_>) -> Result<(), tokio_postgres::Error> {

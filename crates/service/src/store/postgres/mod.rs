@@ -31,8 +31,9 @@ use serde::Serialize;
 use tokio_postgres::error::SqlState;
 
 use super::{
-    ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, NewLink, Record, StorageFailure,
-    StoreError, StoreMetrics, StoreStats, User, UserWrite, VisitScope,
+    ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, NewLink, Record, Session,
+    SessionWrite, StorageFailure, StoreError, StoreMetrics, StoreStats, User, UserWrite,
+    VisitScope,
 };
 use crate::domain::{
     CodeGenerator, Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkKey, Resolved,
@@ -564,6 +565,14 @@ impl LinkStore for PostgresStore {
 
     async fn write_user(&self, write: UserWrite) -> Result<Option<User>, StoreError> {
         with_client!(self, |c| ops::write_user(&mut c, write))
+    }
+
+    async fn session(&self, hash: [u8; 32]) -> Result<Option<Session>, StoreError> {
+        with_client!(self, |c| ops::session(&c, hash))
+    }
+
+    async fn write_session(&self, write: SessionWrite) -> Result<(), StoreError> {
+        with_client!(self, |c| ops::write_session(&c, write))
     }
 
     async fn domains(&self) -> Result<Vec<Domain>, StoreError> {

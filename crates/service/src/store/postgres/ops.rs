@@ -15,8 +15,8 @@ use crate::domain::{
     LinkRules, Owner, Resolved, Role, ShortCode, TargetUrl, Timestamp, UserId, VisitCounts,
 };
 use crate::store::{
-    ApiKey, ExtraColumns, ImportRow, LinkPatch, ListPage, ListQuery, NewUser, Record,
-    StorageFailure, StoreError, User, UserChange, UserWrite, VisitScope,
+    ApiKey, ExtraColumns, ImportRow, LinkPatch, ListPage, ListQuery, NewUser, Record, Session,
+    SessionWrite, StorageFailure, StoreError, User, UserChange, UserWrite, VisitScope,
 };
 
 const LINK_COLUMNS: &str = "l.code, l.target, l.created_at, l.expires_at, l.owner, u.name, \
@@ -26,8 +26,9 @@ const LINK_FROM: &str = "links l LEFT JOIN users u ON u.id = l.owner";
 /// domain, else on its user's.
 const KEY_COLUMNS: &str = "k.id, k.name, k.hash, k.created_at, k.last_used_at, k.revoked_at, \
      coalesce(k.domain, u.domain), k.user_id, u.name, u.role, u.disabled_at IS NOT NULL";
-const USER_COLUMNS: &str = "id, name, email, role, domain, password, must_change, \
-     disabled_at IS NOT NULL, created_at";
+/// From `users u`.
+const USER_COLUMNS: &str = "u.id, u.name, u.email, u.role, u.domain, u.password, \
+     u.must_change, u.disabled_at IS NOT NULL, u.created_at";
 const DOMAIN_COLUMNS: &str = "id, host, root_redirect, not_found_redirect, expired_redirect";
 
 /// A count as PostgreSQL's BIGINT.
@@ -620,9 +621,78 @@ pub(super) async fn create_key(
     }
 }
 
+pub(super) async fn session(c: &Client, hash: [u8; 32]) -> Result<Option<Session>, StoreError> {
+    let row = query_opt(
+        c,
+        &format!(
+            "SELECT {USER_COLUMNS}, s.role, s.created_at, s.seen_at \
+             FROM sessions s JOIN users u ON u.id = s.user_id WHERE s.hash = $1"
+        ),
+        &[&&hash[..]],
+    )
+    .await?;
+    row.map(|row| {
+        Ok(Session {
+            user: user(&row)?,
+            role: role(&row, 9)?,
+            created_at: Timestamp::from_millis(row.get(10)),
+            seen_at: Timestamp::from_millis(row.get(11)),
+        })
+    })
+    .transpose()
+}
+
+pub(super) async fn write_session(c: &Client, write: SessionWrite) -> Result<(), StoreError> {
+    let now = Timestamp::now().millis();
+    match write {
+        SessionWrite::Start {
+            hash,
+            user,
+            role,
+            started_before,
+            seen_before,
+        } => {
+            execute(
+                c,
+                "DELETE FROM sessions WHERE created_at < $1 OR seen_at < $2",
+                &[&started_before.millis(), &seen_before.millis()],
+            )
+            .await?;
+            execute(
+                c,
+                "INSERT INTO sessions (hash, user_id, role, created_at, seen_at) \
+                 VALUES ($1, $2, $3, $4, $4)",
+                &[&&hash[..], &user.0, &role.as_str(), &now],
+            )
+            .await?;
+        }
+        SessionWrite::Touch { hash, at } => {
+            execute(
+                c,
+                "UPDATE sessions SET seen_at = greatest(seen_at, $2) WHERE hash = $1",
+                &[&&hash[..], &at.millis()],
+            )
+            .await?;
+        }
+        SessionWrite::End { hash } => {
+            execute(c, "DELETE FROM sessions WHERE hash = $1", &[&&hash[..]]).await?;
+        }
+        SessionWrite::EndOthers { user, keep } => {
+            let keep: Option<Vec<u8>> = keep.map(|k| k.to_vec());
+            execute(
+                c,
+                "DELETE FROM sessions WHERE user_id = $1 AND ($2::bytea IS NULL OR hash <> $2)",
+                &[&user.0, &keep],
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
 pub(super) async fn users(c: &Client) -> Result<Vec<User>, StoreError> {
     let stmt = c
-        .prepare_cached(&format!("SELECT {USER_COLUMNS} FROM users ORDER BY id"))
+        .prepare_cached(&format!("SELECT {USER_COLUMNS} FROM users u ORDER BY u.id"))
         .await
         .map_err(store_error)?;
     c.query(&stmt, &[])
@@ -636,7 +706,7 @@ pub(super) async fn users(c: &Client) -> Result<Vec<User>, StoreError> {
 async fn user_named(c: &impl GenericClient, name: &str) -> Result<Option<User>, StoreError> {
     query_opt(
         c,
-        &format!("SELECT {USER_COLUMNS} FROM users WHERE folded = $1"),
+        &format!("SELECT {USER_COLUMNS} FROM users u WHERE u.folded = $1"),
         &[&fold_name(name)],
     )
     .await?

@@ -122,12 +122,21 @@ const MIGRATIONS: &[Migration] = &[
     // 9: users. Keys and links belong to users, and a key acts with its
     // user's role (keys.admin is no longer read). Each key of before gets
     // a user whose id is the key's, so that the owners of links (which
-    // held key ids) are now user ids; `links.owner` still says
-    // `REFERENCES keys(id)` because SQLite cannot alter a constraint, and
-    // its foreign keys are not enforced. `folded` makes names unique
-    // regardless of case. Ids are never reused. A user signed in through
-    // OpenID Connect is found by (issuer, subject).
+    // held key ids) are now user ids, and `links.owner` refers to users.
+    // `folded` makes names unique regardless of case. Ids are never
+    // reused. A user signed in through OpenID Connect is found by
+    // (issuer, subject).
     Code(users),
+    // 10: signed-in sessions, kept only as a SHA-256 of their id, with the
+    // role their user had when they began.
+    Sql("CREATE TABLE sessions (
+        hash       BLOB    PRIMARY KEY,
+        user_id    INTEGER NOT NULL,
+        role       TEXT    NOT NULL,
+        created_at INTEGER NOT NULL,
+        seen_at    INTEGER NOT NULL
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX sessions_user ON sessions (user_id);"),
 ];
 
 fn users(tx: &Transaction<'_>) -> rusqlite::Result<()> {
@@ -177,6 +186,7 @@ fn users(tx: &Transaction<'_>) -> rusqlite::Result<()> {
         ))?;
     }
     tx.execute("UPDATE keys SET user_id = id", [])?;
+    owners_are_users(tx)?;
     if !keys.is_empty() {
         tracing::info!(
             users = keys.len(),
@@ -280,6 +290,42 @@ fn canonicalize_targets(tx: &Transaction<'_>) -> rusqlite::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Points `links.owner`'s foreign key at `users` instead of `keys`. SQLite
+/// cannot alter a constraint, and the table (millions of rows) need not be
+/// copied for it: a change of a foreign key's target leaves the stored
+/// rows as they are, so the schema's text is edited in place, as SQLite's
+/// documentation of ALTER TABLE describes for such changes.
+fn owners_are_users(tx: &Transaction<'_>) -> rusqlite::Result<()> {
+    let version: i64 = tx.pragma_query_value(None, "schema_version", |r| r.get(0))?;
+    tx.pragma_update(None, "writable_schema", true)?;
+    let edited = tx.execute(
+        "UPDATE sqlite_schema SET sql = replace(sql, 'REFERENCES keys(id)', 'REFERENCES users(id)') \
+         WHERE type = 'table' AND name = 'links' AND sql LIKE '%REFERENCES keys(id)%'",
+        [],
+    );
+    tx.pragma_update(None, "writable_schema", false)?;
+    if edited? != 1 {
+        return Err(failed(
+            "the links table's owner does not refer to keys(id)".into(),
+        ));
+    }
+    tx.pragma_update(None, "schema_version", version + 1)?;
+    let check: String = tx.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
+    if check != "ok" {
+        return Err(failed(format!(
+            "the schema after pointing owners at users: {check}"
+        )));
+    }
+    Ok(())
+}
+
+fn failed(why: String) -> rusqlite::Error {
+    rusqlite::Error::SqliteFailure(
+        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
+        Some(why),
+    )
 }
 
 pub const LATEST: u32 = MIGRATIONS.len() as u32;

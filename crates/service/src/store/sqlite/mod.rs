@@ -47,8 +47,9 @@ use self::replies::Done;
 use self::slots::Slots;
 use self::writer::{Hooks, Writer};
 use super::{
-    ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, NewLink, Record, StorageFailure,
-    StoreError, StoreMetrics, StoreStats, User, UserWrite, VisitScope,
+    ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, NewLink, Record, Session,
+    SessionWrite, StorageFailure, StoreError, StoreMetrics, StoreStats, User, UserWrite,
+    VisitScope,
 };
 use crate::domain::{
     CodeGenerator, Codebook, Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkKey,
@@ -661,6 +662,18 @@ impl LinkStore for SqliteStore {
             Done::User(user) => Ok(user),
             other => Err(unexpected(other)),
         }
+    }
+
+    async fn session(&self, hash: [u8; 32]) -> Result<Option<Session>, StoreError> {
+        self.read(move |r| r.session(hash)).await
+    }
+
+    async fn write_session(&self, write: SessionWrite) -> Result<(), StoreError> {
+        self.inner
+            .writer
+            .apply(Op::Session(write))
+            .await
+            .map(|_| ())
     }
 
     async fn domains(&self) -> Result<Vec<Domain>, StoreError> {

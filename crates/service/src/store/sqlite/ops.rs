@@ -13,7 +13,9 @@ use crate::domain::{
     Codebook, Domain, DomainId, DomainRedirects, Host, KeyId, LinkKey, ShortCode, Timestamp,
     UserId, VisitCounts,
 };
-use crate::store::{ImportRow, LinkPatch, NewUser, StoreError, UserChange, UserWrite};
+use crate::store::{
+    ImportRow, LinkPatch, NewUser, SessionWrite, StoreError, UserChange, UserWrite,
+};
 
 #[derive(Debug)]
 pub(super) enum Op {
@@ -31,6 +33,7 @@ pub(super) enum Op {
         domain: Option<DomainId>,
     },
     User(UserWrite),
+    Session(SessionWrite),
     AddDomain(Host, DomainRedirects),
     SetDomain(DomainId, DomainRedirects),
     RemoveDomain {
@@ -127,6 +130,7 @@ fn run(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError
             domain,
         } => create_key(conn, name, user, hash, domain, now),
         Op::User(write) => write_user(conn, write, now),
+        Op::Session(write) => write_session(conn, write, now),
         Op::AddDomain(host, redirects) => add_domain(conn, host, redirects),
         Op::SetDomain(id, redirects) => set_domain(conn, id, redirects),
         Op::RemoveDomain { id, force } => remove_domain(conn, id, force, now),
@@ -267,11 +271,50 @@ fn create_key(
 
 fn user_named(conn: &Connection, name: &str) -> rusqlite::Result<Option<crate::store::User>> {
     conn.prepare_cached(&format!(
-        "SELECT {} FROM users WHERE folded = ?1",
+        "SELECT {} FROM users u WHERE u.folded = ?1",
         rows::USER_COLUMNS
     ))?
     .query_row([fold_name(name)], rows::user)
     .optional()
+}
+
+fn write_session(
+    conn: &Connection,
+    write: SessionWrite,
+    now: Timestamp,
+) -> Result<Applied, StoreError> {
+    match write {
+        SessionWrite::Start {
+            hash,
+            user,
+            role,
+            started_before,
+            seen_before,
+        } => {
+            conn.prepare_cached("DELETE FROM sessions WHERE created_at < ?1 OR seen_at < ?2")?
+                .execute((started_before.millis(), seen_before.millis()))?;
+            conn.prepare_cached(
+                "INSERT INTO sessions (hash, user_id, role, created_at, seen_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?4)",
+            )?
+            .execute((&hash[..], user.0, role.as_str(), now.millis()))?;
+        }
+        SessionWrite::Touch { hash, at } => {
+            conn.prepare_cached("UPDATE sessions SET seen_at = max(seen_at, ?2) WHERE hash = ?1")?
+                .execute((&hash[..], at.millis()))?;
+        }
+        SessionWrite::End { hash } => {
+            conn.prepare_cached("DELETE FROM sessions WHERE hash = ?1")?
+                .execute([&hash[..]])?;
+        }
+        SessionWrite::EndOthers { user, keep } => {
+            conn.prepare_cached(
+                "DELETE FROM sessions WHERE user_id = ?1 AND (?2 IS NULL OR hash <> ?2)",
+            )?
+            .execute((user.0, keep.as_ref().map(|k| &k[..])))?;
+        }
+    }
+    Ok(applied(Done::Nothing))
 }
 
 fn write_user(conn: &Connection, write: UserWrite, now: Timestamp) -> Result<Applied, StoreError> {

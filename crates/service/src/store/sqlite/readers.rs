@@ -23,7 +23,7 @@ use super::{ConnectionMode, SqliteSettings};
 use crate::domain::{
     Codebook, Domain, HourCount, Link, LinkKey, Resolved, TargetUrl, Timestamp, VisitCounts,
 };
-use crate::store::{ApiKey, ListPage, ListQuery, Record, User, VisitScope};
+use crate::store::{ApiKey, ListPage, ListQuery, Record, Session, User, VisitScope};
 
 /// What a redirect needs of a live link (find.rs).
 const SELECT_TARGET: Statements<&str> = Statements {
@@ -317,11 +317,26 @@ impl Readers {
         })
     }
 
+    /// The session `hash` names, with its user, through a snapshot begun
+    /// now (one just begun must be found).
+    pub(super) fn session(&self, hash: [u8; 32]) -> rusqlite::Result<Option<Session>> {
+        use rusqlite::OptionalExtension;
+        self.with_fresh_connection(|conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {}, s.role, s.created_at, s.seen_at \
+                 FROM sessions s JOIN users u ON u.id = s.user_id WHERE s.hash = ?1",
+                rows::USER_COLUMNS
+            ))?
+            .query_row([&hash[..]], rows::session)
+            .optional()
+        })
+    }
+
     /// Every user, through a snapshot begun now (as keys are).
     pub(super) fn users(&self) -> rusqlite::Result<Vec<User>> {
         self.with_fresh_connection(|conn| {
             conn.prepare_cached(&format!(
-                "SELECT {} FROM users ORDER BY id",
+                "SELECT {} FROM users u ORDER BY u.id",
                 rows::USER_COLUMNS
             ))?
             .query_map([], rows::user)?

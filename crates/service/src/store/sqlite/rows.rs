@@ -8,7 +8,7 @@ use crate::domain::{
     Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkRules, Owner, Role, ShortCode,
     TargetUrl, Timestamp, UserId,
 };
-use crate::store::{ApiKey, ExtraColumns, User};
+use crate::store::{ApiKey, ExtraColumns, Session, User};
 
 /// The columns [`link`] reads, from `links l LEFT JOIN users u`.
 pub(super) const LINK_COLUMNS: &str = "l.code, l.target, l.created_at, l.expires_at, l.owner, \
@@ -100,9 +100,9 @@ fn role_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Role> {
     })
 }
 
-/// The columns [`user`] reads, from `users`.
-pub(super) const USER_COLUMNS: &str = "id, name, email, role, domain, password, must_change, \
-     disabled_at IS NOT NULL, created_at";
+/// The columns [`user`] reads, from `users u`.
+pub(super) const USER_COLUMNS: &str = "u.id, u.name, u.email, u.role, u.domain, u.password, \
+     u.must_change, u.disabled_at IS NOT NULL, u.created_at";
 
 pub(super) fn user(row: &Row<'_>) -> rusqlite::Result<User> {
     Ok(User {
@@ -115,6 +115,17 @@ pub(super) fn user(row: &Row<'_>) -> rusqlite::Result<User> {
         must_change: row.get(6)?,
         disabled: row.get(7)?,
         created_at: Timestamp::from_millis(row.get(8)?),
+    })
+}
+
+/// A session: [`USER_COLUMNS`] of its user, then its role, start and
+/// last sight.
+pub(super) fn session(row: &Row<'_>) -> rusqlite::Result<Session> {
+    Ok(Session {
+        user: user(row)?,
+        role: role_at(row, 9)?,
+        created_at: Timestamp::from_millis(row.get(10)?),
+        seen_at: Timestamp::from_millis(row.get(11)?),
     })
 }
 
