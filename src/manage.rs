@@ -178,6 +178,7 @@ pub fn users(command: UsersCommand) -> anyhow::Result<ExitCode> {
                 role,
                 email,
                 domain,
+                local_login,
                 store,
             } => {
                 check_user_name(&name).map_err(anyhow::Error::msg)?;
@@ -185,10 +186,14 @@ pub fn users(command: UsersCommand) -> anyhow::Result<ExitCode> {
                     .map(|e| litelink_service::users::Email::try_from(e).map(|e| e.into_string()))
                     .transpose()
                     .map_err(anyhow::Error::msg)?;
-                let password = one_time_password();
-                let hash = hash_password(password.clone())
-                    .await
-                    .map_err(anyhow::Error::msg)?;
+                let password = match local_login.is_on() {
+                    true => Some(one_time_password()),
+                    false => None,
+                };
+                let hash = match &password {
+                    Some(p) => Some(hash_password(p.clone()).await.map_err(anyhow::Error::msg)?),
+                    None => None,
+                };
                 let store = open_tool_store(&store.settings(), Purpose::Tool).await?;
                 let created = async {
                     let domain = match &domain {
@@ -200,20 +205,29 @@ pub fn users(command: UsersCommand) -> anyhow::Result<ExitCode> {
                         email,
                         role,
                         domain,
-                        password: Some(hash),
-                        must_change: true,
+                        must_change: hash.is_some(),
+                        password: hash,
                     };
                     made_user(store.write_user(UserWrite::Create(new)).await, &name)
                 }
                 .await;
                 store.close().await;
                 let user = created?;
-                println!("{password}");
-                eprintln!(
-                    "user '{}' created ({}); this one-time password is shown once and must be changed at first sign-in",
-                    user.name,
-                    user.role.as_str()
-                );
+                match password {
+                    Some(password) => {
+                        println!("{password}");
+                        eprintln!(
+                            "user '{}' created ({}); this one-time password is shown once and must be changed at first sign-in",
+                            user.name,
+                            user.role.as_str()
+                        );
+                    }
+                    None => eprintln!(
+                        "user '{}' created ({}) without a password: local passwords are off",
+                        user.name,
+                        user.role.as_str()
+                    ),
+                }
                 Ok(ExitCode::SUCCESS)
             }
             UsersCommand::List { store } => {

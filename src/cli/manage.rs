@@ -7,8 +7,8 @@ use clap::{Args, Subcommand};
 use litelink_service::domain::Role;
 use litelink_service::transfer::Format;
 
-use super::keyword;
 use super::serve::StoreArgs;
+use super::{OnOff, keyword};
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum KeysCommand {
@@ -62,6 +62,11 @@ pub enum UsersCommand {
         /// Limit the user to one domain (a host, or `default`).
         #[arg(long, value_name = "HOST")]
         domain: Option<String>,
+        /// `off`: local passwords are off on the server (as `serve
+        /// --local-login off`), so the user gets none and signs in only
+        /// through the identity provider.
+        #[arg(long, env = "LITELINK_LOCAL_LOGIN", value_enum, default_value = "on")]
+        local_login: OnOff,
         #[command(flatten)]
         store: StoreArgs,
     },

@@ -287,3 +287,56 @@ async fn an_idle_session_ends_and_accounts_need_the_public_url() {
     )
     .await;
 }
+
+/// With `--local-login off`, users get no password and `/login` takes
+/// none; `users create --local-login off` prints none.
+#[tokio::test]
+async fn without_local_passwords_users_get_none() {
+    let app = spawn_app(&["--public-url", PUBLIC, "--local-login", "off"]).await;
+    let admin = app.new_key("root", true).await;
+    let made = app
+        .api(
+            Method::POST,
+            "/api/v1/users",
+            Some(&admin),
+            Some(json!({"name": "ann", "role": "member"})),
+        )
+        .await;
+    assert_eq!(made.status(), 201);
+    let made = body(made).await;
+    assert!(made.get("password").is_none(), "{made}");
+    assert_error(
+        sign_in(&app, "ann", "anything at all").await,
+        404,
+        "local passwords",
+    )
+    .await;
+    let page = app
+        .client
+        .get(app.url("/login"))
+        .send()
+        .await
+        .expect("page");
+    assert_eq!(page.status(), 200);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_litelink"))
+        .args([
+            "users",
+            "create",
+            "--name",
+            "bo",
+            "--role",
+            "viewer",
+            "--local-login",
+            "off",
+            "--db",
+        ])
+        .arg(&app.db)
+        .output()
+        .expect("litelink users");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty(), "no password is printed");
+}

@@ -31,10 +31,12 @@ pub enum ShortCodeError {
 /// Names that are, or will be, routes or files of litelink's own: never an
 /// alias and never a generated code, so that no route ever shadows a link.
 pub(crate) const RESERVED: &[&str] = &[
+    "account",
     "admin",
     "api",
     "app",
     "assets",
+    "auth",
     "docs",
     "favicon.ico",
     "health",
@@ -42,6 +44,7 @@ pub(crate) const RESERVED: &[&str] = &[
     "link",
     "links",
     "login",
+    "logout",
     "manage",
     "metrics",
     "openapi.json",

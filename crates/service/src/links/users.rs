@@ -61,14 +61,21 @@ impl Links {
             .as_deref()
             .map(|d| self.domain_named(d))
             .transpose()?;
-        let (password, hash) = self.new_password().await?;
+        // Where local passwords are off, a user signs in only through the
+        // identity provider (or uses keys), and gets no password at all.
+        let (password, hash) = if self.inner.sessions.local_login() {
+            let (password, hash) = self.new_password().await?;
+            (Some(password), Some(hash))
+        } else {
+            (None, None)
+        };
         let new = NewUser {
             name: body.name.into_string(),
             email: body.email.map(|e| e.into_string()),
             role: body.role,
             domain,
-            password: Some(hash),
-            must_change: true,
+            must_change: hash.is_some(),
+            password: hash,
         };
         let user = self
             .inner
@@ -78,7 +85,7 @@ impl Links {
             .ok_or_else(|| LinksError::Conflict("the user was not stored".into()))?;
         Ok(CreatedUser {
             user: self.user_view(user),
-            password: Some(password),
+            password,
         })
     }
 

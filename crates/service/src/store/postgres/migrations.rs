@@ -9,9 +9,11 @@ enum Migration {
     Sql(&'static str),
     /// Each key of before gets a user (see [`users`]).
     Users,
+    /// Sessions (see [`sessions`]).
+    Sessions,
 }
 
-use Migration::{Sql, Users};
+use Migration::{Sessions, Sql, Users};
 
 /// Each entry moves the schema from version `i` to `i + 1`, in one
 /// transaction with the version bump. Never edit an entry that has shipped.
@@ -100,15 +102,9 @@ const MIGRATIONS: &[Migration] = &[
     // id is the key's, so that link owners (key ids until now) are user
     // ids, and the links' foreign key moves from keys to users.
     Users,
-    // 6: signed-in sessions, as SQLite's schema 10.
-    Sql("CREATE TABLE sessions (
-        hash       BYTEA   PRIMARY KEY,
-        user_id    BIGINT  NOT NULL REFERENCES users (id),
-        role       TEXT    NOT NULL,
-        created_at BIGINT  NOT NULL,
-        seen_at    BIGINT  NOT NULL
-    );
-    CREATE INDEX sessions_user ON sessions (user_id);"),
+    // 6: signed-in sessions, as SQLite's schema 10, and the links that
+    // the sign-in routes now hide, logged.
+    Sessions,
 ];
 
 async fn users(tx: &tokio_postgres::Transaction<'_>) -> Result<(), tokio_postgres::Error> {
@@ -181,6 +177,37 @@ async fn users(tx: &tokio_postgres::Transaction<'_>) -> Result<(), tokio_postgre
     Ok(())
 }
 
+async fn sessions(tx: &tokio_postgres::Transaction<'_>) -> Result<(), tokio_postgres::Error> {
+    tx.batch_execute(
+        "CREATE TABLE sessions (
+            hash       BYTEA   PRIMARY KEY,
+            user_id    BIGINT  NOT NULL REFERENCES users (id),
+            role       TEXT    NOT NULL,
+            created_at BIGINT  NOT NULL,
+            seen_at    BIGINT  NOT NULL
+        );
+        CREATE INDEX sessions_user ON sessions (user_id);",
+    )
+    .await?;
+    let hidden = tx
+        .query(
+            "SELECT l.code, d.host FROM links l JOIN domains d ON d.id = l.domain \
+             WHERE l.deleted_at IS NULL AND l.code IN ('account', 'auth', 'logout')",
+            &[],
+        )
+        .await?;
+    for row in hidden {
+        let code: String = row.get(0);
+        let host: Option<String> = row.get(1);
+        tracing::warn!(
+            code,
+            domain = host.as_deref().unwrap_or(crate::domain::DEFAULT_NAME),
+            "this link's code is now a route of litelink's own, which hides it: give it an alias"
+        );
+    }
+    Ok(())
+}
+
 pub(crate) const LATEST: i32 = MIGRATIONS.len() as i32;
 
 /// Any constant: the lock's key among the database's advisory locks.
@@ -228,6 +255,7 @@ pub async fn migrate_to(client: &mut Client, target: i32) -> Result<i32, Migrati
         match step {
             Sql(sql) => tx.batch_execute(sql).await?,
             Users => users(&tx).await?,
+            Sessions => sessions(&tx).await?,
         }
         tx.execute(
             "UPDATE litelink_schema SET version = $1",

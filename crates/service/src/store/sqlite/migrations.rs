@@ -128,16 +128,38 @@ const MIGRATIONS: &[Migration] = &[
     // (issuer, subject).
     Code(users),
     // 10: signed-in sessions, kept only as a SHA-256 of their id, with the
-    // role their user had when they began.
-    Sql("CREATE TABLE sessions (
-        hash       BLOB    PRIMARY KEY,
-        user_id    INTEGER NOT NULL,
-        role       TEXT    NOT NULL,
-        created_at INTEGER NOT NULL,
-        seen_at    INTEGER NOT NULL
-    ) STRICT, WITHOUT ROWID;
-    CREATE INDEX sessions_user ON sessions (user_id);"),
+    // role their user had when they began. The sign-in routes' names are
+    // reserved from now on: links of before with those codes are logged.
+    Code(sessions),
 ];
+
+fn sessions(tx: &Transaction<'_>) -> rusqlite::Result<()> {
+    tx.execute_batch(
+        "CREATE TABLE sessions (
+            hash       BLOB    PRIMARY KEY,
+            user_id    INTEGER NOT NULL,
+            role       TEXT    NOT NULL,
+            created_at INTEGER NOT NULL,
+            seen_at    INTEGER NOT NULL
+        ) STRICT, WITHOUT ROWID;
+        CREATE INDEX sessions_user ON sessions (user_id);",
+    )?;
+    let mut hidden = tx.prepare(
+        "SELECT l.code, d.host FROM links l JOIN domains d ON d.id = l.domain \
+         WHERE l.deleted_at IS NULL AND l.code IN ('account', 'auth', 'logout')",
+    )?;
+    let mut rows = hidden.query([])?;
+    while let Some(row) = rows.next()? {
+        let code: String = row.get(0)?;
+        let host: Option<String> = row.get(1)?;
+        tracing::warn!(
+            code,
+            domain = host.as_deref().unwrap_or(crate::domain::DEFAULT_NAME),
+            "this link's code is now a route of litelink's own, which hides it: give it an alias"
+        );
+    }
+    Ok(())
+}
 
 fn users(tx: &Transaction<'_>) -> rusqlite::Result<()> {
     tx.execute_batch(
