@@ -163,7 +163,7 @@ crate::on_both_stores! {
         let r = change("a long new password", "another long password", &first).await;
         assert_eq!(r.status(), 303);
         assert_error(with_cookie(&app, Method::GET, "/api/v1/links", &second, None, None).await,
-            401, "required").await;
+            401, "sign in again").await;
         assert_eq!(with_cookie(&app, Method::GET, "/api/v1/links", &first, None, None).await.status(), 200);
 
         // Disabled, or given another role: the session is over at once.

@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import http from "node:http";
+import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -44,7 +45,8 @@ function startLitelink(db, extra = []) {
   return new Promise((resolve, reject) => {
     // Loopback is the trusted proxy, so that visits can come "from" the
     // addresses the charts test forwards.
-    const args = ["serve", "--listen", "127.0.0.1:0", "--db", db, "--trust-proxy", "127.0.0.1", ...extra];
+    const listen = extra.includes("--listen") ? [] : ["--listen", "127.0.0.1:0"];
+    const args = ["serve", ...listen, "--db", db, "--trust-proxy", "127.0.0.1", ...extra];
     const proc = spawn(BIN, args, {
       env: { ...process.env, RUST_LOG: "warn" },
       stdio: ["ignore", "pipe", "inherit"],
@@ -575,4 +577,123 @@ test("with two domains: the picker, the domain's QR code, and the manage filter"
   await item.waitFor({ state: "detached" });
   assert.equal((await onHere("short.test", `/${code}`)).status, 404);
   await page.context().close();
+});
+
+/// A free loopback port: the signed-in tests need the public URL (and so
+/// the port) before litelink starts.
+function freePort() {
+  return new Promise((resolve) => {
+    const s = net.createServer();
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/// Makes a user with `litelink users create` and signs them in on a new
+/// page, changing the one-time password on the way.
+async function signIn(at, db, name, role) {
+  const once = execFileSync(BIN, ["users", "create", "--name", name, "--role", role, "--db", db], {
+    encoding: "utf8",
+  }).trim();
+  const page = await newPage();
+  await page.goto(`${at}/login`);
+  await page.getByLabel("Name").fill(name);
+  await page.getByLabel("Password").fill(once);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.waitForURL(`${at}/account/password`);
+  await page.getByLabel("Current password").fill(once);
+  await page.getByLabel(/New password/).fill(`${name} has a long password`);
+  await page.getByRole("button", { name: "Change" }).click();
+  await page.waitForURL(`${at}/manage`);
+  await page.locator("#who").waitFor({ state: "visible" });
+  return page;
+}
+
+test("signed in: a member's links, a viewer's view, sign-out and an ended session", async () => {
+  const port = await freePort();
+  const at = `http://127.0.0.1:${port}`;
+  const db = path.join(dir, "accounts.db");
+  const admin = execFileSync(BIN, ["keys", "create", "--name", "boss", "--admin", "--db", db], {
+    encoding: "utf8",
+  }).split("\n")[0].trim();
+  const { proc } = await startLitelink(db, ["--listen", `127.0.0.1:${port}`, "--public-url", at]);
+  try {
+    // A member signs in, creates a link from the page, sees it managed.
+    const ann = await signIn(at, db, "ann", "member");
+    assert.match(await ann.locator("#who").textContent(), /Signed in as ann \(member\)/);
+    await ann.goto(`${at}/`);
+    await ann.getByLabel("Long URL").fill("https://example.com/ann-from-the-page");
+    await ann.keyboard.press("Enter");
+    await ann.locator("#result").waitFor({ state: "visible" });
+    const annCode = codeOf(await ann.locator("#short").inputValue());
+    // Another member's link, made with a key.
+    const bobKey = execFileSync(BIN, ["keys", "create", "--name", "bob", "--db", db], { encoding: "utf8" })
+      .split("\n")[0].trim();
+    const r = await fetch(`${at}/api/v1/links`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${bobKey}`, "content-type": "application/json" },
+      body: JSON.stringify({ url: "https://example.com/bobs" }),
+    });
+    assert.equal(r.status, 201);
+    const bobCode = (await r.json()).code;
+    await ann.goto(`${at}/manage`);
+    await ann.locator(`li[data-code="${annCode}"]`).waitFor();
+    assert.equal(await ann.locator(`li[data-code="${bobCode}"]`).count(), 0, "a member sees only their own");
+    assert.equal(await ann.locator(`li[data-code="${annCode}"] button`, { hasText: "Edit" }).count(), 1);
+
+    // A key made in the manage view works with the API.
+    await ann.getByLabel("New key's name").fill("ann-script");
+    await ann.getByRole("button", { name: "Make key" }).click();
+    await ann.locator("#new-secret").waitFor({ state: "visible" });
+    const secret = (await ann.locator("#new-secret").textContent()).match(/ll_\w+/)[0];
+    const listed = await fetch(`${at}/api/v1/links`, { headers: { authorization: `Bearer ${secret}` } });
+    assert.equal(listed.status, 200);
+    assert.ok((await listed.json()).links.some((l) => l.code === annCode));
+
+    // A viewer sees every link, with no buttons to change them, and the
+    // API refuses a change made from the page.
+    const val = await signIn(at, db, "val", "viewer");
+    await val.locator(`li[data-code="${bobCode}"]`).waitFor();
+    await val.locator(`li[data-code="${annCode}"]`).waitFor();
+    assert.equal(await val.locator("#list button", { hasText: "Edit" }).count(), 0);
+    assert.equal(await val.locator("#list button", { hasText: "Delete" }).count(), 0);
+    const refused = await val.evaluate(async (code) => {
+      const res = await fetch(`/api/v1/links/${code}`, { method: "DELETE" });
+      return res.status;
+    }, annCode);
+    assert.equal(refused, 403);
+
+    // Signing out ends the session: the old cookie is refused.
+    const cookies = await ann.context().cookies();
+    const session = cookies.find((c) => c.name === "litelink_session");
+    assert.ok(session && session.httpOnly, "an HttpOnly session cookie");
+    await ann.getByRole("button", { name: "Sign out" }).click();
+    await ann.waitForURL(`${at}/login`);
+    const old = await fetch(`${at}/api/v1/links`, { headers: { cookie: `litelink_session=${session.value}` } });
+    assert.equal(old.status, 401);
+
+    const users = await fetch(`${at}/api/v1/users`, { headers: { authorization: `Bearer ${admin}` } });
+    assert.equal(users.status, 200, "the admin key still works");
+  } finally {
+    proc.kill("SIGTERM");
+  }
+});
+
+test("an ended session sends the person back to sign in", async () => {
+  const port = await freePort();
+  const at = `http://127.0.0.1:${port}`;
+  const db = path.join(dir, "idle.db");
+  const { proc } = await startLitelink(db, ["--listen", `127.0.0.1:${port}`, "--public-url", at,
+    "--session-idle", "2"]);
+  try {
+    const page = await signIn(at, db, "ida", "member");
+    // Unused for longer than --session-idle.
+    await new Promise((resolve) => setTimeout(resolve, 4_000));
+    await page.goto(`${at}/manage`);
+    await page.waitForURL(`${at}/login`);
+  } finally {
+    proc.kill("SIGTERM");
+  }
 });

@@ -185,7 +185,9 @@ impl Sessions {
             self.store.write_session(SessionWrite::End { hash }).await?;
             return Ok(None);
         }
-        if age(session.seen_at) >= TOUCH_EVERY && self.due(hash) {
+        // At most once a minute, and often enough for a shorter idle limit.
+        let every = TOUCH_EVERY.min(self.settings.session_idle / 2);
+        if age(session.seen_at) >= every && self.due(hash, every) {
             self.store
                 .write_session(SessionWrite::Touch { hash, at: now })
                 .await?;
@@ -207,16 +209,16 @@ impl Sessions {
 
     /// Whether this session's last sight is due to be written, noting that
     /// it is.
-    fn due(&self, hash: [u8; 32]) -> bool {
+    fn due(&self, hash: [u8; 32], every: Duration) -> bool {
         let mut touched = self.touched.lock().unwrap_or_else(|e| e.into_inner());
         if touched.len() >= REMEMBERED {
-            touched.retain(|_, at| at.elapsed() < TOUCH_EVERY);
+            touched.retain(|_, at| at.elapsed() < every);
             if touched.len() >= REMEMBERED {
                 touched.clear();
             }
         }
         match touched.get(&hash) {
-            Some(at) if at.elapsed() < TOUCH_EVERY => false,
+            Some(at) if at.elapsed() < every => false,
             _ => {
                 touched.insert(hash, Instant::now());
                 true

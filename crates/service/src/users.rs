@@ -199,6 +199,18 @@ pub struct CreatedKey {
 /// key's hash in memory.
 pub const MAX_KEYS_PER_USER: usize = 100;
 
+/// Who the caller is (`GET /api/v1/account`).
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Account)]
+pub struct AccountView {
+    pub name: String,
+    pub role: Role,
+    /// The one domain the caller works on; null: every domain.
+    pub domain: Option<String>,
+    /// How the caller proved who they are: `key` or `session`.
+    pub via: &'static str,
+}
+
 /// A one-time password: 20 random base62 characters (about 119 bits).
 pub fn one_time_password() -> String {
     Alphanumeric.sample_string(&mut rand::rng(), 20)

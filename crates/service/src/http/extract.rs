@@ -150,6 +150,9 @@ impl FromRequestParts<AppState> for Caller {
             return Ok(Self(None));
         };
         let Some((caller, _)) = state.links.session(id).await? else {
+            // Over or unknown: anonymous, but a route that needs someone
+            // says that the session ended.
+            parts.extensions.insert(SessionEnded);
             return Ok(Self(None));
         };
         let reads = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
@@ -178,12 +181,19 @@ impl FromRequestParts<AppState> for Key {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         match Caller::from_request_parts(parts, state).await? {
             Caller(Some(p)) => Ok(Self(p)),
+            Caller(None) if parts.extensions.get::<SessionEnded>().is_some() => Err(
+                ApiError::Unauthorized("the session has ended: sign in again".into()),
+            ),
             Caller(None) => Err(ApiError::Unauthorized(
                 "an API key is required (Authorization: Bearer KEY, or X-API-Key: KEY)".into(),
             )),
         }
     }
 }
+
+/// A request whose session cookie names no session that goes on.
+#[derive(Clone, Copy)]
+struct SessionEnded;
 
 /// The address of the connection's peer (a proxy's, behind one). Set on
 /// `POST` requests only (see `server::connection`): the rate limits on

@@ -10,7 +10,26 @@ use serde::Serialize;
 use super::AppState;
 use super::error::{ApiError, ErrorMessage};
 use super::extract::{Json as Body, Key, Segment};
-use crate::users::{CreatedKey, KeyView, NewKeyBody};
+use crate::keys::Via;
+use crate::users::{AccountView, CreatedKey, KeyView, NewKeyBody};
+
+#[utoipa::path(get, path = "/api/v1/account", tag = "keys", operation_id = "account",
+    responses(
+        (status = 200, description = "Who the caller is: the user a key or a session acts as, and its role", body = AccountView),
+        (status = 401, description = "No valid key or session", body = ErrorMessage),
+    ),
+    security(("bearer" = []), ("api_key" = [])))]
+pub(crate) async fn account(State(state): State<AppState>, Key(caller): Key) -> Json<AccountView> {
+    Json(AccountView {
+        domain: caller.domain.map(|d| state.links.domain_label(d)),
+        name: caller.name,
+        role: caller.role,
+        via: match caller.via {
+            Via::Key(_) => "key",
+            Via::Session { .. } => "session",
+        },
+    })
+}
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct KeyList {

@@ -293,6 +293,7 @@ fn routes() -> openapi::Routes {
         .post("/logout", accounts::logout)
         .get("/account/password", accounts::show_password)
         .post("/account/password", accounts::change_password)
+        .get("/api/v1/account", keys::account)
         .get("/api/v1/keys", keys::list)
         .post("/api/v1/keys", keys::create)
         .delete("/api/v1/keys/{name}", keys::revoke)

@@ -58,6 +58,7 @@ use super::{accounts, domains, handlers, keys, qr, users, web};
         accounts::logout,
         accounts::show_password,
         accounts::change_password,
+        keys::account,
         keys::list,
         keys::create,
         keys::revoke,

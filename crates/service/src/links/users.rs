@@ -21,7 +21,7 @@ impl Links {
     }
 
     /// A domain as users name it: its host, or `default`.
-    pub(super) fn domain_label(&self, id: DomainId) -> String {
+    pub(crate) fn domain_label(&self, id: DomainId) -> String {
         match self.inner.domains.host_of(id) {
             Some(host) if !id.is_default() => host.to_string(),
             _ => DEFAULT_NAME.to_owned(),

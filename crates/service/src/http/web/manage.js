@@ -1,6 +1,8 @@
-// The manage page: a key holder's links, searched and paged, edited,
-// deleted (after a confirmation), and each one's visits as a chart. The key
-// stays in this tab's sessionStorage.
+// The manage page: the signed-in person's links (or a key holder's),
+// searched and paged, edited, deleted (after a confirmation), and each
+// one's visits as a chart, with the buttons their role allows; and their
+// own API keys. A typed key stays in this tab's sessionStorage; a
+// signed-in person's session is the server's cookie.
 "use strict";
 
 const KEY = "litelink.key";
@@ -9,6 +11,8 @@ const SVG = "http://www.w3.org/2000/svg";
 
 const $ = (id) => document.getElementById(id);
 let cursor = null;
+// Who is managing: `{name, role, domain, via}` from /api/v1/account.
+let account = null;
 
 function key() {
   return sessionStorage.getItem(KEY) || "";
@@ -31,7 +35,9 @@ function svg(tag, attrs = {}) {
 }
 
 async function api(method, path, body) {
-  const headers = { authorization: `Bearer ${key()}` };
+  const headers = {};
+  // A typed key decides alone; without one, the session cookie goes.
+  if (key()) headers.authorization = `Bearer ${key()}`;
   if (body !== undefined) headers["content-type"] = "application/json";
   const response = await fetch(path, {
     method,
@@ -98,7 +104,9 @@ function fill(li, link) {
   const edit = el("button", { type: "button", class: "secondary", text: "Edit" });
   const visits = el("button", { type: "button", class: "secondary", text: "Visits", "aria-expanded": "false" });
   const del = el("button", { type: "button", class: "secondary", text: "Delete" });
-  const actions = el("div", { class: "actions" }, edit, visits, del);
+  // A viewer reads everything and changes nothing: no buttons to change.
+  const changes = !(account && account.role === "viewer");
+  const actions = changes ? el("div", { class: "actions" }, edit, visits, del) : el("div", { class: "actions" }, visits);
   const panel = el("div", { class: "panel" });
   li.replaceChildren(
     el("a", { class: "short", href: short, text: short }),
@@ -348,8 +356,7 @@ async function load(reset) {
   } catch (e) {
     if (mine !== loads) return true;
     if (e.status === 401) {
-      forget();
-      showKeyError(e.message);
+      signedOut(e.message);
     } else {
       status(e.message);
     }
@@ -364,9 +371,70 @@ function showKeyError(message) {
 
 function forget() {
   sessionStorage.removeItem(KEY);
+  account = null;
   $("manage").hidden = true;
+  $("keys").hidden = true;
   $("key-form").hidden = false;
+  $("sign-in-note").hidden = false;
   $("key").value = "";
+}
+
+// A 401: a typed key that stopped working, or a session that ended (then
+// back to the sign-in page).
+function signedOut(message) {
+  const session = account && account.via === "session";
+  forget();
+  if (session || /sign in again/.test(message)) {
+    location.assign("/login");
+    return;
+  }
+  showKeyError(message);
+}
+
+async function showKeys() {
+  try {
+    const { keys } = await api("GET", "/api/v1/keys");
+    const list = $("key-list");
+    list.replaceChildren();
+    for (const k of keys) {
+      const li = el("li", { "data-key": k.name },
+        el("div", { class: "url", text: k.name }),
+        el("div", { class: "meta", text: `${k.role} · made ${when(k.created_at)} · last used ${when(k.last_used_at)}` +
+          (k.revoked_at ? ` · revoked ${when(k.revoked_at)}` : "") }));
+      if (!k.revoked_at) {
+        const revoke = el("button", { type: "button", class: "secondary", text: "Revoke" });
+        revoke.addEventListener("click", async () => {
+          try {
+            await api("DELETE", `/api/v1/keys/${encodeURIComponent(k.name)}`);
+            await showKeys();
+          } catch (e) {
+            status(e.message);
+          }
+        });
+        li.append(el("div", { class: "actions" }, revoke));
+      }
+      list.append(li);
+    }
+    $("keys").hidden = false;
+  } catch {
+    $("keys").hidden = true;
+  }
+}
+
+async function newKey(event) {
+  event.preventDefault();
+  const name = $("key-name").value.trim();
+  if (!name) return;
+  try {
+    const made = await api("POST", "/api/v1/keys", { name });
+    $("new-secret").textContent = `Your new key (shown this once): ${made.secret}`;
+    $("new-secret").hidden = false;
+    $("key-name").value = "";
+    await showKeys();
+  } catch (e) {
+    $("new-secret").textContent = e.message;
+    $("new-secret").hidden = false;
+  }
 }
 
 async function useKey(event) {
@@ -403,10 +471,26 @@ async function showDomains() {
 }
 
 async function start() {
+  try {
+    account = await api("GET", "/api/v1/account");
+  } catch (e) {
+    if (e.status === 401) {
+      signedOut(e.message);
+      return;
+    }
+    account = null;
+  }
+  const session = account && account.via === "session";
+  $("who").textContent = account ? `${session ? "Signed in as" : "Key of"} ${account.name} (${account.role})` : "";
+  $("who").hidden = !account;
+  $("forget").hidden = session;
+  $("sign-out-form").hidden = !session;
+  $("sign-in-note").hidden = true;
   await showDomains();
   showKeyError("");
   $("key-form").hidden = true;
   $("manage").hidden = false;
+  if (session) await showKeys();
   if (!(await load(true))) {
     $("key").focus();
   } else {
@@ -426,5 +510,16 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("more").addEventListener("click", () => load(false));
   $("domain").addEventListener("change", () => load(true));
-  if (key()) start();
+  $("new-key").addEventListener("submit", newKey);
+  if (key()) {
+    start();
+  } else {
+    // Signed in? The session cookie answers for itself.
+    api("GET", "/api/v1/account").then((who) => {
+      if (who && who.via === "session") start();
+    }, (e) => {
+      // A session that ended: back to the sign-in page.
+      if (e.status === 401 && /sign in again/.test(e.message)) location.assign("/login");
+    });
+  }
 });
