@@ -272,6 +272,7 @@ pub fn users(command: UsersCommand) -> anyhow::Result<ExitCode> {
                     ..UserChange::default()
                 };
                 let user = change_user(&store.settings(), &name, change).await?;
+                end_sessions(&store.settings(), user.id).await?;
                 println!("{password}");
                 eprintln!(
                     "user '{}' has a new one-time password, shown once; it must be changed at the next sign-in",
@@ -290,6 +291,19 @@ pub fn users(command: UsersCommand) -> anyhow::Result<ExitCode> {
             }
         }
     })
+}
+
+/// Ends every session of `user` (after a password reset).
+async fn end_sessions(
+    settings: &litelink_service::store::StoreSettings,
+    user: litelink_service::domain::UserId,
+) -> anyhow::Result<()> {
+    let store = open_tool_store(settings, Purpose::Tool).await?;
+    let ended = store
+        .write_session(litelink_service::store::SessionWrite::EndOthers { user, keep: None })
+        .await;
+    store.close().await;
+    Ok(ended?)
 }
 
 /// Applies `change` to the user `name` names.

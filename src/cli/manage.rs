@@ -84,7 +84,8 @@ pub enum UsersCommand {
         #[command(flatten)]
         store: StoreArgs,
     },
-    /// Give a user a new one-time password, and print it.
+    /// Give a user a new one-time password, and print it; their sessions
+    /// end.
     ResetPassword {
         name: String,
         #[command(flatten)]

@@ -186,6 +186,33 @@ crate::on_both_stores! {
         let cleared = r.headers().get("set-cookie").and_then(|v| v.to_str().ok()).unwrap_or("");
         assert!(cleared.contains("Max-Age=0"), "{cleared}");
         assert_eq!(with_cookie(&app, Method::GET, "/api/v1/links", &fourth, None, None).await.status(), 401);
+
+        // Signing in again from a browser that has a session replaces it.
+        let fifth = session_of(&sign_in(&app, "ann", "another long password").await);
+        let r = form(&app, "/login", &[("name", "ann"), ("password", "another long password")],
+            Some(PUBLIC), Some(&fifth), "192.0.2.10").await;
+        let sixth = session_of(&r);
+        assert_eq!(with_cookie(&app, Method::GET, "/api/v1/links", &fifth, None, None).await.status(), 401);
+        assert_eq!(with_cookie(&app, Method::GET, "/api/v1/links", &sixth, None, None).await.status(), 200);
+
+        // A user keeps at most 20 sessions: the oldest go.
+        let mut sessions = vec![sixth];
+        for _ in 0..20 {
+            sessions.push(session_of(&sign_in(&app, "ann", "another long password").await));
+        }
+        assert_eq!(with_cookie(&app, Method::GET, "/api/v1/links", &sessions[0], None, None).await.status(), 401);
+        assert_eq!(with_cookie(&app, Method::GET, "/api/v1/links", &sessions[1], None, None).await.status(), 200);
+
+        // A password reset by an admin ends every session of the user.
+        let mut reset = std::process::Command::new(env!("CARGO_BIN_EXE_litelink"));
+        reset.args(["users", "reset-password", "ann"]);
+        match &app.store {
+            Some(url) => reset.args(["--store", url]),
+            None => reset.arg("--db").arg(&app.db),
+        };
+        let out = reset.output().expect("litelink users reset-password");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(with_cookie(&app, Method::GET, "/api/v1/links", &sessions[20], None, None).await.status(), 401);
     }
 }
 

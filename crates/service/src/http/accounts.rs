@@ -162,6 +162,12 @@ pub(crate) async fn login(
     let client = state.trust_proxy.creator(peer, &headers).map(|c| c.ip);
     match state.links.login(&name, &password, client).await {
         Ok((user, session)) => {
+            // The session this browser had, if any, is replaced.
+            if let Some(old) = Sessions::cookie(&headers)
+                && let Some((_, hash)) = state.links.session(old).await?
+            {
+                state.links.logout(hash).await?;
+            }
             let to = if user.must_change {
                 "/account/password"
             } else {

@@ -380,11 +380,15 @@ pub struct Session {
     pub seen_at: Timestamp,
 }
 
+/// Most sessions one user keeps: a new one beyond it ends their oldest.
+pub const MAX_SESSIONS_PER_USER: i64 = 20;
+
 /// A write to the sessions.
 #[derive(Debug, Clone)]
 pub enum SessionWrite {
     /// A new session; sessions begun before `started_before` or last seen
-    /// before `seen_before` (expired ones) go in the same write.
+    /// before `seen_before` (expired ones) go in the same write, and so do
+    /// the user's oldest beyond [`MAX_SESSIONS_PER_USER`].
     Start {
         hash: [u8; 32],
         user: UserId,

@@ -665,6 +665,14 @@ pub(super) async fn write_session(c: &Client, write: SessionWrite) -> Result<(),
                 &[&&hash[..], &user.0, &role.as_str(), &now],
             )
             .await?;
+            execute(
+                c,
+                "DELETE FROM sessions WHERE user_id = $1 AND hash NOT IN \
+                 (SELECT hash FROM sessions WHERE user_id = $1 \
+                  ORDER BY created_at DESC, hash LIMIT $2)",
+                &[&user.0, &crate::store::MAX_SESSIONS_PER_USER],
+            )
+            .await?;
         }
         SessionWrite::Touch { hash, at } => {
             execute(

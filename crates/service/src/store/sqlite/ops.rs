@@ -298,6 +298,12 @@ fn write_session(
                  VALUES (?1, ?2, ?3, ?4, ?4)",
             )?
             .execute((&hash[..], user.0, role.as_str(), now.millis()))?;
+            conn.prepare_cached(
+                "DELETE FROM sessions WHERE user_id = ?1 AND hash NOT IN \
+                 (SELECT hash FROM sessions WHERE user_id = ?1 \
+                  ORDER BY created_at DESC, hash LIMIT ?2)",
+            )?
+            .execute((user.0, crate::store::MAX_SESSIONS_PER_USER))?;
         }
         SessionWrite::Touch { hash, at } => {
             conn.prepare_cached("UPDATE sessions SET seen_at = max(seen_at, ?2) WHERE hash = ?1")?
