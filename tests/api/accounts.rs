@@ -77,6 +77,23 @@ async fn with_cookie(
     r.send().await.expect("request")
 }
 
+/// Makes the member `name` through the admin API: their one-time password.
+async fn member_password(app: &TestApp, admin: &str, name: &str) -> String {
+    let made = app
+        .api(
+            Method::POST,
+            "/api/v1/users",
+            Some(admin),
+            Some(json!({"name": name, "role": "member"})),
+        )
+        .await;
+    assert_eq!(made.status(), 201);
+    body(made).await["password"]
+        .as_str()
+        .expect("password")
+        .to_owned()
+}
+
 async fn sign_in(app: &TestApp, name: &str, password: &str) -> reqwest::Response {
     form(
         app,
@@ -101,9 +118,7 @@ crate::on_both_stores! {
         let app = spawn_app_in(&store, &["--public-url", PUBLIC, "--trust-proxy", "127.0.0.1"]).await;
         let admin = app.new_key("root", true).await;
         let bob = app.new_key("bob", false).await;
-        let made = app.api(Method::POST, "/api/v1/users", Some(&admin),
-            Some(json!({"name": "Ann", "role": "member"}))).await;
-        let once = body(made).await["password"].as_str().expect("password").to_owned();
+        let once = member_password(&app, &admin, "Ann").await;
 
         // The page, and the form's refusals.
         let page = app.client.get(app.url("/login")).send().await.expect("page");
@@ -222,18 +237,7 @@ crate::on_both_stores! {
 async fn a_sign_in_flood_gets_429() {
     let app = spawn_app(&["--public-url", PUBLIC, "--trust-proxy", "127.0.0.1"]).await;
     let admin = app.new_key("root", true).await;
-    let made = app
-        .api(
-            Method::POST,
-            "/api/v1/users",
-            Some(&admin),
-            Some(json!({"name": "ann", "role": "member"})),
-        )
-        .await;
-    let once = body(made).await["password"]
-        .as_str()
-        .expect("password")
-        .to_owned();
+    let once = member_password(&app, &admin, "ann").await;
     let attempt = |password: &str, client: &str| {
         let (password, client) = (password.to_owned(), client.to_owned());
         let app = &app;
@@ -270,18 +274,7 @@ async fn a_sign_in_flood_gets_429() {
 async fn an_idle_session_ends_and_accounts_need_the_public_url() {
     let app = spawn_app(&["--public-url", PUBLIC, "--session-idle", "1"]).await;
     let admin = app.new_key("root", true).await;
-    let made = app
-        .api(
-            Method::POST,
-            "/api/v1/users",
-            Some(&admin),
-            Some(json!({"name": "ann", "role": "member"})),
-        )
-        .await;
-    let once = body(made).await["password"]
-        .as_str()
-        .expect("password")
-        .to_owned();
+    let once = member_password(&app, &admin, "ann").await;
     let cookie = session_of(&sign_in(&app, "ann", &once).await);
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     let r = with_cookie(&app, Method::GET, "/account/password", &cookie, None, None).await;

@@ -48,26 +48,12 @@ fn escape(text: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// A page: no caching, no framing, and a referrer policy that lets its
-/// forms carry their real `Origin`.
+/// A page of the sign-in forms, kept by no cache.
 fn page(status: StatusCode, body: String) -> Response {
-    let mut response = (status, body).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CSP),
-    );
-    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("same-origin"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    mark(headers);
+    let mut response = super::locked::form_page(status, body, CSP);
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }
 

@@ -50,7 +50,14 @@ pub(super) fn answer(wrong: bool, html: bool) -> Response {
         return ApiError::Locked { wrong }.into_response();
     }
     let body = PAGE.replace(HIDDEN, if wrong { "" } else { " hidden" });
-    let mut response = (StatusCode::UNAUTHORIZED, body).into_response();
+    form_page(StatusCode::UNAUTHORIZED, body, CSP)
+}
+
+/// A page with a form that posts back to this site: HTML under `csp`, not
+/// to be framed, with a referrer policy that lets the form carry its
+/// `Origin`.
+pub(super) fn form_page(status: StatusCode, body: String, csp: &'static str) -> Response {
+    let mut response = (status, body).into_response();
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
@@ -58,7 +65,7 @@ pub(super) fn answer(wrong: bool, html: bool) -> Response {
     );
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CSP),
+        HeaderValue::from_static(csp),
     );
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     // `same-origin`, not `no-referrer`: the form's post must carry its
