@@ -128,6 +128,8 @@ crate::on_both_stores! {
         assert_error(form(&app, "/login", &fields, None, None, "192.0.2.10").await, 403, "origin").await;
         assert_error(form(&app, "/login", &fields, Some("https://evil.example"), None, "192.0.2.10").await,
             403, "origin").await;
+        assert_error(form(&app, "/login", &[("name", "ann")], Some(PUBLIC), None, "192.0.2.10").await,
+            400, "field 'password' is required").await;
         let wrong = sign_in(&app, "ann", "not it at all").await;
         assert_eq!(wrong.status(), 401);
         let wrong = wrong.text().await.expect("html");

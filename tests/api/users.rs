@@ -57,6 +57,32 @@ async fn key_for(app: &TestApp, name: &str, user: &str) -> String {
     key
 }
 
+/// An app with an admin, two members (alice, bob) and a viewer (val),
+/// each with a key.
+struct Cast {
+    app: TestApp,
+    admin: String,
+    alice: String,
+    bob: String,
+    viewer: String,
+}
+
+async fn cast(store: &Store) -> Cast {
+    let app = spawn_app_in(store, &[]).await;
+    let admin = app.new_key("root", true).await;
+    let alice = app.new_key("alice", false).await;
+    let bob = app.new_key("bob", false).await;
+    new_user(&app, &admin, json!({"name": "val", "role": "viewer"})).await;
+    let viewer = key_for(&app, "val-key", "val").await;
+    Cast {
+        app,
+        admin,
+        alice,
+        bob,
+        viewer,
+    }
+}
+
 async fn new_user(app: &TestApp, admin: &str, fields: Value) -> Value {
     let r = app
         .api(
@@ -179,12 +205,7 @@ crate::on_both_stores! {
 
 crate::on_both_stores! {
     async fn members_manage_their_own_and_viewers_read_everything(store: Store) {
-        let app = spawn_app_in(&store, &[]).await;
-        let admin = app.new_key("root", true).await;
-        let alice = app.new_key("alice", false).await;
-        let bob = app.new_key("bob", false).await;
-        new_user(&app, &admin, json!({"name": "val", "role": "viewer"})).await;
-        let viewer = key_for(&app, "val-key", "val").await;
+        let Cast { app, admin, alice, bob, viewer } = cast(&store).await;
 
         let create = |key: &str, fields: Value| {
             let key = key.to_owned();
@@ -251,12 +272,7 @@ crate::on_both_stores! {
 
 crate::on_both_stores! {
     async fn people_make_and_revoke_their_own_keys(store: Store) {
-        let app = spawn_app_in(&store, &[]).await;
-        let admin = app.new_key("root", true).await;
-        let alice = app.new_key("alice", false).await;
-        let bob = app.new_key("bob", false).await;
-        new_user(&app, &admin, json!({"name": "val", "role": "viewer"})).await;
-        let viewer = key_for(&app, "val-key", "val").await;
+        let Cast { app, admin, alice, bob, viewer } = cast(&store).await;
         let post = |key: &str, b: Value| {
             let key = key.to_owned();
             let app = &app;

@@ -75,6 +75,18 @@ fn password_page(status: StatusCode, message: Option<&str>) -> Response {
     page(status, body)
 }
 
+/// The form's fields `names`, each required (400 otherwise).
+async fn fields<const N: usize>(req: Request, names: [&str; N]) -> Result<[String; N], ApiError> {
+    let mut sent = read_form(req, MAX_FORM_BYTES).await?;
+    let mut out: [String; N] = std::array::from_fn(|_| String::new());
+    for (slot, name) in out.iter_mut().zip(names) {
+        *slot = sent
+            .remove(name)
+            .ok_or_else(|| ApiError::BadRequest(format!("field '{name}' is required")))?;
+    }
+    Ok(out)
+}
+
 /// A 303 to `to`, with `cookie` set when given.
 fn see_other(to: &'static str, cookie: Option<String>) -> Response {
     let mut response = StatusCode::SEE_OTHER.into_response();
@@ -138,13 +150,7 @@ pub(crate) async fn login(
 ) -> Result<Response, ApiError> {
     let headers = req.headers().clone();
     check(&state, &headers)?;
-    let mut fields = read_form(req, MAX_FORM_BYTES).await?;
-    let mut field = |name: &str| {
-        fields
-            .remove(name)
-            .ok_or_else(|| ApiError::BadRequest(format!("field '{name}' is required")))
-    };
-    let (name, password) = (field("name")?, field("password")?);
+    let [name, password] = fields(req, ["name", "password"]).await?;
     let client = state.trust_proxy.creator(peer, &headers).map(|c| c.ip);
     match state.links.login(&name, &password, client).await {
         Ok((user, session)) => {
@@ -245,13 +251,7 @@ pub(crate) async fn change_password(
     let Some((caller, hash)) = session.filter(|(p, _)| matches!(p.via, Via::Session { .. })) else {
         return Err(ApiError::Unauthorized("sign in first".into()));
     };
-    let mut fields = read_form(req, MAX_FORM_BYTES).await?;
-    let mut field = |name: &str| {
-        fields
-            .remove(name)
-            .ok_or_else(|| ApiError::BadRequest(format!("field '{name}' is required")))
-    };
-    let (current, new) = (field("current_password")?, field("new_password")?);
+    let [current, new] = fields(req, ["current_password", "new_password"]).await?;
     let client = state.trust_proxy.creator(peer, &headers).map(|c| c.ip);
     match state
         .links
