@@ -265,7 +265,17 @@ pub fn print(matches: &ArgMatches) -> String {
         let Ok(Some(raw)) = matches.try_get_raw(arg.get_id().as_str()) else {
             continue;
         };
-        let values: Vec<String> = raw.map(|v| redact(&v.to_string_lossy())).collect();
+        // A secret given whole (`oidc-client-secret`), not a file naming it.
+        let secret = is_secret_key(long) && !long.ends_with("-file");
+        let values: Vec<String> = raw
+            .map(|v| {
+                if secret {
+                    "***".to_owned()
+                } else {
+                    redact(&v.to_string_lossy())
+                }
+            })
+            .collect();
         if values.is_empty() {
             continue;
         }
@@ -342,7 +352,9 @@ fn warn_if_others_read(path: &Path, values: &[(String, String, usize, Given)]) {
     if mode & 0o004 == 0 {
         return;
     }
-    if let Some((key, _, line, _)) = values.iter().find(|(_, v, ..)| redact(v) != *v) {
+    let secret =
+        |key: &str, v: &str| (is_secret_key(key) && !key.ends_with("-file")) || redact(v) != *v;
+    if let Some((key, _, line, _)) = values.iter().find(|(key, v, ..)| secret(key, v)) {
         // Said on stderr: logging starts only once the file is read.
         eprintln!(
             "warning: {} (mode {:o}) is readable by every user and holds a secret in '{key}' \

@@ -8,12 +8,13 @@ use std::time::Duration;
 use clap::Args;
 use litelink_service::Settings;
 use litelink_service::cache::CacheMode;
-use litelink_service::domain::Host;
 use litelink_service::domain::code::{MAX_GENERATED_LEN, MIN_GENERATED_LEN};
+use litelink_service::domain::{Host, Role};
 use litelink_service::domains::UnknownHost;
 use litelink_service::http::limit::TrustProxy;
 use litelink_service::http::{CreateAuth, RedirectStatus, ReferrerPolicy};
 use litelink_service::observability::logging::LogFormat;
+use litelink_service::oidc::{RoleMapping, Secret};
 use litelink_service::store::postgres::PostgresSettings;
 use litelink_service::store::sqlite::Durability;
 use litelink_service::store::{BackendChoice, StoreSettings};
@@ -68,6 +69,77 @@ pub struct AccountArgs {
     #[arg(long, env = "LITELINK_LOCAL_LOGIN", value_enum,
           default_value = on_off(d().accounts.local_login))]
     pub local_login: OnOff,
+
+    /// The OpenID Connect provider people sign in through (its issuer
+    /// URL; discovery finds the rest). The redirect URI to register there
+    /// is <public url>/auth/callback.
+    #[arg(long, env = "LITELINK_OIDC_ISSUER", value_name = "URL")]
+    pub oidc_issuer: Option<String>,
+
+    /// This server's client id at the provider.
+    #[arg(long, env = "LITELINK_OIDC_CLIENT_ID", value_name = "ID")]
+    pub oidc_client_id: Option<String>,
+
+    /// The client secret (none: a public client, PKCE only). Prefer
+    /// --oidc-client-secret-file or the environment to the command line.
+    #[arg(
+        long,
+        env = "LITELINK_OIDC_CLIENT_SECRET",
+        value_name = "SECRET",
+        hide_env_values = true
+    )]
+    pub oidc_client_secret: Option<String>,
+
+    /// A file whose first line is the client secret.
+    #[arg(long, env = "LITELINK_OIDC_CLIENT_SECRET_FILE", value_name = "PATH")]
+    pub oidc_client_secret_file: Option<PathBuf>,
+
+    /// Scopes to ask for, comma-separated (`openid` is always asked).
+    #[arg(long, env = "LITELINK_OIDC_SCOPES", value_name = "LIST", value_delimiter = ',',
+          default_value = d().accounts.oidc.scopes.join(","))]
+    pub oidc_scopes: Vec<String>,
+
+    /// The claim that gives a person's role (`groups`, `roles`, or a
+    /// dotted path such as `realm_access.roles`; `email` counts only when
+    /// verified). Read from the ID token, else from userinfo.
+    #[arg(long, env = "LITELINK_OIDC_ROLE_CLAIM", value_name = "CLAIM")]
+    pub oidc_role_claim: Option<String>,
+
+    /// Values of the role claim that make an admin, comma-separated.
+    #[arg(
+        long,
+        env = "LITELINK_OIDC_ADMIN_VALUES",
+        value_name = "LIST",
+        value_delimiter = ','
+    )]
+    pub oidc_admin_values: Vec<String>,
+
+    /// Values of the role claim that make a member, comma-separated.
+    #[arg(
+        long,
+        env = "LITELINK_OIDC_MEMBER_VALUES",
+        value_name = "LIST",
+        value_delimiter = ','
+    )]
+    pub oidc_member_values: Vec<String>,
+
+    /// Values of the role claim that make a viewer, comma-separated.
+    #[arg(
+        long,
+        env = "LITELINK_OIDC_VIEWER_VALUES",
+        value_name = "LIST",
+        value_delimiter = ','
+    )]
+    pub oidc_viewer_values: Vec<String>,
+
+    /// The role of a person whose claims name no role (none: refused).
+    #[arg(long, env = "LITELINK_OIDC_DEFAULT_ROLE", value_parser = keyword::<Role>())]
+    pub oidc_default_role: Option<Role>,
+
+    /// CA certificates (PEM) the provider's certificate must chain to, in
+    /// place of the system's.
+    #[arg(long, env = "LITELINK_OIDC_CA_FILE", value_name = "PATH")]
+    pub oidc_ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -518,6 +590,27 @@ impl ServeArgs {
         s.accounts.session_idle = Duration::from_secs(accounts.session_idle);
         s.accounts.session_max = Duration::from_secs(accounts.session_max);
         s.accounts.local_login = accounts.local_login.is_on();
+        let oidc = &mut s.accounts.oidc;
+        let list = |values: &[String]| -> Vec<String> {
+            values
+                .iter()
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+                .collect()
+        };
+        oidc.issuer = accounts.oidc_issuer.clone();
+        oidc.client_id = accounts.oidc_client_id.clone();
+        oidc.client_secret = accounts.oidc_client_secret.clone().map(Secret);
+        oidc.client_secret_file = accounts.oidc_client_secret_file.clone();
+        oidc.scopes = list(&accounts.oidc_scopes);
+        oidc.roles = RoleMapping {
+            claim: accounts.oidc_role_claim.clone(),
+            admin: list(&accounts.oidc_admin_values),
+            member: list(&accounts.oidc_member_values),
+            viewer: list(&accounts.oidc_viewer_values),
+            default: accounts.oidc_default_role,
+        };
+        oidc.ca_file = accounts.oidc_ca_file.clone();
 
         s.visits.counting = visits.visits.is_on();
         s.visits.flush_interval = Duration::from_millis(visits.visits_flush_ms);

@@ -19,6 +19,7 @@ mod hot;
 mod image;
 mod manage;
 mod modes;
+mod oidc;
 mod operations;
 mod postgres;
 mod process;

@@ -35,6 +35,9 @@
 //!              LinkView: what a client sends and is shown); limit (rate limits on creates);
 //!              users (only admins manage users; roles decide the rest, in mod.rs)
 //! passwords    link and sign-in passwords: Argon2id on the blocking pool, guesses bounded
+//! oidc/        signing in through OpenID Connect: discovery, the code flow with PKCE (its
+//!              state kept in the store), ID token checks, the role from a claim; http: the
+//!              client that speaks to the provider
 //! sessions     signed-in sessions: the cookie, the session it names (hashed in the store),
 //!              idle and absolute expiry, the one origin that may write with it
 //! keys         API keys: making them, and recognising them as their user, with that
@@ -85,6 +88,7 @@ pub mod http;
 pub mod keys;
 pub mod links;
 pub mod observability;
+pub mod oidc;
 pub mod passwords;
 pub mod sessions;
 pub mod settings;

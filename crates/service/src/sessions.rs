@@ -38,6 +38,8 @@ pub struct AccountSettings {
     pub session_max: Duration,
     /// Whether people may sign in with a local password (`--local-login`).
     pub local_login: bool,
+    /// Signing in through an identity provider (`--oidc-*`).
+    pub oidc: crate::oidc::OidcSettings,
 }
 
 impl Default for AccountSettings {
@@ -46,6 +48,7 @@ impl Default for AccountSettings {
             session_idle: Duration::from_secs(8 * 3600),
             session_max: Duration::from_secs(7 * 24 * 3600),
             local_login: true,
+            oidc: crate::oidc::OidcSettings::default(),
         }
     }
 }
@@ -114,15 +117,7 @@ impl Sessions {
 
     /// The session id the request's cookie carries, if any.
     pub(crate) fn cookie(headers: &HeaderMap) -> Option<&str> {
-        headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .filter_map(|pair| pair.trim().split_once('='))
-            .find(|(name, _)| *name == COOKIE)
-            .map(|(_, value)| value)
-            .filter(|v| !v.is_empty())
+        cookie_named(headers, COOKIE)
     }
 
     /// The `Set-Cookie` value that carries `id`.
@@ -138,6 +133,20 @@ impl Sessions {
     pub(crate) fn clear_cookie(&self) -> String {
         format!(
             "{COOKIE}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0{}",
+            if self.secure { "; Secure" } else { "" }
+        )
+    }
+
+    /// The `Set-Cookie` value of the cookie that binds a sign-in through
+    /// the identity provider to this browser (`None`: removes it). Only
+    /// the callback reads it; `Lax` still sends it there, on the
+    /// provider's redirect back.
+    pub(crate) fn flow_cookie(&self, value: Option<&str>) -> String {
+        format!(
+            "{}={}; Path=/auth/callback; HttpOnly; SameSite=Lax; Max-Age={}{}",
+            crate::oidc::FLOW_COOKIE,
+            value.unwrap_or(""),
+            value.map_or(0, |_| crate::oidc::FLOW_TTL.as_secs()),
             if self.secure { "; Secure" } else { "" }
         )
     }
@@ -230,6 +239,19 @@ impl Sessions {
     pub(crate) async fn end(&self, hash: [u8; 32]) -> Result<(), StoreError> {
         self.store.write_session(SessionWrite::End { hash }).await
     }
+}
+
+/// The value of the cookie `name` that the request carries, if any.
+pub(crate) fn cookie_named<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(n, _)| *n == name)
+        .map(|(_, value)| value)
+        .filter(|v| !v.is_empty())
 }
 
 #[cfg(test)]

@@ -53,6 +53,11 @@ impl Application {
         mut settings: Settings,
     ) -> anyhow::Result<Self> {
         settings.derive();
+        // Checked before the store opens: a wrong setting stops the start
+        // with nothing to undo.
+        let oidc =
+            crate::oidc::Oidc::new(&settings.accounts.oidc, settings.http.public_url.as_deref())?
+                .map(Arc::new);
         let codes = CodeGenerator::new(settings.codes)?;
         let store = store::open(&settings.store, codes, Purpose::Serve).await?;
         let cache = cache::build(&settings.cache)?;
@@ -119,8 +124,13 @@ impl Application {
             settings.accounts.clone(),
             settings.http.public_url.as_deref(),
         ));
+        if let Some(oidc) = &oidc {
+            let oidc = Arc::clone(oidc);
+            tokio::spawn(async move { oidc.discover().await });
+        }
         let links = Links::new(links::Parts {
             sessions,
+            oidc,
             cache,
             store,
             keys,

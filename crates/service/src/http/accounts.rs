@@ -12,6 +12,7 @@ use super::error::{ApiError, ErrorMessage, mark};
 use super::extract::{ClientAddr, read_form};
 use crate::keys::Via;
 use crate::links::LinksError;
+use crate::oidc::OidcError;
 use crate::sessions::Sessions;
 
 const LOGIN: &str = include_str!("web/login.html");
@@ -64,7 +65,7 @@ fn login_page(state: &AppState, status: StatusCode, message: Option<&str>) -> Re
         .replace("{{hidden}}", hidden(message.is_some()))
         .replace("{{message}}", &escape(message.unwrap_or("")))
         .replace("{{local}}", hidden(sessions.local_login()))
-        .replace("{{oidc}}", hidden(false));
+        .replace("{{oidc}}", hidden(state.links.oidc().is_some()));
     page(status, body)
 }
 
@@ -175,6 +176,112 @@ pub(crate) async fn login(
         )),
         Err(e) => Err(e.into()),
     }
+}
+
+#[utoipa::path(get, path = "/login/oidc", tag = "accounts", operation_id = "oidc_login",
+    responses(
+        (status = 303, description = "On to the identity provider; a 10-minute cookie binds the sign-in to this browser", headers(("location" = String, description = "The provider's authorization endpoint"), ("set-cookie" = String, description = "litelink_oidc"))),
+        (status = 404, description = "No identity provider is set up here", body = ErrorMessage),
+        (status = 429, description = "Too many sign-ins begun from this address", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+        (status = 502, description = "The identity provider cannot be reached", body = ErrorMessage),
+        (status = 503, description = "Too many sign-ins under way, or cannot store now", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+    ))]
+pub(crate) async fn oidc_login(
+    State(state): State<AppState>,
+    ClientAddr(peer): ClientAddr,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let client = state.trust_proxy.creator(peer, &headers).map(|c| c.ip);
+    let begun = state.links.oidc_begin(client).await?;
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    let headers = response.headers_mut();
+    let location = HeaderValue::from_str(begun.url.as_str())
+        .map_err(|_| ApiError::BadGateway("the provider's sign-in address is not usable".into()))?;
+    headers.insert(header::LOCATION, location);
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    let cookie = state.links.sessions().flow_cookie(Some(&begun.browser));
+    if let Ok(cookie) = HeaderValue::from_str(&cookie) {
+        headers.insert(header::SET_COOKIE, cookie);
+    }
+    Ok(response)
+}
+
+/// Longest `code` or `state` the callback reads.
+const MAX_CALLBACK_PARAM: usize = 4096;
+
+#[utoipa::path(get, path = "/auth/callback", tag = "accounts", operation_id = "oidc_callback",
+    params(
+        ("code" = Option<String>, Query, description = "The authorization code"),
+        ("state" = Option<String>, Query, description = "The state the sign-in began with"),
+        ("error" = Option<String>, Query, description = "Why the provider did not sign the person in"),
+        ("error_description" = Option<String>, Query, description = "The provider's words for it"),
+    ),
+    responses(
+        (status = 303, description = "Signed in: a new session cookie, and on to the manage view", headers(("location" = String, description = "/manage"), ("set-cookie" = String, description = "litelink_session"))),
+        (status = 400, description = "No code or state; a state unknown, used or expired; or not the browser that began the sign-in (no flow cookie): the sign-in page (text/html)", content_type = "text/html", body = String),
+        (status = 401, description = "The provider did not sign the person in, or its ID token was refused: the sign-in page (text/html)", content_type = "text/html", body = String),
+        (status = 403, description = "The person has no role here, or their user is disabled: a page that says so (text/html)", content_type = "text/html", body = String),
+        (status = 404, description = "No identity provider is set up here", body = ErrorMessage),
+        (status = 502, description = "The identity provider failed: the sign-in page (text/html)", content_type = "text/html", body = String),
+        (status = 503, description = "Cannot store now", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
+    ))]
+pub(crate) async fn oidc_callback(State(state): State<AppState>, req: Request) -> Response {
+    let headers = req.headers();
+    let mut code = None;
+    let mut sent_state = None;
+    let mut declined = None;
+    for (name, value) in url::form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes()) {
+        match &*name {
+            "code" if code.is_none() => code = Some(value.into_owned()),
+            "state" if sent_state.is_none() => sent_state = Some(value.into_owned()),
+            "error" if declined.is_none() => declined = Some(value.into_owned()),
+            "error_description" => {
+                if let Some(why) = &mut declined {
+                    why.push_str(": ");
+                    why.push_str(&value);
+                }
+            }
+            _ => {}
+        }
+    }
+    let outcome = match (code, sent_state, declined) {
+        (_, _, Some(why)) => Err(LinksError::SignIn(OidcError::Declined(
+            why.chars().take(200).collect(),
+        ))),
+        (Some(code), Some(sent), None)
+            if code.len() <= MAX_CALLBACK_PARAM && sent.len() <= MAX_CALLBACK_PARAM =>
+        {
+            let browser = crate::sessions::cookie_named(headers, crate::oidc::FLOW_COOKIE);
+            state.links.oidc_finish(&code, &sent, browser).await
+        }
+        _ => Err(LinksError::Invalid(
+            "the callback needs a code and a state".into(),
+        )),
+    };
+    let sessions = state.links.sessions();
+    let mut response = match outcome {
+        Ok((_, session)) => {
+            if let Some(old) = Sessions::cookie(headers)
+                && let Ok(Some((_, hash))) = state.links.session(old).await
+            {
+                let _ = state.links.logout(hash).await;
+            }
+            see_other("/manage", Some(sessions.set_cookie(&session.id)))
+        }
+        Err(e) => {
+            let e = ApiError::from(e);
+            match e {
+                ApiError::NotFound(_) | ApiError::Unavailable { .. } | ApiError::Internal(_) => {
+                    e.into_response()
+                }
+                other => login_page(&state, other.status(), Some(&other.to_string())),
+            }
+        }
+    };
+    if let Ok(clear) = HeaderValue::from_str(&sessions.flow_cookie(None)) {
+        response.headers_mut().append(header::SET_COOKIE, clear);
+    }
+    response
 }
 
 #[utoipa::path(post, path = "/logout", tag = "accounts", operation_id = "logout",

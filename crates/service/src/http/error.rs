@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use crate::links::LinksError;
 use crate::observability::logging::Throttle;
+use crate::oidc::OidcError;
 use crate::passwords::PasswordError;
 use crate::store::{StorageFailure, StoreError};
 use crate::throttled;
@@ -53,6 +54,9 @@ pub(crate) enum ApiError {
     /// A link's password is needed (`wrong`: the one sent is not it).
     #[error("{}", if *wrong { "wrong password" } else { "password required" })]
     Locked { wrong: bool },
+    /// A server this one depends on (the identity provider) failed.
+    #[error("{0}")]
+    BadGateway(String),
     /// Anything the client cannot fix. The detail is logged, never sent.
     #[error("internal error: {0}")]
     Internal(String),
@@ -89,6 +93,7 @@ impl ApiError {
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::BadGateway(_) => StatusCode::BAD_GATEWAY,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -196,6 +201,30 @@ impl From<LinksError> for ApiError {
                 },
                 PasswordError::Failed(detail) => Self::Internal(detail),
             },
+            LinksError::SignIn(e) => e.into(),
+        }
+    }
+}
+
+impl From<OidcError> for ApiError {
+    fn from(e: OidcError) -> Self {
+        match e {
+            OidcError::Off => Self::NotFound(e.to_string()),
+            OidcError::UnknownFlow | OidcError::OtherBrowser => Self::BadRequest(e.to_string()),
+            OidcError::Provider(_) => {
+                tracing::warn!(error = %e, "a sign-in through the identity provider failed");
+                Self::BadGateway(e.to_string())
+            }
+            OidcError::Declined(_) | OidcError::Token(_) => {
+                tracing::warn!(error = %e, "a sign-in through the identity provider was refused");
+                Self::Unauthorized(e.to_string())
+            }
+            OidcError::Refused(_) => Self::Forbidden(e.to_string()),
+            OidcError::TooMany { retry_after } => Self::TooManyRequests {
+                message: e.to_string(),
+                retry_after,
+            },
+            OidcError::Store(e) => e.into(),
         }
     }
 }
@@ -218,6 +247,10 @@ impl From<StoreError> for ApiError {
             )),
             StoreError::HostTaken(host) => Self::Conflict(format!("the domain '{host}' exists")),
             e @ StoreError::DomainHasLinks(_) => Self::Conflict(e.to_string()),
+            StoreError::TooMany(what) => Self::Unavailable {
+                message: format!("too many {what}; retry in a minute"),
+                retry_after: 60,
+            },
             StoreError::CodeSpaceExhausted(_) => Self::Unavailable {
                 message: "no free short code was found for this link; retry".into(),
                 retry_after: 1,

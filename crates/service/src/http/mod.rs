@@ -290,6 +290,8 @@ fn routes() -> openapi::Routes {
         .delete("/api/v1/domains/{host}", domains::remove)
         .get("/login", accounts::show_login)
         .post("/login", accounts::login)
+        .get("/login/oidc", accounts::oidc_login)
+        .get("/auth/callback", accounts::oidc_callback)
         .post("/logout", accounts::logout)
         .get("/account/password", accounts::show_password)
         .post("/account/password", accounts::change_password)

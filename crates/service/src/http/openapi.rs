@@ -55,6 +55,8 @@ use super::{accounts, domains, handlers, keys, qr, users, web};
         domains::remove,
         accounts::show_login,
         accounts::login,
+        accounts::oidc_login,
+        accounts::oidc_callback,
         accounts::logout,
         accounts::show_password,
         accounts::change_password,

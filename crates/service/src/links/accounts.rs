@@ -9,8 +9,9 @@ use std::net::IpAddr;
 use super::{Links, LinksError};
 use crate::domain::user::fold_name;
 use crate::keys::{Principal, Via};
+use crate::oidc::{Begun, Oidc, OidcError};
 use crate::sessions::{SessionId, Sessions};
-use crate::store::{SessionWrite, User, UserChange, UserWrite};
+use crate::store::{SessionWrite, StoreError, User, UserChange, UserWrite};
 use crate::users::MIN_PASSWORD_CHARS;
 
 /// Longest password, in bytes (as for links).
@@ -145,6 +146,56 @@ impl Links {
             })
             .await?;
         Ok(())
+    }
+
+    /// The identity provider people may sign in through, if any.
+    pub(crate) fn oidc(&self) -> Option<&Oidc> {
+        self.inner.oidc.as_deref()
+    }
+
+    /// Begins a sign-in through the identity provider, from `client`.
+    pub(crate) async fn oidc_begin(&self, client: Option<IpAddr>) -> Result<Begun, LinksError> {
+        let oidc = self.oidc().ok_or(OidcError::Off)?;
+        Ok(oidc.begin(&*self.inner.store, client).await?)
+    }
+
+    /// Ends a sign-in through the identity provider: the person it names,
+    /// made a user at their first sign-in and given this one's role, and a
+    /// new session. A disabled user is refused.
+    pub(crate) async fn oidc_finish(
+        &self,
+        code: &str,
+        state: &str,
+        browser: Option<&str>,
+    ) -> Result<(User, SessionId), LinksError> {
+        let oidc = self.oidc().ok_or(OidcError::Off)?;
+        let person = oidc
+            .finish(&*self.inner.store, code, state, browser)
+            .await?;
+        // Two first sign-ins at once may race for a name: the loser tries
+        // again, and finds the name taken or its own user made.
+        let mut tries = 0;
+        let user = loop {
+            match self
+                .inner
+                .store
+                .write_user(UserWrite::SignIn(person.clone()))
+                .await
+            {
+                Ok(Some(user)) => break user,
+                Ok(None) => return Err(OidcError::Refused("no user could be made".into()).into()),
+                Err(StoreError::UserTaken(_)) if tries < 3 => tries += 1,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        if user.disabled {
+            return Err(OidcError::Refused(
+                "your account on this server is disabled: ask an administrator".into(),
+            )
+            .into());
+        }
+        let session = self.inner.sessions.start(&user).await?;
+        Ok((user, session))
     }
 
     /// Ends the session `hash` names.

@@ -95,6 +95,9 @@ pub(crate) enum LinksError {
     /// Signing in, or this way of it, is not set up here.
     #[error("{0}")]
     AccountsOff(&'static str),
+    /// A sign-in through the identity provider that did not happen.
+    #[error(transparent)]
+    SignIn(#[from] crate::oidc::OidcError),
 }
 
 /// What a redirect finds.
@@ -195,6 +198,8 @@ pub(crate) struct Parts {
     pub limiter: Arc<CreateLimiter>,
     /// Signed-in sessions.
     pub sessions: Arc<crate::sessions::Sessions>,
+    /// Signing in through an identity provider, when one is set up.
+    pub oidc: Option<Arc<crate::oidc::Oidc>>,
 }
 
 /// Who asks, and from where: what the rules of the game read of a request

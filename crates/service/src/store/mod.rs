@@ -411,6 +411,48 @@ pub enum SessionWrite {
     },
 }
 
+/// A sign-in through OpenID Connect under way, between the redirect to the
+/// identity provider and its callback. Only hashes of the `state` and of
+/// the browser's flow cookie are kept; the nonce and the PKCE verifier are
+/// kept as they are, since the callback needs them, and live ten minutes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoginFlow {
+    pub state: [u8; 32],
+    pub browser: [u8; 32],
+    pub nonce: String,
+    pub verifier: String,
+    pub created_at: Timestamp,
+}
+
+/// Most sign-ins under way at once: past it, a new one is refused until
+/// some end or expire ([`StoreError::TooMany`]).
+pub const MAX_LOGIN_FLOWS: i64 = 10_000;
+
+/// A write to the sign-ins under way.
+#[derive(Debug, Clone)]
+pub enum LoginFlowWrite {
+    /// Stores a flow; those begun before `expired_before` go in the same
+    /// write.
+    Begin {
+        flow: LoginFlow,
+        expired_before: Timestamp,
+    },
+    /// Reads and removes the flow whose state hashes to `state`: a flow is
+    /// used once.
+    Take { state: [u8; 32] },
+}
+
+/// A person signed in through OpenID Connect, as the provider names them.
+#[derive(Debug, Clone)]
+pub struct FederatedUser {
+    pub issuer: String,
+    pub subject: String,
+    /// The name a new user gets, if free (else with a `-2`, `-3`...).
+    pub name: String,
+    pub email: Option<String>,
+    pub role: Role,
+}
+
 /// A write to the users.
 #[derive(Debug, Clone)]
 pub enum UserWrite {
@@ -426,6 +468,10 @@ pub enum UserWrite {
         name: String,
         reassign: Option<UserId>,
     },
+    /// The user that (issuer, subject) names, made at their first sign-in
+    /// and given the role (and email) of this one; never another user
+    /// found by name or email.
+    SignIn(FederatedUser),
 }
 
 /// One link as `export` writes it and `import` reads it; a deleted code
@@ -615,6 +661,12 @@ pub trait LinkStore: Send + Sync + 'static {
 
     async fn write_session(&self, write: SessionWrite) -> Result<(), StoreError>;
 
+    /// A write to the sign-ins under way: `Take` answers the flow taken.
+    async fn write_login_flow(
+        &self,
+        write: LoginFlowWrite,
+    ) -> Result<Option<LoginFlow>, StoreError>;
+
     /// Every domain, the default one (id 0, no host) first.
     async fn domains(&self) -> Result<Vec<Domain>, StoreError>;
 
@@ -764,6 +816,9 @@ pub enum StoreError {
     /// A user name in use, regardless of case.
     #[error("a user named '{0}' exists")]
     UserTaken(String),
+    /// A bounded table is full (what it holds is said).
+    #[error("too many {0}")]
+    TooMany(&'static str),
     /// A domain that exists.
     #[error("the domain '{0}' exists")]
     HostTaken(String),

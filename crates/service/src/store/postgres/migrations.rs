@@ -105,6 +105,14 @@ const MIGRATIONS: &[Migration] = &[
     // 6: signed-in sessions, as SQLite's schema 10, and the links that
     // the sign-in routes now hide, logged.
     Sessions,
+    // 7: sign-ins through OpenID Connect under way, as SQLite's schema 11.
+    Sql("CREATE TABLE login_flows (
+        state      BYTEA  PRIMARY KEY,
+        browser    BYTEA  NOT NULL,
+        nonce      TEXT   NOT NULL,
+        verifier   TEXT   NOT NULL,
+        created_at BIGINT NOT NULL
+    );"),
 ];
 
 async fn users(tx: &tokio_postgres::Transaction<'_>) -> Result<(), tokio_postgres::Error> {

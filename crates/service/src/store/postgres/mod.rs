@@ -31,9 +31,9 @@ use serde::Serialize;
 use tokio_postgres::error::SqlState;
 
 use super::{
-    ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, NewLink, Record, Session,
-    SessionWrite, StorageFailure, StoreError, StoreMetrics, StoreStats, User, UserWrite,
-    VisitScope,
+    ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, LoginFlow, LoginFlowWrite,
+    NewLink, Record, Session, SessionWrite, StorageFailure, StoreError, StoreMetrics, StoreStats,
+    User, UserWrite, VisitScope,
 };
 use crate::domain::{
     CodeGenerator, Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkKey, Resolved,
@@ -573,6 +573,13 @@ impl LinkStore for PostgresStore {
 
     async fn write_session(&self, write: SessionWrite) -> Result<(), StoreError> {
         with_client!(self, |c| ops::write_session(&c, write))
+    }
+
+    async fn write_login_flow(
+        &self,
+        write: LoginFlowWrite,
+    ) -> Result<Option<LoginFlow>, StoreError> {
+        with_client!(self, |c| ops::write_login_flow(&c, write))
     }
 
     async fn domains(&self) -> Result<Vec<Domain>, StoreError> {

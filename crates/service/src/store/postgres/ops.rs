@@ -15,8 +15,9 @@ use crate::domain::{
     LinkRules, Owner, Resolved, Role, ShortCode, TargetUrl, Timestamp, UserId, VisitCounts,
 };
 use crate::store::{
-    ApiKey, ExtraColumns, ImportRow, LinkPatch, ListPage, ListQuery, NewUser, Record, Session,
-    SessionWrite, StorageFailure, StoreError, User, UserChange, UserWrite, VisitScope,
+    ApiKey, ExtraColumns, FederatedUser, ImportRow, LinkPatch, ListPage, ListQuery, LoginFlow,
+    LoginFlowWrite, NewUser, Record, Session, SessionWrite, StorageFailure, StoreError, User,
+    UserChange, UserWrite, VisitScope,
 };
 
 const LINK_COLUMNS: &str = "l.code, l.target, l.created_at, l.expires_at, l.owner, u.name, \
@@ -723,6 +724,132 @@ async fn user_named(c: &impl GenericClient, name: &str) -> Result<Option<User>, 
     .transpose()
 }
 
+pub(super) async fn write_login_flow(
+    c: &Client,
+    write: LoginFlowWrite,
+) -> Result<Option<LoginFlow>, StoreError> {
+    match write {
+        LoginFlowWrite::Begin {
+            flow,
+            expired_before,
+        } => {
+            execute(
+                c,
+                "DELETE FROM login_flows WHERE created_at < $1",
+                &[&expired_before.millis()],
+            )
+            .await?;
+            // Concurrent sign-ins may pass the bound together: it is a
+            // bound on the table's size, not an exact count.
+            let pending: i64 = query_opt(c, "SELECT count(*) FROM login_flows", &[])
+                .await?
+                .map_or(0, |r| r.get(0));
+            if pending >= crate::store::MAX_LOGIN_FLOWS {
+                return Err(StoreError::TooMany("sign-ins under way"));
+            }
+            execute(
+                c,
+                "INSERT INTO login_flows (state, browser, nonce, verifier, created_at) \
+                 VALUES ($1, $2, $3, $4, $5)",
+                &[
+                    &&flow.state[..],
+                    &&flow.browser[..],
+                    &flow.nonce,
+                    &flow.verifier,
+                    &flow.created_at.millis(),
+                ],
+            )
+            .await?;
+            Ok(None)
+        }
+        LoginFlowWrite::Take { state } => {
+            let row = query_opt(
+                c,
+                "DELETE FROM login_flows WHERE state = $1 \
+                 RETURNING state, browser, nonce, verifier, created_at",
+                &[&&state[..]],
+            )
+            .await?;
+            let hash = |v: Vec<u8>| <[u8; 32]>::try_from(v).unwrap_or([0; 32]);
+            Ok(row.map(|r| LoginFlow {
+                state: hash(r.get(0)),
+                browser: hash(r.get(1)),
+                nonce: r.get(2),
+                verifier: r.get(3),
+                created_at: Timestamp::from_millis(r.get(4)),
+            }))
+        }
+    }
+}
+
+/// The user that (issuer, subject) names, found or made, as SQLite's
+/// `sign_in`. Two first sign-ins at once may collide on a name or on the
+/// (issuer, subject) index: the loser's is [`StoreError::UserTaken`], and
+/// the links service tries it again.
+async fn sign_in(
+    tx: &deadpool_postgres::Transaction<'_>,
+    who: FederatedUser,
+    now: i64,
+) -> Result<Option<User>, StoreError> {
+    let found = query_opt(
+        tx,
+        "SELECT id FROM users WHERE issuer = $1 AND subject = $2",
+        &[&who.issuer, &who.subject],
+    )
+    .await?;
+    let id: i64 = match found {
+        Some(row) => {
+            let id = row.get(0);
+            execute(
+                tx,
+                "UPDATE users SET role = $2, email = $3 WHERE id = $1",
+                &[&id, &who.role.as_str(), &who.email],
+            )
+            .await?;
+            id
+        }
+        None => {
+            let taken = tx
+                .query("SELECT folded FROM users", &[])
+                .await
+                .map_err(store_error)?
+                .iter()
+                .map(|r| r.get::<_, String>(0))
+                .collect::<std::collections::HashSet<_>>();
+            let name = crate::domain::user::free_user_name(&who.name, &taken);
+            let inserted = tx
+                .query_one(
+                    "INSERT INTO users (name, folded, email, role, issuer, subject, \
+                     created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+                    &[
+                        &name,
+                        &fold_name(&name),
+                        &who.email,
+                        &who.role.as_str(),
+                        &who.issuer,
+                        &who.subject,
+                        &now,
+                    ],
+                )
+                .await;
+            match inserted {
+                Ok(row) => row.get(0),
+                Err(e) if is_unique_violation(&e) => return Err(StoreError::UserTaken(name)),
+                Err(e) => return Err(store_error(e)),
+            }
+        }
+    };
+    query_opt(
+        tx,
+        &format!("SELECT {USER_COLUMNS} FROM users u WHERE u.id = $1"),
+        &[&id],
+    )
+    .await?
+    .as_ref()
+    .map(user)
+    .transpose()
+}
+
 /// A user write, in one transaction; with the link ids a removal moved to
 /// another owner.
 pub(super) async fn write_user(
@@ -837,6 +964,7 @@ pub(super) async fn write_user(
             }
             user_named(&tx, &name).await?
         }
+        UserWrite::SignIn(who) => sign_in(&tx, who, now).await?,
     };
     tx.commit().await.map_err(store_error)?;
     Ok(written)

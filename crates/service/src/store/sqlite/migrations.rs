@@ -131,6 +131,16 @@ const MIGRATIONS: &[Migration] = &[
     // role their user had when they began. The sign-in routes' names are
     // reserved from now on: links of before with those codes are logged.
     Code(sessions),
+    // 11: sign-ins through OpenID Connect under way, kept in the store so
+    // that the callback may reach any instance. The state and the
+    // browser's flow cookie are kept as SHA-256 hashes.
+    Sql("CREATE TABLE login_flows (
+        state      BLOB    PRIMARY KEY,
+        browser    BLOB    NOT NULL,
+        nonce      TEXT    NOT NULL,
+        verifier   TEXT    NOT NULL,
+        created_at INTEGER NOT NULL
+    ) STRICT, WITHOUT ROWID;"),
 ];
 
 fn sessions(tx: &Transaction<'_>) -> rusqlite::Result<()> {

@@ -47,9 +47,9 @@ use self::replies::Done;
 use self::slots::Slots;
 use self::writer::{Hooks, Writer};
 use super::{
-    ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, NewLink, Record, Session,
-    SessionWrite, StorageFailure, StoreError, StoreMetrics, StoreStats, User, UserWrite,
-    VisitScope,
+    ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, LoginFlow, LoginFlowWrite,
+    NewLink, Record, Session, SessionWrite, StorageFailure, StoreError, StoreMetrics, StoreStats,
+    User, UserWrite, VisitScope,
 };
 use crate::domain::{
     CodeGenerator, Codebook, Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkKey,
@@ -674,6 +674,16 @@ impl LinkStore for SqliteStore {
             .apply(Op::Session(write))
             .await
             .map(|_| ())
+    }
+
+    async fn write_login_flow(
+        &self,
+        write: LoginFlowWrite,
+    ) -> Result<Option<LoginFlow>, StoreError> {
+        match self.inner.writer.apply(Op::LoginFlow(write)).await? {
+            Done::Flow(flow) => Ok(flow),
+            other => Err(unexpected(other)),
+        }
     }
 
     async fn domains(&self) -> Result<Vec<Domain>, StoreError> {

@@ -14,7 +14,8 @@ use crate::domain::{
     UserId, VisitCounts,
 };
 use crate::store::{
-    ImportRow, LinkPatch, NewUser, SessionWrite, StoreError, UserChange, UserWrite,
+    FederatedUser, ImportRow, LinkPatch, LoginFlow, LoginFlowWrite, NewUser, SessionWrite,
+    StoreError, UserChange, UserWrite,
 };
 
 #[derive(Debug)]
@@ -34,6 +35,7 @@ pub(super) enum Op {
     },
     User(UserWrite),
     Session(SessionWrite),
+    LoginFlow(LoginFlowWrite),
     AddDomain(Host, DomainRedirects),
     SetDomain(DomainId, DomainRedirects),
     RemoveDomain {
@@ -131,6 +133,7 @@ fn run(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError
         } => create_key(conn, name, user, hash, domain, now),
         Op::User(write) => write_user(conn, write, now),
         Op::Session(write) => write_session(conn, write, now),
+        Op::LoginFlow(write) => write_login_flow(conn, write),
         Op::AddDomain(host, redirects) => add_domain(conn, host, redirects),
         Op::SetDomain(id, redirects) => set_domain(conn, id, redirects),
         Op::RemoveDomain { id, force } => remove_domain(conn, id, force, now),
@@ -323,6 +326,108 @@ fn write_session(
     Ok(applied(Done::Nothing))
 }
 
+fn write_login_flow(conn: &Connection, write: LoginFlowWrite) -> Result<Applied, StoreError> {
+    match write {
+        LoginFlowWrite::Begin {
+            flow,
+            expired_before,
+        } => {
+            conn.prepare_cached("DELETE FROM login_flows WHERE created_at < ?1")?
+                .execute([expired_before.millis()])?;
+            let pending: i64 = conn
+                .prepare_cached("SELECT count(*) FROM login_flows")?
+                .query_row([], |r| r.get(0))?;
+            if pending >= crate::store::MAX_LOGIN_FLOWS {
+                return Err(StoreError::TooMany("sign-ins under way"));
+            }
+            conn.prepare_cached(
+                "INSERT INTO login_flows (state, browser, nonce, verifier, created_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute((
+                &flow.state[..],
+                &flow.browser[..],
+                &flow.nonce,
+                &flow.verifier,
+                flow.created_at.millis(),
+            ))?;
+            Ok(applied(Done::Flow(None)))
+        }
+        LoginFlowWrite::Take { state } => {
+            let flow = conn
+                .prepare_cached(
+                    "DELETE FROM login_flows WHERE state = ?1 \
+                     RETURNING state, browser, nonce, verifier, created_at",
+                )?
+                .query_row([&state[..]], |r| {
+                    Ok(LoginFlow {
+                        state: r.get(0)?,
+                        browser: r.get(1)?,
+                        nonce: r.get(2)?,
+                        verifier: r.get(3)?,
+                        created_at: Timestamp::from_millis(r.get(4)?),
+                    })
+                })
+                .optional()?;
+            Ok(applied(Done::Flow(flow)))
+        }
+    }
+}
+
+/// The user that (issuer, subject) names: found and given this sign-in's
+/// role and email, or made under the first free name.
+fn sign_in(conn: &Connection, who: FederatedUser, now: Timestamp) -> Result<Applied, StoreError> {
+    let FederatedUser {
+        issuer,
+        subject,
+        name,
+        email,
+        role,
+    } = who;
+    let found: Option<i64> = conn
+        .prepare_cached("SELECT id FROM users WHERE issuer = ?1 AND subject = ?2")?
+        .query_row((&issuer, &subject), |r| r.get(0))
+        .optional()?;
+    let id = match found {
+        Some(id) => {
+            conn.prepare_cached("UPDATE users SET role = ?2, email = ?3 WHERE id = ?1")?
+                .execute((id, role.as_str(), &email))?;
+            id
+        }
+        None => {
+            let taken = conn
+                .prepare_cached("SELECT folded FROM users")?
+                .query_map([], |r| r.get::<_, String>(0))?
+                .collect::<Result<std::collections::HashSet<_>, _>>()?;
+            let name = crate::domain::user::free_user_name(&name, &taken);
+            conn.prepare_cached(
+                "INSERT INTO users (name, folded, email, role, issuer, subject, created_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) RETURNING id",
+            )?
+            .query_row(
+                rusqlite::params![
+                    name,
+                    fold_name(&name),
+                    email,
+                    role.as_str(),
+                    issuer,
+                    subject,
+                    now.millis()
+                ],
+                |r| r.get(0),
+            )?
+        }
+    };
+    let user = conn
+        .prepare_cached(&format!(
+            "SELECT {} FROM users u WHERE u.id = ?1",
+            rows::USER_COLUMNS
+        ))?
+        .query_row([id], rows::user)
+        .optional()?;
+    Ok(applied(Done::User(user)))
+}
+
 fn write_user(conn: &Connection, write: UserWrite, now: Timestamp) -> Result<Applied, StoreError> {
     match write {
         UserWrite::Create(NewUser {
@@ -395,6 +500,7 @@ fn write_user(conn: &Connection, write: UserWrite, now: Timestamp) -> Result<App
             ])?;
             Ok(applied(Done::User(user_named(conn, &name)?)))
         }
+        UserWrite::SignIn(who) => sign_in(conn, who, now),
         UserWrite::Remove { name, reassign } => {
             let Some(user) = user_named(conn, &name)? else {
                 return Ok(applied(Done::User(None)));

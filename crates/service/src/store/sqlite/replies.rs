@@ -26,6 +26,9 @@ pub(super) enum Done {
     /// A domain removal: `None` when there was no such domain, else the
     /// codes of the links deleted with it.
     Removed(Option<Vec<crate::domain::ShortCode>>),
+    /// A sign-in flow taken (`None`: no such flow, or a write that
+    /// answers none).
+    Flow(Option<crate::store::LoginFlow>),
     /// Import: the lines whose code existed already.
     Skipped(Vec<u64>),
     Nothing,

@@ -565,6 +565,7 @@ impl WriterThread {
                         | StoreError::UserTaken(_)
                         | StoreError::HostTaken(_)
                         | StoreError::DomainHasLinks(_)
+                        | StoreError::TooMany(_)
                 ) {
                     throttled!(FAILED_WRITES, error, error = %e, "write failed and was rolled back");
                 }

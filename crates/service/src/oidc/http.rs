@@ -1,0 +1,135 @@
+//! The HTTP client that speaks to the identity provider: discovery, its
+//! keys, the token and userinfo endpoints. A few requests per sign-in, so
+//! each opens its own connection (TLS by rustls on ring, as every other
+//! connection litelink makes), follows no redirect, waits at most
+//! [`TIMEOUT`] in all and reads at most [`MAX_BODY`] of an answer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::rt::TokioIo;
+use openidconnect::{HttpRequest, HttpResponse};
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+use tokio::net::TcpStream;
+
+/// The longest one request to the provider may take, connection included.
+pub const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The largest answer read from the provider.
+pub const MAX_BODY: usize = 1 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("{0}: not an http or https URL with a host")]
+    Url(String),
+    #[error("no answer within {}s", TIMEOUT.as_secs())]
+    Timeout,
+    #[error("cannot connect to {0}: {1}")]
+    Connect(String, std::io::Error),
+    #[error("{0}")]
+    Http(String),
+}
+
+#[derive(Clone)]
+pub(crate) struct HttpClient {
+    tls: tokio_rustls::TlsConnector,
+}
+
+impl HttpClient {
+    pub(crate) fn new(tls: ClientConfig) -> Self {
+        Self {
+            tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
+        }
+    }
+
+    /// Sends `request` and reads the whole answer, within [`TIMEOUT`].
+    pub(crate) async fn send(&self, request: HttpRequest) -> Result<HttpResponse, HttpError> {
+        tokio::time::timeout(TIMEOUT, self.exchange(request))
+            .await
+            .map_err(|_| HttpError::Timeout)?
+    }
+
+    async fn exchange(&self, request: HttpRequest) -> Result<HttpResponse, HttpError> {
+        let uri = request.uri().clone();
+        let bad_url = || HttpError::Url(uri.to_string());
+        let https = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => return Err(bad_url()),
+        };
+        let host = uri.host().ok_or_else(bad_url)?.to_owned();
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        // A bracketed IPv6 literal connects without its brackets.
+        let bare = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let tcp = TcpStream::connect((bare.as_str(), port))
+            .await
+            .map_err(|e| HttpError::Connect(format!("{host}:{port}"), e))?;
+        let _ = tcp.set_nodelay(true);
+
+        let (parts, body) = request.into_parts();
+        let mut outgoing = hyper::Request::from_parts(parts, Full::new(Bytes::from(body)));
+        // The connection is the host's own: the request names only the path.
+        let path = uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .parse()
+            .map_err(|_| bad_url())?;
+        *outgoing.uri_mut() = path;
+        let authority = uri.authority().map_or(host.as_str(), |a| a.as_str());
+        let headers = outgoing.headers_mut();
+        headers.insert(
+            hyper::header::HOST,
+            authority.parse().map_err(|_| bad_url())?,
+        );
+        headers.insert(
+            hyper::header::USER_AGENT,
+            hyper::header::HeaderValue::from_static(concat!(
+                "litelink/",
+                env!("CARGO_PKG_VERSION")
+            )),
+        );
+
+        let response = if https {
+            let name = ServerName::try_from(bare).map_err(|_| bad_url())?;
+            let tls = self
+                .tls
+                .connect(name, tcp)
+                .await
+                .map_err(|e| HttpError::Connect(format!("{host}:{port}"), e))?;
+            round_trip(TokioIo::new(tls), outgoing).await?
+        } else {
+            round_trip(TokioIo::new(tcp), outgoing).await?
+        };
+        Ok(response)
+    }
+}
+
+async fn round_trip<T>(
+    io: T,
+    request: hyper::Request<Full<Bytes>>,
+) -> Result<HttpResponse, HttpError>
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let http = |e: hyper::Error| HttpError::Http(e.to_string());
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(http)?;
+    // The connection ends with this request; a peer that holds it open
+    // is let go of after the timeout.
+    tokio::spawn(tokio::time::timeout(TIMEOUT, connection));
+    let response = sender.send_request(request).await.map_err(http)?;
+    let (parts, body) = response.into_parts();
+    let body = Limited::new(body, MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| HttpError::Http(format!("reading the answer: {e}")))?
+        .to_bytes();
+    Ok(HttpResponse::from_parts(parts, body.to_vec()))
+}

@@ -1,0 +1,567 @@
+//! Signing in through OpenID Connect: the authorization code flow with
+//! PKCE, a `state` and a `nonce`, against a provider found by discovery.
+//!
+//! A flow begins at `GET /login/oidc`: its state (hashed), nonce and PKCE
+//! verifier go to the store, where any instance's callback finds them,
+//! once, for ten minutes; the browser that began it gets a cookie whose
+//! hash the flow keeps, so that a callback from another browser (an
+//! attacker's code planted on a victim) is refused. The callback trades
+//! the code for tokens and checks the ID token: its signature against the
+//! provider's keys (asymmetric algorithms only, refetched when an unknown
+//! key id appears, at most once a minute), `iss`, `aud`, `exp` and the
+//! nonce. The person's role comes from a claim (or the default role);
+//! they are found by (issuer, `sub`), never by name or email.
+
+mod claims;
+mod http;
+
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwapOption;
+use openidconnect::core::{
+    CoreAuthDisplay, CoreAuthPrompt, CoreAuthenticationFlow, CoreClientAuthMethod,
+    CoreErrorResponseType, CoreGenderClaim, CoreJsonWebKey, CoreJsonWebKeySet,
+    CoreJweContentEncryptionAlgorithm, CoreJwsSigningAlgorithm, CoreProviderMetadata,
+    CoreRevocableToken, CoreRevocationErrorResponse, CoreTokenIntrospectionResponse, CoreTokenType,
+};
+use openidconnect::{
+    AccessToken, AuthType, AuthorizationCode, Client, ClientId, ClientSecret, CsrfToken,
+    EmptyExtraTokenFields, EndpointMaybeSet, EndpointNotSet, EndpointSet, IdTokenFields,
+    IdTokenVerifier, IssuerUrl, Nonce, OAuth2TokenResponse, PkceCodeChallenge, PkceCodeVerifier,
+    RedirectUrl, Scope, StandardErrorResponse, StandardTokenResponse, SubjectIdentifier,
+    TokenResponse, UserInfoClaims,
+};
+use rand::distr::{Alphanumeric, SampleString};
+use subtle::ConstantTimeEq;
+
+pub use self::claims::RoleMapping;
+use self::claims::{Claims, Extra};
+use self::http::{HttpClient, HttpError};
+pub use self::http::{MAX_BODY, TIMEOUT};
+use crate::domain::Timestamp;
+use crate::store::{FederatedUser, LinkStore, LoginFlow, LoginFlowWrite, StoreError};
+
+/// How long a sign-in may take at the provider.
+pub const FLOW_TTL: Duration = Duration::from_secs(600);
+
+/// The cookie that binds a flow to the browser that began it.
+pub const FLOW_COOKIE: &str = "litelink_oidc";
+
+/// Least time between two fetches of the provider's keys.
+const KEYS_EVERY: Duration = Duration::from_secs(60);
+
+/// Least time between two attempts at discovery while it fails.
+const DISCOVERY_EVERY: Duration = Duration::from_secs(10);
+
+/// Sign-ins one client address may begin at once, and then one every
+/// [`BEGIN_EVERY`]: each stores a flow.
+pub const BEGIN_BURST: u32 = 30;
+const BEGIN_EVERY: Duration = Duration::from_secs(20);
+
+/// The settings of `--oidc-*`; no issuer: no OpenID Connect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OidcSettings {
+    pub issuer: Option<String>,
+    pub client_id: Option<String>,
+    pub client_secret: Option<Secret>,
+    /// A file that holds the client secret (its first line).
+    pub client_secret_file: Option<PathBuf>,
+    /// Scopes asked for; `openid` is always asked.
+    pub scopes: Vec<String>,
+    pub roles: RoleMapping,
+    /// CA certificates that the provider's certificate must chain to, in
+    /// place of the system's.
+    pub ca_file: Option<PathBuf>,
+}
+
+impl Default for OidcSettings {
+    fn default() -> Self {
+        Self {
+            issuer: None,
+            client_id: None,
+            client_secret: None,
+            client_secret_file: None,
+            scopes: vec!["openid".into(), "profile".into(), "email".into()],
+            roles: RoleMapping::default(),
+            ca_file: None,
+        }
+    }
+}
+
+/// A secret that no `Debug` output shows.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// Why a sign-in through the provider did not happen.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OidcError {
+    #[error("signing in with an identity provider is not set up on this server")]
+    Off,
+    /// The callback names no flow under way: unknown, used or expired.
+    #[error("this sign-in is unknown, was used already or has expired: sign in again")]
+    UnknownFlow,
+    /// The callback came to a browser other than the one that began it.
+    #[error("this sign-in was begun in another browser: sign in again from this one")]
+    OtherBrowser,
+    /// The provider cannot be reached, or answered what it should not.
+    #[error("the identity provider: {0}")]
+    Provider(String),
+    /// The provider said no (the person cancelled, say).
+    #[error("the identity provider did not sign you in: {0}")]
+    Declined(String),
+    /// The ID token failed a check.
+    #[error("the identity provider's ID token was refused: {0}")]
+    Token(String),
+    /// The person is known, but may not sign in here.
+    #[error("{0}")]
+    Refused(String),
+    /// Too many sign-ins begun from this client address.
+    #[error("too many sign-ins begun from this address; retry in {retry_after}s")]
+    TooMany { retry_after: u32 },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+type Tokens = StandardTokenResponse<
+    IdTokenFields<
+        Extra,
+        EmptyExtraTokenFields,
+        CoreGenderClaim,
+        CoreJweContentEncryptionAlgorithm,
+        CoreJwsSigningAlgorithm,
+    >,
+    CoreTokenType,
+>;
+
+type OidcClient = Client<
+    Extra,
+    CoreAuthDisplay,
+    CoreGenderClaim,
+    CoreJweContentEncryptionAlgorithm,
+    CoreJsonWebKey,
+    CoreAuthPrompt,
+    StandardErrorResponse<CoreErrorResponseType>,
+    Tokens,
+    CoreTokenIntrospectionResponse,
+    CoreRevocableToken,
+    CoreRevocationErrorResponse,
+    EndpointSet,
+    EndpointNotSet,
+    EndpointNotSet,
+    EndpointNotSet,
+    EndpointMaybeSet,
+    EndpointMaybeSet,
+>;
+
+/// What discovery found, with the keys as last fetched, and when an
+/// unknown key id last made them fetched again.
+struct Discovered {
+    metadata: CoreProviderMetadata,
+    refetched_at: Option<Instant>,
+}
+
+/// A flow begun: where to send the browser, and its flow cookie's value.
+pub(crate) struct Begun {
+    pub url: url::Url,
+    pub browser: String,
+}
+
+pub(crate) struct Oidc {
+    issuer: IssuerUrl,
+    client_id: ClientId,
+    secret: Option<ClientSecret>,
+    scopes: Vec<String>,
+    roles: RoleMapping,
+    redirect: RedirectUrl,
+    http: HttpClient,
+    discovered: ArcSwapOption<Discovered>,
+    /// Held while discovery or a key fetch runs, with when discovery was
+    /// last tried.
+    fetching: tokio::sync::Mutex<Option<Instant>>,
+    begins: governor::DefaultKeyedRateLimiter<std::net::IpAddr>,
+}
+
+impl Oidc {
+    /// The client `settings` describe, returning to `public_url`; `None`
+    /// when no issuer is set. Nothing is fetched yet ([`Oidc::discover`]).
+    pub(crate) fn new(
+        settings: &OidcSettings,
+        public_url: Option<&str>,
+    ) -> anyhow::Result<Option<Self>> {
+        use anyhow::Context;
+        let Some(issuer) = &settings.issuer else {
+            return Ok(None);
+        };
+        let issuer = IssuerUrl::new(issuer.clone())
+            .with_context(|| format!("--oidc-issuer {issuer}: not a URL"))?;
+        let public_url = public_url.context(
+            "--oidc-issuer needs --public-url: it is where the provider sends people back to",
+        )?;
+        let redirect = RedirectUrl::new(format!(
+            "{}/auth/callback",
+            public_url.trim_end_matches('/')
+        ))
+        .context("--public-url: not a URL")?;
+        let client_id = settings
+            .client_id
+            .clone()
+            .context("--oidc-issuer needs --oidc-client-id")?;
+        let secret = match (&settings.client_secret, &settings.client_secret_file) {
+            (Some(_), Some(_)) => {
+                anyhow::bail!("give --oidc-client-secret or --oidc-client-secret-file, not both")
+            }
+            (Some(secret), None) => Some(secret.0.clone()),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path).with_context(|| {
+                    format!(
+                        "--oidc-client-secret-file {}: cannot read it",
+                        path.display()
+                    )
+                })?;
+                let secret = text.lines().next().unwrap_or("").trim().to_owned();
+                anyhow::ensure!(
+                    !secret.is_empty(),
+                    "--oidc-client-secret-file {}: it is empty",
+                    path.display()
+                );
+                Some(secret)
+            }
+            (None, None) => None,
+        };
+        settings.roles.check()?;
+        let roots = match &settings.ca_file {
+            Some(path) => crate::tls::read_roots(path)?,
+            None => crate::tls::system_roots()?,
+        };
+        let tls = crate::tls::client_config(
+            "the identity provider",
+            crate::tls::Verify::Full(roots),
+            None,
+        )?;
+        Ok(Some(Self {
+            issuer,
+            client_id: ClientId::new(client_id),
+            secret: secret.map(ClientSecret::new),
+            scopes: settings.scopes.clone(),
+            roles: settings.roles.clone(),
+            redirect,
+            http: HttpClient::new(tls),
+            discovered: ArcSwapOption::empty(),
+            fetching: tokio::sync::Mutex::new(None),
+            begins: governor::RateLimiter::keyed(
+                governor::Quota::with_period(BEGIN_EVERY)
+                    .unwrap_or_else(|| governor::Quota::per_minute(NonZeroU32::MIN))
+                    .allow_burst(NonZeroU32::new(BEGIN_BURST).unwrap_or(NonZeroU32::MIN)),
+            ),
+        }))
+    }
+
+    /// Fetches the provider's metadata and keys now (at start); a failure
+    /// is logged, and the first sign-in tries again.
+    pub(crate) async fn discover(&self) {
+        match self.discovered().await {
+            Ok(_) => tracing::info!(issuer = %self.issuer.as_str(), "identity provider found"),
+            Err(e) => tracing::warn!(
+                issuer = %self.issuer.as_str(),
+                error = %e,
+                "the identity provider cannot be reached now; the first sign-in tries again"
+            ),
+        }
+    }
+
+    fn fetch(&self) -> impl Fn(openidconnect::HttpRequest) -> HttpFuture + use<> {
+        let http = self.http.clone();
+        move |request| {
+            let http = http.clone();
+            Box::pin(async move { http.send(request).await })
+        }
+    }
+
+    /// The provider's metadata and keys, discovered once.
+    async fn discovered(&self) -> Result<Arc<Discovered>, OidcError> {
+        if let Some(found) = self.discovered.load_full() {
+            return Ok(found);
+        }
+        let mut last = self.fetching.lock().await;
+        if let Some(found) = self.discovered.load_full() {
+            return Ok(found);
+        }
+        if last.is_some_and(|at| at.elapsed() < DISCOVERY_EVERY) {
+            return Err(OidcError::Provider(
+                "discovery failed a moment ago; retry shortly".into(),
+            ));
+        }
+        *last = Some(Instant::now());
+        let metadata = CoreProviderMetadata::discover_async(self.issuer.clone(), &self.fetch())
+            .await
+            .map_err(|e| OidcError::Provider(format!("discovery failed: {}", chain(&e))))?;
+        let found = Arc::new(Discovered {
+            metadata,
+            refetched_at: None,
+        });
+        self.discovered.store(Some(Arc::clone(&found)));
+        Ok(found)
+    }
+
+    /// Fetches the provider's keys again for an unknown key id, unless an
+    /// unknown key id did so less than a minute ago (a stream of forged
+    /// key ids costs the provider one fetch a minute); the metadata as it
+    /// then is.
+    async fn refresh_keys(&self, seen: &Arc<Discovered>) -> Result<Arc<Discovered>, OidcError> {
+        let _fetching = self.fetching.lock().await;
+        let current = self
+            .discovered
+            .load_full()
+            .unwrap_or_else(|| Arc::clone(seen));
+        if current
+            .refetched_at
+            .is_some_and(|at| at.elapsed() < KEYS_EVERY)
+        {
+            return Ok(current);
+        }
+        let keys = CoreJsonWebKeySet::fetch_async(current.metadata.jwks_uri(), &self.fetch())
+            .await
+            .map_err(|e| OidcError::Provider(format!("fetching its keys failed: {}", chain(&e))))?;
+        let fresh = Arc::new(Discovered {
+            metadata: current.metadata.clone().set_jwks(keys),
+            refetched_at: Some(Instant::now()),
+        });
+        self.discovered.store(Some(Arc::clone(&fresh)));
+        tracing::info!(issuer = %self.issuer.as_str(), "identity provider keys fetched again");
+        Ok(fresh)
+    }
+
+    fn client(&self, found: &Discovered) -> OidcClient {
+        let client = OidcClient::from_provider_metadata(
+            found.metadata.clone(),
+            self.client_id.clone(),
+            self.secret.clone(),
+        )
+        .set_redirect_uri(self.redirect.clone());
+        // Basic authentication unless the provider takes only the form's.
+        let methods = found.metadata.token_endpoint_auth_methods_supported();
+        let post_only = methods.is_some_and(|m| {
+            m.contains(&CoreClientAuthMethod::ClientSecretPost)
+                && !m.contains(&CoreClientAuthMethod::ClientSecretBasic)
+        });
+        if post_only {
+            client.set_auth_type(AuthType::RequestBody)
+        } else {
+            client
+        }
+    }
+
+    /// Begins a sign-in from `client`: a flow stored, and where the
+    /// browser goes.
+    pub(crate) async fn begin(
+        &self,
+        store: &dyn LinkStore,
+        client: Option<std::net::IpAddr>,
+    ) -> Result<Begun, OidcError> {
+        if let Some(ip) = client {
+            use governor::clock::{Clock, DefaultClock};
+            let ip = crate::domain::client_block(ip);
+            if let Err(not_until) = self.begins.check_key(&ip) {
+                let wait = not_until.wait_time_from(DefaultClock::default().now());
+                return Err(OidcError::TooMany {
+                    retry_after: wait.as_secs().max(1) as u32,
+                });
+            }
+            // Forgotten buckets would grow without bound.
+            if self.begins.len() > 100_000 {
+                self.begins.retain_recent();
+            }
+        }
+        let found = self.discovered().await?;
+        let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
+        let client = self.client(&found);
+        let mut request = client
+            .authorize_url(
+                CoreAuthenticationFlow::AuthorizationCode,
+                CsrfToken::new_random,
+                Nonce::new_random,
+            )
+            .set_pkce_challenge(challenge);
+        for scope in self.scopes.iter().filter(|s| *s != "openid") {
+            request = request.add_scope(Scope::new(scope.clone()));
+        }
+        let (url, state, nonce) = request.url();
+        let browser = Alphanumeric.sample_string(&mut rand::rng(), 43);
+        let now = Timestamp::now();
+        store
+            .write_login_flow(LoginFlowWrite::Begin {
+                flow: LoginFlow {
+                    state: crate::keys::hash(state.secret()),
+                    browser: crate::keys::hash(&browser),
+                    nonce: nonce.secret().clone(),
+                    verifier: verifier.secret().clone(),
+                    created_at: now,
+                },
+                expired_before: before(now, FLOW_TTL),
+            })
+            .await?;
+        Ok(Begun { url, browser })
+    }
+
+    /// Ends a sign-in at the callback: the flow `state` names, taken once
+    /// and only by the browser whose flow cookie is `browser`; the code
+    /// traded for tokens; the ID token checked; the person and their role.
+    pub(crate) async fn finish(
+        &self,
+        store: &dyn LinkStore,
+        code: &str,
+        state: &str,
+        browser: Option<&str>,
+    ) -> Result<FederatedUser, OidcError> {
+        let browser = browser.ok_or(OidcError::OtherBrowser)?;
+        let flow = store
+            .write_login_flow(LoginFlowWrite::Take {
+                state: crate::keys::hash(state),
+            })
+            .await?
+            .ok_or(OidcError::UnknownFlow)?;
+        if flow.created_at < before(Timestamp::now(), FLOW_TTL) {
+            return Err(OidcError::UnknownFlow);
+        }
+        if !bool::from(flow.browser.ct_eq(&crate::keys::hash(browser))) {
+            return Err(OidcError::OtherBrowser);
+        }
+        let found = self.discovered().await?;
+        let client = self.client(&found);
+        let tokens = client
+            .exchange_code(AuthorizationCode::new(code.to_owned()))
+            .map_err(|e| OidcError::Provider(e.to_string()))?
+            .set_pkce_verifier(PkceCodeVerifier::new(flow.verifier))
+            .request_async(&self.fetch())
+            .await
+            .map_err(|e| OidcError::Provider(format!("the code was not taken: {}", chain(&e))))?;
+        let id_token = tokens
+            .id_token()
+            .ok_or_else(|| OidcError::Token("the token answer has no ID token".into()))?;
+        let nonce = Nonce::new(flow.nonce);
+        let claims = match id_token.claims(&self.verifier(&found), &nonce) {
+            Ok(claims) => claims.clone(),
+            Err(e) if unknown_key(&e) => {
+                let found = self.refresh_keys(&found).await?;
+                id_token
+                    .claims(&self.verifier(&found), &nonce)
+                    .map_err(|e| OidcError::Token(chain(&e)))?
+                    .clone()
+            }
+            Err(e) => return Err(OidcError::Token(chain(&e))),
+        };
+        let mut person = Claims::of_id_token(&claims);
+        if self.roles.wants_more(&person) {
+            let more = self
+                .user_info(&client, tokens.access_token(), claims.subject())
+                .await?;
+            if let Some(more) = more {
+                person.add(more);
+            }
+        }
+        let role = self.roles.role(&person).ok_or_else(|| {
+            OidcError::Refused(
+                "your identity provider gives you no role on this server: ask an \
+                 administrator for access"
+                    .into(),
+            )
+        })?;
+        Ok(FederatedUser {
+            issuer: self.issuer.as_str().to_owned(),
+            subject: claims.subject().as_str().to_owned(),
+            name: person.name(),
+            email: person.email(),
+            role,
+        })
+    }
+
+    /// The userinfo endpoint's claims for the person the ID token named;
+    /// `None` when the provider has no such endpoint.
+    async fn user_info(
+        &self,
+        client: &OidcClient,
+        token: &AccessToken,
+        subject: &SubjectIdentifier,
+    ) -> Result<Option<UserInfoClaims<Extra, CoreGenderClaim>>, OidcError> {
+        let Ok(request) = client.user_info(token.clone(), Some(subject.clone())) else {
+            return Ok(None);
+        };
+        let claims = request
+            .request_async(&self.fetch())
+            .await
+            .map_err(|e| OidcError::Provider(format!("its userinfo: {}", chain(&e))))?;
+        Ok(Some(claims))
+    }
+
+    /// The ID token checks, with the keys as last fetched: asymmetric
+    /// signatures only, whatever the token's header says.
+    fn verifier<'a>(&self, found: &'a Discovered) -> IdTokenVerifier<'a, CoreJsonWebKey> {
+        let offered = found.metadata.id_token_signing_alg_values_supported();
+        let mut algs: Vec<CoreJwsSigningAlgorithm> = offered
+            .iter()
+            .filter(|alg| ASYMMETRIC.contains(alg))
+            .cloned()
+            .collect();
+        if algs.is_empty() {
+            algs.push(CoreJwsSigningAlgorithm::RsaSsaPkcs1V15Sha256);
+        }
+        IdTokenVerifier::new_public_client(
+            self.client_id.clone(),
+            self.issuer.clone(),
+            found.metadata.jwks().clone(),
+        )
+        .set_allowed_algs(algs)
+    }
+}
+
+type HttpFuture = std::pin::Pin<
+    Box<dyn Future<Output = Result<openidconnect::HttpResponse, HttpError>> + Send + Sync>,
+>;
+
+/// The signature algorithms an ID token may use: never `none`, never a
+/// MAC (whose key a confused verifier could take from the public key).
+const ASYMMETRIC: [CoreJwsSigningAlgorithm; 9] = [
+    CoreJwsSigningAlgorithm::RsaSsaPkcs1V15Sha256,
+    CoreJwsSigningAlgorithm::RsaSsaPkcs1V15Sha384,
+    CoreJwsSigningAlgorithm::RsaSsaPkcs1V15Sha512,
+    CoreJwsSigningAlgorithm::RsaSsaPssSha256,
+    CoreJwsSigningAlgorithm::RsaSsaPssSha384,
+    CoreJwsSigningAlgorithm::RsaSsaPssSha512,
+    CoreJwsSigningAlgorithm::EcdsaP256Sha256,
+    CoreJwsSigningAlgorithm::EcdsaP384Sha384,
+    CoreJwsSigningAlgorithm::EdDsa,
+];
+
+fn unknown_key(e: &openidconnect::ClaimsVerificationError) -> bool {
+    matches!(
+        e,
+        openidconnect::ClaimsVerificationError::SignatureVerification(
+            openidconnect::SignatureVerificationError::NoMatchingKey
+        )
+    )
+}
+
+fn before(now: Timestamp, ttl: Duration) -> Timestamp {
+    Timestamp::from_millis(now.millis().saturating_sub(ttl.as_millis() as i64))
+}
+
+/// An error with its causes, as one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    out
+}
