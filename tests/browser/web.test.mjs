@@ -697,3 +697,122 @@ test("an ended session sends the person back to sign in", async () => {
     proc.kill("SIGTERM");
   }
 });
+
+/// `oidc-provider-mock` (scripts/provision-oidc) on a free port, with
+/// `people` (subject -> claims) set up; stop it with `proc.kill()`.
+async function startProvider(people) {
+  const command = process.env.LITELINK_TEST_OIDC_PROVIDER;
+  const port = await freePort();
+  const proc = spawn(command, ["--host", "127.0.0.1", "--port", String(port), "--require-nonce", "true"], {
+    stdio: "ignore",
+  });
+  const issuer = `http://127.0.0.1:${port}`;
+  for (let i = 0; ; i++) {
+    const up = await fetch(`${issuer}/.well-known/openid-configuration`).then((r) => r.ok, () => false);
+    if (up) break;
+    if (i >= 300) throw new Error(`oidc-provider-mock did not answer on ${issuer} within 30 s`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  for (const [sub, claims] of Object.entries(people)) {
+    const r = await fetch(`${issuer}/users/${encodeURIComponent(sub)}`, {
+      method: "PUT",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(claims),
+    });
+    assert.equal(r.status, 204);
+  }
+  return { proc, issuer };
+}
+
+function oidcFlags(at, issuer) {
+  return ["--public-url", at, "--oidc-issuer", issuer, "--oidc-client-id", "litelink-browser",
+    "--oidc-client-secret", "a secret of the browser tests", "--oidc-role-claim", "groups",
+    "--oidc-admin-values", "ops", "--oidc-member-values", "staff", "--oidc-viewer-values", "audit"];
+}
+
+/// Signs `sub` in as a person would: the sign-in page's link, the
+/// provider's form, and back to the manage view.
+async function signInThroughProvider(at, sub) {
+  const page = await newPage();
+  // The provider's page asks a CDN for its style sheet; this machine has no network.
+  await page.route(/cdn\.jsdelivr\.net/, (route) => route.abort());
+  await page.goto(`${at}/login`);
+  await page.getByRole("link", { name: "Sign in with your identity provider" }).click();
+  await page.getByLabel("Subject").fill(sub);
+  await page.getByRole("button", { name: "Authorize", exact: true }).click();
+  await page.waitForURL(`${at}/manage`);
+  await page.locator("#who").waitFor({ state: "visible" });
+  return page;
+}
+
+test("signed in through the identity provider: members, a viewer, sign-out and an expired session", {
+  skip: !process.env.LITELINK_TEST_OIDC_PROVIDER && "no LITELINK_TEST_OIDC_PROVIDER (scripts/provision-oidc)",
+}, async () => {
+  const provider = await startProvider({
+    "u-mia": { preferred_username: "mia", groups: ["staff"] },
+    "u-noa": { preferred_username: "noa", groups: ["staff"] },
+    "u-vic": { preferred_username: "vic", groups: ["audit"] },
+  });
+  const port = await freePort();
+  const at = `http://127.0.0.1:${port}`;
+  const db = path.join(dir, "oidc.db");
+  const { proc } = await startLitelink(db, ["--listen", `127.0.0.1:${port}`, ...oidcFlags(at, provider.issuer)]);
+  try {
+    // A member signs in through the provider and creates a link from the page.
+    const mia = await signInThroughProvider(at, "u-mia");
+    assert.match(await mia.locator("#who").textContent(), /Signed in as mia \(member\)/);
+    await mia.goto(`${at}/`);
+    await mia.getByLabel("Long URL").fill("https://example.com/mia-from-the-page");
+    await mia.keyboard.press("Enter");
+    await mia.locator("#result").waitFor({ state: "visible" });
+    const miaCode = codeOf(await mia.locator("#short").inputValue());
+    await mia.goto(`${at}/manage`);
+    await mia.locator(`li[data-code="${miaCode}"]`).waitFor();
+
+    // Another member's link is not hers to see.
+    const noa = await signInThroughProvider(at, "u-noa");
+    await noa.goto(`${at}/`);
+    await noa.getByLabel("Long URL").fill("https://example.com/noa-from-the-page");
+    await noa.keyboard.press("Enter");
+    await noa.locator("#result").waitFor({ state: "visible" });
+    const noaCode = codeOf(await noa.locator("#short").inputValue());
+    await mia.reload();
+    await mia.locator(`li[data-code="${miaCode}"]`).waitFor();
+    assert.equal(await mia.locator(`li[data-code="${noaCode}"]`).count(), 0, "a member sees only their own");
+
+    // The viewer sees both, with no buttons to change them; the API refuses.
+    const vic = await signInThroughProvider(at, "u-vic");
+    assert.match(await vic.locator("#who").textContent(), /Signed in as vic \(viewer\)/);
+    await vic.locator(`li[data-code="${miaCode}"]`).waitFor();
+    await vic.locator(`li[data-code="${noaCode}"]`).waitFor();
+    assert.equal(await vic.locator("#list button", { hasText: "Edit" }).count(), 0);
+    assert.equal(await vic.locator("#list button", { hasText: "Delete" }).count(), 0);
+    const refused = await vic.evaluate(async (code) => (await fetch(`/api/v1/links/${code}`, { method: "DELETE" })).status, miaCode);
+    assert.equal(refused, 403);
+
+    // Signing out ends the session; the old cookie is refused.
+    const session = (await mia.context().cookies()).find((c) => c.name === "litelink_session");
+    assert.ok(session && session.httpOnly, "an HttpOnly session cookie");
+    await mia.getByRole("button", { name: "Sign out" }).click();
+    await mia.waitForURL(`${at}/login`);
+    const old = await fetch(`${at}/api/v1/links`, { headers: { cookie: `litelink_session=${session.value}` } });
+    assert.equal(old.status, 401);
+  } finally {
+    proc.kill("SIGTERM");
+  }
+
+  // An expired session sends the person back to sign in.
+  const idlePort = await freePort();
+  const idleAt = `http://127.0.0.1:${idlePort}`;
+  const idle = await startLitelink(path.join(dir, "oidc-idle.db"), ["--listen", `127.0.0.1:${idlePort}`,
+    ...oidcFlags(idleAt, provider.issuer), "--session-idle", "2"]);
+  try {
+    const page = await signInThroughProvider(idleAt, "u-mia");
+    await new Promise((resolve) => setTimeout(resolve, 4_000));
+    await page.goto(`${idleAt}/manage`);
+    await page.waitForURL(`${idleAt}/login`);
+  } finally {
+    idle.proc.kill("SIGTERM");
+    provider.proc.kill();
+  }
+});
