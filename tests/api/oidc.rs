@@ -657,8 +657,11 @@ crate::on_both_stores! {
 
         // Sign-ins begun from one address are bounded.
         let mut statuses = HashMap::new();
-        for _ in 0..40 {
+        for _ in 0..80 {
             let r = app.client.get(app.url("/login/oidc")).send().await.expect("begin");
+            if r.status() == 429 {
+                assert!(header(&r, "retry-after").parse::<u32>().is_ok_and(|s| s >= 1));
+            }
             *statuses.entry(r.status().as_u16()).or_insert(0) += 1;
         }
         assert!(statuses.get(&429).is_some_and(|n| *n > 0), "{statuses:?}");

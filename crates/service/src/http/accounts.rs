@@ -222,10 +222,18 @@ const MAX_CALLBACK_PARAM: usize = 4096;
         (status = 401, description = "The provider did not sign the person in, or its ID token was refused: the sign-in page (text/html)", content_type = "text/html", body = String),
         (status = 403, description = "The person has no role here, or their user is disabled: a page that says so (text/html)", content_type = "text/html", body = String),
         (status = 404, description = "No identity provider is set up here", body = ErrorMessage),
+        (status = 429, description = "Too many callbacks from this address", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
         (status = 502, description = "The identity provider failed: the sign-in page (text/html)", content_type = "text/html", body = String),
         (status = 503, description = "Cannot store now", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
     ))]
-pub(crate) async fn oidc_callback(State(state): State<AppState>, req: Request) -> Response {
+pub(crate) async fn oidc_callback(
+    State(state): State<AppState>,
+    ClientAddr(peer): ClientAddr,
+    req: Request,
+) -> Response {
+    if state.links.oidc().is_none() {
+        return ApiError::from(OidcError::Off).into_response();
+    }
     let headers = req.headers();
     let mut code = None;
     let mut sent_state = None;
@@ -252,7 +260,8 @@ pub(crate) async fn oidc_callback(State(state): State<AppState>, req: Request) -
             if code.len() <= MAX_CALLBACK_PARAM && sent.len() <= MAX_CALLBACK_PARAM =>
         {
             let browser = crate::sessions::cookie_named(headers, crate::oidc::FLOW_COOKIE);
-            state.links.oidc_finish(&code, &sent, browser).await
+            let client = state.trust_proxy.creator(peer, headers).map(|c| c.ip);
+            state.links.oidc_finish(&code, &sent, browser, client).await
         }
         _ => Err(LinksError::Invalid(
             "the callback needs a code and a state".into(),
@@ -271,9 +280,10 @@ pub(crate) async fn oidc_callback(State(state): State<AppState>, req: Request) -
         Err(e) => {
             let e = ApiError::from(e);
             match e {
-                ApiError::NotFound(_) | ApiError::Unavailable { .. } | ApiError::Internal(_) => {
-                    e.into_response()
-                }
+                ApiError::NotFound(_)
+                | ApiError::Unavailable { .. }
+                | ApiError::TooManyRequests { .. }
+                | ApiError::Internal(_) => e.into_response(),
                 other => login_page(&state, other.status(), Some(&other.to_string())),
             }
         }

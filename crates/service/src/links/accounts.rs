@@ -167,10 +167,11 @@ impl Links {
         code: &str,
         state: &str,
         browser: Option<&str>,
+        client: Option<IpAddr>,
     ) -> Result<(User, SessionId), LinksError> {
         let oidc = self.oidc().ok_or(OidcError::Off)?;
         let person = oidc
-            .finish(&*self.inner.store, code, state, browser)
+            .finish(&*self.inner.store, code, state, browser, client)
             .await?;
         // Two first sign-ins at once may race for a name: the loser tries
         // again, and finds the name taken or its own user made.

@@ -131,8 +131,9 @@ impl Claims {
             .clone()
     }
 
+    /// The email a user keeps, unless the provider says it is unverified.
     pub(crate) fn email(&self) -> Option<String> {
-        self.email.clone()
+        self.email.clone().filter(|_| self.email_verified != Some(false))
     }
 
     /// The string values of the claim `name` (one string, or an array of

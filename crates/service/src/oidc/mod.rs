@@ -56,10 +56,12 @@ const KEYS_EVERY: Duration = Duration::from_secs(60);
 /// Least time between two attempts at discovery while it fails.
 const DISCOVERY_EVERY: Duration = Duration::from_secs(10);
 
-/// Sign-ins one client address may begin at once, and then one every
-/// [`BEGIN_EVERY`]: each stores a flow.
-pub const BEGIN_BURST: u32 = 30;
-const BEGIN_EVERY: Duration = Duration::from_secs(20);
+/// Sign-ins one client address may begin (and callbacks it may send) at
+/// once, and then one every [`BEGIN_EVERY`]: each writes to the store. A
+/// busy office behind one address signs in sixty people, then twelve a
+/// minute.
+pub const BEGIN_BURST: u32 = 60;
+const BEGIN_EVERY: Duration = Duration::from_secs(5);
 
 /// The settings of `--oidc-*`; no issuer: no OpenID Connect.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,7 +189,39 @@ pub(crate) struct Oidc {
     /// Held while discovery or a key fetch runs, with when discovery was
     /// last tried.
     fetching: tokio::sync::Mutex<Option<Instant>>,
-    begins: governor::DefaultKeyedRateLimiter<std::net::IpAddr>,
+    begins: Admission,
+    callbacks: Admission,
+}
+
+/// A bucket per client address (IPv6: per /64).
+struct Admission(governor::DefaultKeyedRateLimiter<std::net::IpAddr>);
+
+impl Admission {
+    fn new() -> Self {
+        let quota = governor::Quota::with_period(BEGIN_EVERY)
+            .unwrap_or_else(|| governor::Quota::per_minute(NonZeroU32::MIN))
+            .allow_burst(NonZeroU32::new(BEGIN_BURST).unwrap_or(NonZeroU32::MIN));
+        Self(governor::RateLimiter::keyed(quota))
+    }
+
+    /// Takes a token for `client`, or says when to come back.
+    fn admit(&self, client: Option<std::net::IpAddr>) -> Result<(), OidcError> {
+        use governor::clock::{Clock, DefaultClock};
+        let Some(ip) = client else {
+            return Ok(());
+        };
+        let ip = crate::domain::client_block(ip);
+        // Forgotten buckets would grow without bound.
+        if self.0.len() > 100_000 {
+            self.0.retain_recent();
+        }
+        self.0.check_key(&ip).map_err(|not_until| OidcError::TooMany {
+            retry_after: not_until
+                .wait_time_from(DefaultClock::default().now())
+                .as_secs()
+                .max(1) as u32,
+        })
+    }
 }
 
 impl Oidc {
@@ -203,6 +237,25 @@ impl Oidc {
         };
         let issuer = IssuerUrl::new(issuer.clone())
             .with_context(|| format!("--oidc-issuer {issuer}: not a URL"))?;
+        let url = issuer.url();
+        anyhow::ensure!(
+            matches!(url.scheme(), "https" | "http") && url.has_host(),
+            "--oidc-issuer {}: an https URL with a host",
+            issuer.as_str()
+        );
+        let loopback = match url.host() {
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            Some(url::Host::Domain(name)) => name == "localhost",
+            None => false,
+        };
+        if url.scheme() == "http" && !loopback {
+            tracing::warn!(
+                issuer = issuer.as_str(),
+                "--oidc-issuer is plain http: the client secret and the tokens cross the \
+                 network unencrypted; use https"
+            );
+        }
         let public_url = public_url.context(
             "--oidc-issuer needs --public-url: it is where the provider sends people back to",
         )?;
@@ -257,11 +310,8 @@ impl Oidc {
             http: HttpClient::new(tls),
             discovered: ArcSwapOption::empty(),
             fetching: tokio::sync::Mutex::new(None),
-            begins: governor::RateLimiter::keyed(
-                governor::Quota::with_period(BEGIN_EVERY)
-                    .unwrap_or_else(|| governor::Quota::per_minute(NonZeroU32::MIN))
-                    .allow_burst(NonZeroU32::new(BEGIN_BURST).unwrap_or(NonZeroU32::MIN)),
-            ),
+            begins: Admission::new(),
+            callbacks: Admission::new(),
         }))
     }
 
@@ -367,20 +417,7 @@ impl Oidc {
         store: &dyn LinkStore,
         client: Option<std::net::IpAddr>,
     ) -> Result<Begun, OidcError> {
-        if let Some(ip) = client {
-            use governor::clock::{Clock, DefaultClock};
-            let ip = crate::domain::client_block(ip);
-            if let Err(not_until) = self.begins.check_key(&ip) {
-                let wait = not_until.wait_time_from(DefaultClock::default().now());
-                return Err(OidcError::TooMany {
-                    retry_after: wait.as_secs().max(1) as u32,
-                });
-            }
-            // Forgotten buckets would grow without bound.
-            if self.begins.len() > 100_000 {
-                self.begins.retain_recent();
-            }
-        }
+        self.begins.admit(client)?;
         let found = self.discovered().await?;
         let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
         let client = self.client(&found);
@@ -421,8 +458,10 @@ impl Oidc {
         code: &str,
         state: &str,
         browser: Option<&str>,
+        client: Option<std::net::IpAddr>,
     ) -> Result<FederatedUser, OidcError> {
         let browser = browser.ok_or(OidcError::OtherBrowser)?;
+        self.callbacks.admit(client)?;
         let flow = store
             .write_login_flow(LoginFlowWrite::Take {
                 state: crate::keys::hash(state),
