@@ -268,7 +268,15 @@ async fn account(app: &TestApp, session: &str) -> Value {
 crate::on_both_stores! {
     async fn people_sign_in_through_a_real_provider_with_roles_from_a_claim(store: Store) {
         let Some(provider) = MockProvider::start().await else { return };
-        let app = spawn_with(&store, &oidc_flags(&provider.issuer)).await;
+        // The secret from a file, here; from a flag against the hostile provider.
+        let dir = tempfile::tempdir().expect("dir");
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, format!("{CLIENT_SECRET}\n")).expect("secret file");
+        let mut flags = oidc_flags(&provider.issuer);
+        let at = flags.iter().position(|f| f == "--oidc-client-secret").expect("flag");
+        flags[at] = "--oidc-client-secret-file".into();
+        flags[at + 1] = secret.display().to_string();
+        let app = spawn_with(&store, &flags).await;
         let admin_key = app.new_key("root", true).await;
         provider.person("u-alice", json!({"preferred_username": "alice", "groups": ["ops", "x"],
             "email": "alice@example.com"})).await;
@@ -416,6 +424,9 @@ fn signing_key(pem: &str, kid: &str) -> CoreRsaPrivateSigningKey {
 struct Hostile {
     keys: Vec<CoreRsaPrivateSigningKey>,
     id_token: Option<String>,
+    /// The PKCE challenge of the flow under way, which the token request's
+    /// verifier must answer.
+    challenge: String,
     userinfo: Value,
     key_fetches: usize,
 }
@@ -457,16 +468,7 @@ async fn hostile_provider(state: Arc<Mutex<Hostile>>) -> String {
                 Json(serde_json::to_value(CoreJsonWebKeySet::new(keys)).expect("jwks"))
             }),
         )
-        .route(
-            "/token",
-            post(|State(s): State<Shared>| async move {
-                let id_token = s.lock().expect("state").id_token.clone();
-                Json(
-                    json!({"access_token": "an access token", "token_type": "Bearer",
-                "expires_in": 300, "id_token": id_token}),
-                )
-            }),
-        )
+        .route("/token", post(token))
         .route(
             "/userinfo",
             get(|State(s): State<Shared>| async move {
@@ -476,6 +478,44 @@ async fn hostile_provider(state: Arc<Mutex<Hostile>>) -> String {
         .with_state(state);
     tokio::spawn(async move { axum::serve(listener, app).await });
     issuer
+}
+
+/// The hostile provider's token endpoint: the client authenticates as RFC
+/// 6749 says (its form-encoded id and secret, in Basic) and proves the flow
+/// with its PKCE verifier; then it gets whatever token the test set.
+async fn token(
+    axum::extract::State(s): axum::extract::State<Arc<Mutex<Hostile>>>,
+    headers: axum::http::HeaderMap,
+    body: String,
+) -> (axum::http::StatusCode, axum::Json<Value>) {
+    use sha2::Digest;
+    let s = s.lock().expect("state");
+    let basic = format!("{}:{}", form_encode(CLIENT_ID), form_encode(CLIENT_SECRET));
+    let expected = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(basic)
+    );
+    let sent = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let verifier = url::form_urlencoded::parse(body.as_bytes())
+        .find(|(name, _)| name == "code_verifier")
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default();
+    let proved = URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(verifier.as_bytes())) == s.challenge;
+    if sent != expected || !proved {
+        let error = json!({"error": "invalid_client"});
+        return (axum::http::StatusCode::UNAUTHORIZED, axum::Json(error));
+    }
+    let answer = json!({"access_token": "an access token", "token_type": "Bearer",
+        "expires_in": 300, "id_token": s.id_token});
+    (axum::http::StatusCode::OK, axum::Json(answer))
+}
+
+/// `s` as `application/x-www-form-urlencoded` writes it.
+fn form_encode(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
 fn now() -> i64 {
@@ -524,7 +564,10 @@ async fn with_token(
 ) -> reqwest::Response {
     let (to, flow) = begin(app).await;
     let token = mint(&query(&to, "nonce"));
-    state.lock().expect("state").id_token = Some(token);
+    let mut s = state.lock().expect("state");
+    s.id_token = Some(token);
+    s.challenge = query(&to, "code_challenge");
+    drop(s);
     let sent = format!("code=any&state={}", query(&to, "state"));
     callback(app, &sent, Some(&flow)).await
 }
@@ -614,8 +657,11 @@ crate::on_both_stores! {
         // A replayed state: the flow was used by the good sign-in above.
         let (to, flow) = begin(&app).await;
         let sent = format!("code=any&state={}", query(&to, "state"));
-        state.lock().expect("state").id_token =
-            Some(rs256(claims(&issuer, &query(&to, "nonce"), json!({})), &key));
+        {
+            let mut s = state.lock().expect("state");
+            s.id_token = Some(rs256(claims(&issuer, &query(&to, "nonce"), json!({})), &key));
+            s.challenge = query(&to, "code_challenge");
+        }
         assert_eq!(callback(&app, &sent, Some(&flow)).await.status(), 303);
         let replayed = callback(&app, &sent, Some(&flow)).await;
         assert_eq!(replayed.status(), 400);
@@ -700,28 +746,25 @@ async fn the_provider_settings_are_checked_at_start_and_the_secret_never_printed
     assert!(refused.contains("not both"), "{refused}");
 
     // The secret, from a flag or the environment, is masked.
-    let out = Command::new(env!("CARGO_BIN_EXE_litelink"))
-        .args(["serve", "--print-config", "--db"])
-        .arg(&db)
-        .args(oidc_flags(&issuer))
-        .output()
-        .expect("litelink");
-    let printed = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        printed.contains("oidc-client-secret = \"***\""),
-        "{printed}"
-    );
-    assert!(!printed.contains(CLIENT_SECRET), "{printed}");
-    let out = Command::new(env!("CARGO_BIN_EXE_litelink"))
-        .args(["serve", "--print-config", "--db"])
-        .arg(&db)
-        .env("LITELINK_OIDC_CLIENT_SECRET", "from-the-environment")
-        .output()
-        .expect("litelink");
-    let printed = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        printed.contains("oidc-client-secret = \"***\""),
-        "{printed}"
-    );
-    assert!(!printed.contains("from-the-environment"), "{printed}");
+    let by_flag = (oidc_flags(&issuer), None);
+    let by_env = (Vec::new(), Some("from-the-environment"));
+    for (flags, env) in [by_flag, by_env] {
+        let mut print = Command::new(env!("CARGO_BIN_EXE_litelink"));
+        print
+            .args(["serve", "--print-config", "--db"])
+            .arg(&db)
+            .args(flags);
+        if let Some(secret) = env {
+            print.env("LITELINK_OIDC_CLIENT_SECRET", secret);
+        }
+        let out = print.output().expect("litelink");
+        let printed = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            printed.contains("oidc-client-secret = \"***\""),
+            "{printed}"
+        );
+        for secret in [CLIENT_SECRET, "from-the-environment"] {
+            assert!(!printed.contains(secret), "{printed}");
+        }
+    }
 }

@@ -89,16 +89,26 @@ async fn fields<const N: usize>(req: Request, names: [&str; N]) -> Result<[Strin
 }
 
 /// A 303 to `to`, with `cookie` set when given.
-fn see_other(to: &'static str, cookie: Option<String>) -> Response {
+fn see_other(to: HeaderValue, cookie: Option<String>) -> Response {
     let mut response = StatusCode::SEE_OTHER.into_response();
     let headers = response.headers_mut();
-    headers.insert(header::LOCATION, HeaderValue::from_static(to));
+    headers.insert(header::LOCATION, to);
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     if let Some(cookie) = cookie.and_then(|c| HeaderValue::from_str(&c).ok()) {
         headers.insert(header::SET_COOKIE, cookie);
     }
     mark(headers);
     response
+}
+
+/// Ends the session this browser had, if any: a sign-in replaces it.
+async fn end_old_session(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    if let Some(old) = Sessions::cookie(headers)
+        && let Some((_, hash)) = state.links.session(old).await?
+    {
+        state.links.logout(hash).await?;
+    }
+    Ok(())
 }
 
 /// Signing in needs the public URL; a form that writes needs this
@@ -155,19 +165,14 @@ pub(crate) async fn login(
     let client = state.trust_proxy.creator(peer, &headers).map(|c| c.ip);
     match state.links.login(&name, &password, client).await {
         Ok((user, session)) => {
-            // The session this browser had, if any, is replaced.
-            if let Some(old) = Sessions::cookie(&headers)
-                && let Some((_, hash)) = state.links.session(old).await?
-            {
-                state.links.logout(hash).await?;
-            }
+            end_old_session(&state, &headers).await?;
             let to = if user.must_change {
                 "/account/password"
             } else {
                 "/manage"
             };
             let cookie = state.links.sessions().set_cookie(&session.id);
-            Ok(see_other(to, Some(cookie)))
+            Ok(see_other(HeaderValue::from_static(to), Some(cookie)))
         }
         Err(LinksError::WrongCredentials) => Ok(login_page(
             &state,
@@ -193,17 +198,10 @@ pub(crate) async fn oidc_login(
 ) -> Result<Response, ApiError> {
     let client = state.trust_proxy.creator(peer, &headers).map(|c| c.ip);
     let begun = state.links.oidc_begin(client).await?;
-    let mut response = StatusCode::SEE_OTHER.into_response();
-    let headers = response.headers_mut();
-    let location = HeaderValue::from_str(begun.url.as_str())
+    let to = HeaderValue::from_str(begun.url.as_str())
         .map_err(|_| ApiError::BadGateway("the provider's sign-in address is not usable".into()))?;
-    headers.insert(header::LOCATION, location);
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     let cookie = state.links.sessions().flow_cookie(Some(&begun.browser));
-    if let Ok(cookie) = HeaderValue::from_str(&cookie) {
-        headers.insert(header::SET_COOKIE, cookie);
-    }
-    Ok(response)
+    Ok(see_other(to, Some(cookie)))
 }
 
 /// Longest `code` or `state` the callback reads.
@@ -270,12 +268,10 @@ pub(crate) async fn oidc_callback(
     let sessions = state.links.sessions();
     let mut response = match outcome {
         Ok((_, session)) => {
-            if let Some(old) = Sessions::cookie(headers)
-                && let Ok(Some((_, hash))) = state.links.session(old).await
-            {
-                let _ = state.links.logout(hash).await;
-            }
-            see_other("/manage", Some(sessions.set_cookie(&session.id)))
+            // The new session stands even if the old one could not be ended.
+            let _ = end_old_session(&state, headers).await;
+            let to = HeaderValue::from_static("/manage");
+            see_other(to, Some(sessions.set_cookie(&session.id)))
         }
         Err(e) => {
             let e = ApiError::from(e);
@@ -312,7 +308,7 @@ pub(crate) async fn logout(
         state.links.logout(hash).await?;
     }
     let cookie = state.links.sessions().clear_cookie();
-    Ok(see_other("/login", Some(cookie)))
+    Ok(see_other(HeaderValue::from_static("/login"), Some(cookie)))
 }
 
 #[utoipa::path(get, path = "/account/password", tag = "accounts", operation_id = "password_page",
@@ -336,7 +332,7 @@ pub(crate) async fn show_password(
         None => false,
     };
     if !signed_in {
-        return Ok(see_other("/login", None));
+        return Ok(see_other(HeaderValue::from_static("/login"), None));
     }
     Ok(password_page(StatusCode::OK, None))
 }
@@ -375,7 +371,7 @@ pub(crate) async fn change_password(
         .change_password(&caller, hash, &current, &new, client)
         .await
     {
-        Ok(()) => Ok(see_other("/manage", None)),
+        Ok(()) => Ok(see_other(HeaderValue::from_static("/manage"), None)),
         Err(LinksError::WrongCredentials) => Ok(password_page(
             StatusCode::UNAUTHORIZED,
             Some("The current password is wrong."),

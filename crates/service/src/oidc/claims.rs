@@ -133,7 +133,9 @@ impl Claims {
 
     /// The email a user keeps, unless the provider says it is unverified.
     pub(crate) fn email(&self) -> Option<String> {
-        self.email.clone().filter(|_| self.email_verified != Some(false))
+        self.email
+            .clone()
+            .filter(|_| self.email_verified != Some(false))
     }
 
     /// The string values of the claim `name` (one string, or an array of

@@ -35,13 +35,14 @@ pub enum HttpError {
 
 #[derive(Clone)]
 pub(crate) struct HttpClient {
-    tls: tokio_rustls::TlsConnector,
+    /// `None`: no CA certificates, so plain http only.
+    tls: Option<tokio_rustls::TlsConnector>,
 }
 
 impl HttpClient {
-    pub(crate) fn new(tls: ClientConfig) -> Self {
+    pub(crate) fn new(tls: Option<ClientConfig>) -> Self {
         Self {
-            tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
+            tls: tls.map(|tls| tokio_rustls::TlsConnector::from(Arc::new(tls))),
         }
     }
 
@@ -97,8 +98,10 @@ impl HttpClient {
 
         let response = if https {
             let name = ServerName::try_from(bare).map_err(|_| bad_url())?;
-            let tls = self
-                .tls
+            let connector = self.tls.as_ref().ok_or_else(|| {
+                HttpError::Http("no CA certificates to check an https provider with".into())
+            })?;
+            let tls = connector
                 .connect(name, tcp)
                 .await
                 .map_err(|e| HttpError::Connect(format!("{host}:{port}"), e))?;

@@ -215,12 +215,14 @@ impl Admission {
         if self.0.len() > 100_000 {
             self.0.retain_recent();
         }
-        self.0.check_key(&ip).map_err(|not_until| OidcError::TooMany {
-            retry_after: not_until
-                .wait_time_from(DefaultClock::default().now())
-                .as_secs()
-                .max(1) as u32,
-        })
+        self.0
+            .check_key(&ip)
+            .map_err(|not_until| OidcError::TooMany {
+                retry_after: not_until
+                    .wait_time_from(DefaultClock::default().now())
+                    .as_secs()
+                    .max(1) as u32,
+            })
     }
 }
 
@@ -291,15 +293,18 @@ impl Oidc {
             (None, None) => None,
         };
         settings.roles.check()?;
+        // A plain-http provider (on loopback, say) needs no CA at all.
         let roots = match &settings.ca_file {
-            Some(path) => crate::tls::read_roots(path)?,
-            None => crate::tls::system_roots()?,
+            Some(path) => Some(crate::tls::read_roots(path)?),
+            None if url.scheme() == "https" => Some(crate::tls::system_roots()?),
+            None => crate::tls::system_roots().ok(),
         };
-        let tls = crate::tls::client_config(
-            "the identity provider",
-            crate::tls::Verify::Full(roots),
-            None,
-        )?;
+        let tls = roots
+            .map(|roots| {
+                let verify = crate::tls::Verify::Full(roots);
+                crate::tls::client_config("the identity provider", verify, None)
+            })
+            .transpose()?;
         Ok(Some(Self {
             issuer,
             client_id: ClientId::new(client_id),
