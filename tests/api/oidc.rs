@@ -564,10 +564,11 @@ async fn with_token(
 ) -> reqwest::Response {
     let (to, flow) = begin(app).await;
     let token = mint(&query(&to, "nonce"));
-    let mut s = state.lock().expect("state");
-    s.id_token = Some(token);
-    s.challenge = query(&to, "code_challenge");
-    drop(s);
+    {
+        let mut s = state.lock().expect("state");
+        s.id_token = Some(token);
+        s.challenge = query(&to, "code_challenge");
+    }
     let sent = format!("code=any&state={}", query(&to, "state"));
     callback(app, &sent, Some(&flow)).await
 }
