@@ -251,9 +251,61 @@ test("with a key: list, visits chart, edit and delete", async () => {
   // Search narrows the list.
   const other = await shorten(page, `${targetBase}/findable-${Date.now()}`);
   await page.goto(`${base}/manage`);
-  await page.getByLabel("Search URLs and codes").fill("findable");
+  await page.getByLabel("Search URLs, titles and codes").fill("findable");
   await page.keyboard.press("Enter");
   await page.locator(`li[data-code="${codeOf(other)}"]`).waitFor();
+  await page.getByText(/^1 link shown/).waitFor();
+  await page.context().close();
+});
+
+test("titles and tags: shown, edited, and a tag filters the list", async () => {
+  const stamp = Date.now();
+  const made = async (body) => {
+    const r = await fetch(`${base}/api/v1/links`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    assert.equal(r.status, 201);
+    return (await r.json()).code;
+  };
+  const tag = `Launch-${stamp}`;
+  const titled = await made({ url: `${targetBase}/titled`, title: `Spring <b>sale</b> ${stamp}`, tags: [tag, "web"] });
+  const other = await made({ url: `${targetBase}/other`, tags: [tag.toLowerCase()] });
+  const untagged = await made({ url: `${targetBase}/untagged` });
+
+  const page = await newPage();
+  await page.goto(`${base}/manage`);
+  await page.getByLabel("API key").fill(key);
+  await page.keyboard.press("Enter");
+  const item = page.locator(`li[data-code="${titled}"]`);
+  await item.waitFor();
+  // The title is text, never markup; each tag is shown as first written.
+  assert.equal(await item.locator(".title").textContent(), `Spring <b>sale</b> ${stamp}`);
+  assert.deepEqual(await item.locator(".tags .tag").allTextContents(), [tag, "web"]);
+  assert.deepEqual(await page.locator(`li[data-code="${other}"] .tag`).allTextContents(), [tag]);
+
+  // A tag filters the list: the links with it, and no other.
+  await item.getByRole("button", { name: tag }).click();
+  await page.locator(`li[data-code="${untagged}"]`).waitFor({ state: "detached" });
+  await page.locator(`li[data-code="${other}"]`).waitFor();
+  assert.equal(await page.locator("#list > li").count(), 2);
+  assert.equal(await page.getByLabel("Tag").inputValue(), tag);
+  await page.getByLabel("Tag").selectOption("");
+  await page.locator(`li[data-code="${untagged}"]`).waitFor();
+
+  // Edit: a new title, and the tags replaced.
+  await item.getByRole("button", { name: "Edit" }).click();
+  await item.getByLabel("Title (empty: none)").fill(`Summer ${stamp}`);
+  await item.getByLabel("Tags, separated by commas").fill("summer, Web");
+  await item.getByRole("button", { name: "Save" }).click();
+  await item.locator(".title").filter({ hasText: `Summer ${stamp}` }).waitFor();
+  const saved = await (await fetch(`${base}/api/v1/links/${titled}`, { headers: { authorization: `Bearer ${key}` } })).json();
+  assert.equal(saved.title, `Summer ${stamp}`);
+  assert.deepEqual(saved.tags, ["summer", "web"]);
+  // The search reads titles too.
+  await page.getByLabel("Search URLs, titles and codes").fill(`summer ${stamp}`);
+  await page.keyboard.press("Enter");
   await page.getByText(/^1 link shown/).waitFor();
   await page.context().close();
 });

@@ -16,7 +16,7 @@ use crate::domain::{
     DEFAULT_NAME, Domain, DomainId, Host, ShortCode, TargetPolicy, TargetUrl, Timestamp, UserId,
     is_reserved,
 };
-use crate::domain::{Dim, LinkRules, PasswordHash, VisitCounts, extra_of};
+use crate::domain::{Dim, Labels, LinkRules, PasswordHash, Tags, Title, VisitCounts, extra_of};
 use crate::store::{History, ImportRow, Record, User};
 
 #[derive(
@@ -29,9 +29,10 @@ pub enum Format {
 }
 
 /// The CSV columns, in order; also its header line. Files with only the
-/// first six (written before visits) or eight (before domains) are read
-/// too. An empty `domain` is the default domain.
-pub(crate) const CSV_COLUMNS: [&str; 9] = [
+/// first six (written before visits), eight (before domains) or nine
+/// (before titles and tags) are read too. An empty `domain` is the default
+/// domain; `tags` are joined by `|`.
+pub(crate) const CSV_COLUMNS: [&str; 11] = [
     "code",
     "url",
     "created_at",
@@ -41,10 +42,12 @@ pub(crate) const CSV_COLUMNS: [&str; 9] = [
     "max_visits",
     "visits",
     "domain",
+    "title",
+    "tags",
 ];
 
-/// Columns of CSV exports from before visits, and from before domains.
-const OLDER_CSV_COLUMNS: [usize; 2] = [6, 8];
+/// Columns of CSV exports from before visits, domains, and titles.
+const OLDER_CSV_COLUMNS: [usize; 3] = [6, 8, 9];
 
 /// Writes records in `format`.
 pub enum Writer<W: Write> {
@@ -73,6 +76,7 @@ impl<W: Write> Writer<W> {
             Self::Csv(w) => {
                 let max_visits = r.max_visits.map(|n| n.to_string());
                 let visits = r.visits.map(|n| n.to_string());
+                let tags = r.tags.join("|");
                 let fields = [
                     r.code.as_deref(),
                     r.url.as_deref(),
@@ -83,6 +87,8 @@ impl<W: Write> Writer<W> {
                     max_visits.as_deref(),
                     visits.as_deref(),
                     r.domain.as_deref(),
+                    r.title.as_deref(),
+                    Some(tags.as_str()),
                 ];
                 let cells = fields.map(|f| csv_cell(f.unwrap_or("")));
                 Ok(w.write_record(cells.iter().map(|c| c.as_bytes()))?)
@@ -169,6 +175,10 @@ pub fn read<R: BufRead + 'static>(
                         password_hash: None,
                         rules: None,
                         expired_url: None,
+                        title: opt(9),
+                        tags: opt(10)
+                            .map(|t| t.split('|').map(str::to_owned).collect())
+                            .unwrap_or_default(),
                     })
                 });
                 (line, record)
@@ -279,6 +289,20 @@ impl Checker {
         if extra.is_some() && deleted_at.is_some() {
             return Err("a deleted code has no password, rules or expired_url".into());
         }
+        let labels = Labels {
+            title: r
+                .title
+                .as_deref()
+                .map(|t| Title::parse(t).map(|t| t.0))
+                .transpose()
+                .map_err(|e| format!("title: {e}"))?,
+            tags: Tags::parse(r.tags.iter().map(String::as_str))
+                .map_err(|e| format!("tags: {e}"))?
+                .0,
+        };
+        if !labels.is_empty() && deleted_at.is_some() {
+            return Err("a deleted code has no title or tags".into());
+        }
         let mut warn = None;
         let owner = match r.owner {
             None => None,
@@ -306,6 +330,7 @@ impl Checker {
                 visits: r.visits.unwrap_or(0),
                 history: r.history.as_ref().map(counts_of).transpose()?,
                 extra,
+                labels,
             },
             warn,
         ))
@@ -535,6 +560,8 @@ mod tests {
             password_hash: None,
             rules: None,
             expired_url: None,
+            title: Some("Spring, \"sale\"".into()),
+            tags: vec!["Sales".into(), "q3 launch".into()],
         }
     }
 

@@ -138,6 +138,8 @@ pub struct Link {
     pub visits: u64,
     /// Its password, rules and expired target, when it has any.
     pub extra: Option<Arc<LinkRules>>,
+    /// Its title and tags.
+    pub labels: super::Labels,
 }
 
 impl Link {

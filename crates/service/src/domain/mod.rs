@@ -5,6 +5,7 @@ pub(crate) mod classify;
 pub mod code;
 pub(crate) mod codebook;
 mod host;
+pub mod label;
 mod link;
 pub(crate) mod rules;
 mod target;
@@ -21,6 +22,7 @@ pub(crate) use host::client_block;
 pub use host::{
     DEFAULT_NAME, Domain, DomainId, DomainRedirects, Host, HostError, LinkKey, MAX_HOST_LEN,
 };
+pub use label::{Labels, Tags, Title};
 pub use link::{KeyId, Link, Owner, Resolved, Timestamp, TimestampError, extra_of};
 pub(crate) use rules::{LinkRules, Password, PasswordHash, Rules};
 pub use target::{

@@ -2,7 +2,7 @@
 //! [`Links`](crate::links::Links), shape the answer.
 
 use axum::Json;
-use axum::extract::{Query, State};
+use axum::extract::{Query, RawQuery, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -13,10 +13,11 @@ use super::extract::{
     Caller, ClientAddr, Code, CodeOn, Json as Body, Key, OnDomain, Operator, PasswordForm,
 };
 use super::redirect::{self, Asked, Asks, Finishing};
-use crate::domain::{Link, ShortCode, Timestamp};
+use crate::domain::{Link, ShortCode, Tags, Timestamp};
 use crate::keys::Principal;
 use crate::links::bodies::{LinkPatchBody, LinkView, NewLinkBody};
 use crate::links::{Asker, CreateRoute, LinkStats, Readiness};
+use crate::store::TagCount;
 use crate::visits::{Interval, VisitReport, Window};
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -504,8 +505,9 @@ pub(crate) struct LinkList {
     params(
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Links per page (default 50)"),
         ("cursor" = Option<String>, Query, pattern = "^[1-9][0-9]{0,17}$", description = "next_cursor of the previous page"),
-        ("q" = Option<String>, Query, description = "Only links whose code or URL contains this text"),
+        ("q" = Option<String>, Query, description = "Only links whose URL or title contains this text, regardless of case, or whose code starts with it"),
         ("domain" = Option<String>, Query, description = "Only links on this domain (a host, or 'default')"),
+        ("tag" = Option<Vec<String>>, Query, explode = true, style = Form, description = "Only links with this tag (regardless of case); repeated, links with every one"),
     ),
     responses(
         (status = 200, description = "The key's links (all, for an admin key), newest first", body = LinkList),
@@ -518,10 +520,19 @@ pub(crate) async fn api_list(
     State(state): State<AppState>,
     headers: HeaderMap,
     Key(caller): Key,
+    RawQuery(raw): RawQuery,
     params: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<LinkList>, ApiError> {
     let Query(params) =
         params.map_err(|e| ApiError::BadRequest(format!("malformed query: {e}")))?;
+    // `tag` may be repeated, which the query struct cannot say.
+    let sent = url::form_urlencoded::parse(raw.as_deref().unwrap_or("").as_bytes());
+    let tags: Vec<String> = sent
+        .filter(|(name, _)| name == "tag")
+        .map(|(_, value)| value.into_owned())
+        .collect();
+    let tags = Tags::parse(tags.iter().map(String::as_str))
+        .map_err(|why| ApiError::BadRequest(format!("tag: {why}")))?;
     let limit = match params.limit.as_deref() {
         None => DEFAULT_LIMIT,
         Some(raw) => raw
@@ -547,7 +558,10 @@ pub(crate) async fn api_list(
         .as_deref()
         .map(|name| state.links.domain_named(name))
         .transpose()?;
-    let page = state.links.list(&caller, domain, limit, before, q).await?;
+    let page = state
+        .links
+        .list(&caller, domain, limit, before, q, &tags)
+        .await?;
     Ok(Json(LinkList {
         links: page
             .links
@@ -556,6 +570,25 @@ pub(crate) async fn api_list(
             .collect(),
         next_cursor: page.next.map(|id| id.to_string()),
     }))
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct TagList {
+    tags: Vec<TagCount>,
+}
+
+#[utoipa::path(get, path = "/api/v1/tags", tag = "links", operation_id = "list_tags",
+    responses(
+        (status = 200, description = "Every tag of the links the caller may manage (all, for an admin or a viewer), with how many links have it, most used first", body = TagList),
+        (status = 401, description = "No valid key", body = ErrorMessage),
+    ),
+    security(("bearer" = []), ("api_key" = [])))]
+pub(crate) async fn api_tags(
+    State(state): State<AppState>,
+    Key(caller): Key,
+) -> Result<Json<TagList>, ApiError> {
+    let tags = state.links.tags(&caller).await?;
+    Ok(Json(TagList { tags }))
 }
 
 /// `/stats`: the service's counters and the HTTP layer's own facts.

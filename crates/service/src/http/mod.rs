@@ -278,6 +278,7 @@ fn routes() -> openapi::Routes {
         .get("/link/{code}", handlers::get_link)
         .post("/api/v1/links", handlers::api_create)
         .get("/api/v1/links", handlers::api_list)
+        .get("/api/v1/tags", handlers::api_tags)
         .get("/api/v1/links/{code}", handlers::api_get)
         .patch("/api/v1/links/{code}", handlers::api_update)
         .delete("/api/v1/links/{code}", handlers::api_delete)

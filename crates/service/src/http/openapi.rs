@@ -43,6 +43,7 @@ use super::{accounts, domains, handlers, keys, qr, users, web};
         handlers::get_link,
         handlers::api_create,
         handlers::api_list,
+        handlers::api_tags,
         handlers::api_get,
         handlers::api_update,
         handlers::api_delete,

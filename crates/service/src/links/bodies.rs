@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 
 use crate::domain::rules::{Rule, RuleSpec};
 use crate::domain::wire::{Patch, not_null, required};
-use crate::domain::{Alias, Link, Password, Rules, TargetUrl, Timestamp};
+use crate::domain::{Alias, Link, Password, Rules, Tags, TargetUrl, Timestamp, Title};
 
 /// The body of a create (`POST /link`, `POST /api/v1/links`).
 #[derive(Debug, Deserialize, ToSchema)]
@@ -46,6 +46,10 @@ pub(crate) struct NewLinkBody {
     /// instead of 410.
     #[serde(default)]
     pub expired_url: Option<TargetUrl>,
+    #[serde(default)]
+    pub title: Option<Title>,
+    #[serde(default)]
+    pub tags: Option<Tags>,
 }
 
 /// A create's body read as the server reads it: its target, or what is
@@ -55,8 +59,8 @@ pub fn read_create(body: &[u8]) -> Result<TargetUrl, crate::domain::wire::BodyEr
 }
 
 /// The body of an edit (`PATCH /api/v1/links/{code}`): any of its fields;
-/// `null` clears an expiry, a visit limit, the password, the rules or the
-/// expired target.
+/// `null` clears an expiry, a visit limit, the password, the rules, the
+/// expired target or the title; `[]` (or `null`) clears the tags.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = LinkPatch)]
@@ -80,6 +84,12 @@ pub(crate) struct LinkPatchBody {
     #[serde(default)]
     #[schema(value_type = Option<TargetUrl>)]
     pub expired_url: Patch<TargetUrl>,
+    #[serde(default)]
+    #[schema(value_type = Option<Title>)]
+    pub title: Patch<Title>,
+    #[serde(default)]
+    #[schema(value_type = Option<Tags>)]
+    pub tags: Patch<Tags>,
 }
 
 /// `max_visits`: a whole number from 1 to `i64::MAX`, or null (no limit).
@@ -127,6 +137,10 @@ pub(crate) struct LinkView {
     pub rules: Vec<Rule>,
     /// Where the link sends visitors once expired or out of visits.
     pub expired_url: Option<TargetUrl>,
+    /// Its title, as its owner gave it.
+    pub title: Option<String>,
+    /// Its tags, each as first written on this server.
+    pub tags: Vec<String>,
 }
 
 impl LinkView {
@@ -159,6 +173,8 @@ impl LinkView {
             owner: link.owner.map(|o| o.name),
             visits: link.visits,
             max_visits: link.max_visits,
+            title: link.labels.title,
+            tags: link.labels.tags,
         }
     }
 }

@@ -16,15 +16,17 @@ use serde::Serialize;
 
 use crate::cache::invalidations::{InvalidationStats, Invalidations};
 use crate::cache::{CacheStats, LinkCache, Lookup};
+use crate::domain::label::fold_tag;
 use crate::domain::rules::{self, Facts, Rule};
 use crate::domain::wire::Patch;
-use crate::domain::{Country, Facets, Role, Timestamp};
+use crate::domain::{Country, Facets, Role, Tags, Timestamp};
 use crate::domain::{DomainId, Link, LinkKey, Resolved, TargetPolicy, TargetUrl, VisitCounts};
 use crate::domains::{DomainPatchBody, DomainRegistry, Named, NewDomainBody};
 use crate::keys::{KeyRegistry, Principal};
 use crate::passwords::{PasswordError, Passwords};
 use crate::store::{
-    LinkPatch, LinkStore, ListPage, ListQuery, NewLink, StoreError, StoreStats, VisitScope,
+    LinkPatch, LinkStore, ListPage, ListQuery, NewLink, StoreError, StoreStats, TagCount,
+    VisitScope,
 };
 use crate::visits::{Visit, VisitStats, Visits};
 use bodies::{LinkPatchBody, LinkView, NewLinkBody};
@@ -614,6 +616,10 @@ impl Links {
             Some(p) => Some(self.inner.passwords.hash(p.into_string()).await?),
             None => None,
         };
+        let labels = crate::domain::Labels {
+            title: body.title.map(|t| t.0),
+            tags: body.tags.map(|t| t.0).unwrap_or_default(),
+        };
         let new = NewLink {
             domain,
             target: body.url,
@@ -626,6 +632,7 @@ impl Links {
                 rules,
                 expired_url: body.expired_url,
             }),
+            labels,
         };
         let link = self.inner.store.create(new).await?;
         let key = link.key();
@@ -834,6 +841,12 @@ impl Links {
             password,
             rules,
             expired_url: body.expired_url.into_option(),
+            title: body.title.into_option().map(|t| t.map(|t| t.0)),
+            tags: match body.tags {
+                Patch::Keep => None,
+                Patch::Clear => Some(Vec::new()),
+                Patch::Set(tags) => Some(tags.0),
+            },
         };
         let updated = {
             // Read with the visits still in memory, as `get` reads them.
@@ -874,7 +887,7 @@ impl Links {
     }
 
     /// A page of the links `caller` may manage, newest first (on `domain`
-    /// only, when given).
+    /// only, when given; with every one of `tags`, when given).
     pub(crate) async fn list(
         &self,
         caller: &Principal,
@@ -882,6 +895,7 @@ impl Links {
         limit: usize,
         before: Option<i64>,
         q: Option<String>,
+        tags: &Tags,
     ) -> Result<ListPage, LinksError> {
         if domain.is_some_and(|d| !on_domain(caller, d)) {
             return Err(LinksError::Forbidden(OTHER_DOMAIN));
@@ -892,6 +906,7 @@ impl Links {
             limit,
             before,
             q,
+            tags: tags.0.iter().map(|t| fold_tag(t)).collect(),
         };
         let _gate = self.inner.visits.read_gate().await;
         let mut page = self.inner.store.list(query).await?;
@@ -901,6 +916,15 @@ impl Links {
             .map(|l| self.with_pending(l))
             .collect();
         Ok(page)
+    }
+
+    /// The tags of the links `caller` may manage, with how many have each.
+    pub(crate) async fn tags(&self, caller: &Principal) -> Result<Vec<TagCount>, LinksError> {
+        let scope = VisitScope {
+            owner: (!caller.reads_all()).then_some(caller.user),
+            domain: caller.domain,
+        };
+        Ok(self.inner.store.tags(scope).await?)
     }
 
     pub(crate) fn stats(&self) -> LinkStats {

@@ -34,8 +34,9 @@ use serde::Serialize;
 
 use crate::domain::rules::Rule;
 use crate::domain::{
-    CodeGenerator, Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkKey, LinkRules, Owner,
-    PasswordHash, Resolved, Role, ShortCode, TargetUrl, Timestamp, UserId, VisitCounts, extra_of,
+    CodeGenerator, Domain, DomainId, DomainRedirects, Host, KeyId, Labels, Link, LinkKey,
+    LinkRules, Owner, PasswordHash, Resolved, Role, ShortCode, TargetUrl, Timestamp, UserId,
+    VisitCounts, extra_of,
 };
 
 /// What a store is opened for.
@@ -188,6 +189,7 @@ pub struct NewLink {
     pub max_visits: Option<u64>,
     /// Its password, rules and expired target, when it has any.
     pub extra: Option<Arc<LinkRules>>,
+    pub labels: Labels,
 }
 
 impl NewLink {
@@ -202,6 +204,7 @@ impl NewLink {
             owner: None,
             max_visits: None,
             extra: None,
+            labels: Labels::default(),
         }
     }
 }
@@ -217,6 +220,9 @@ pub struct LinkPatch {
     /// An empty list clears the rules.
     pub rules: Option<Vec<Rule>>,
     pub expired_url: Option<Option<TargetUrl>>,
+    pub title: Option<Option<String>>,
+    /// An empty list clears the tags.
+    pub tags: Option<Vec<String>>,
 }
 
 /// A link's password, rules and expired target as a store keeps them: three
@@ -290,8 +296,19 @@ pub struct ListQuery {
     pub limit: usize,
     /// Links older than this position (from a previous page's `next`).
     pub before: Option<i64>,
-    /// A case-insensitive substring of the URL, or a prefix of the code.
+    /// A case-insensitive substring of the URL or the title, or a prefix
+    /// of the code.
     pub q: Option<String>,
+    /// Only links with every one of these tags (folded).
+    pub tags: Vec<String>,
+}
+
+/// A tag and how many links (in a scope) have it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct TagCount {
+    /// As first written.
+    pub tag: String,
+    pub links: u64,
 }
 
 /// Whose links' visits are summed: a user's (`owner`), on one domain, or
@@ -507,6 +524,11 @@ pub struct Record {
     pub rules: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expired_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// As shown; in CSV, joined by `|`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 /// A link's visit counts as export writes them: `hours` as `[start,
@@ -588,6 +610,7 @@ pub struct ImportRow {
     /// Its visit counts (`dims` for every dimension but referrers).
     pub history: Option<VisitCounts>,
     pub extra: Option<Arc<LinkRules>>,
+    pub labels: Labels,
 }
 
 /// Durable storage of links and API keys.
@@ -634,6 +657,10 @@ pub trait LinkStore: Send + Sync + 'static {
     /// The stored visit counts of every live link in `scope`, summed per
     /// hour, and per day and value.
     async fn visit_totals(&self, scope: VisitScope) -> Result<VisitCounts, StoreError>;
+
+    /// Every tag that a live link in `scope` has, with how many do, most
+    /// used first.
+    async fn tags(&self, scope: VisitScope) -> Result<Vec<TagCount>, StoreError>;
 
     /// Every API key, revoked ones included, with its user.
     async fn keys(&self) -> Result<Vec<ApiKey>, StoreError>;

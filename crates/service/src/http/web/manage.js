@@ -108,10 +108,18 @@ function fill(li, link) {
   const changes = !(account && account.role === "viewer");
   const actions = changes ? el("div", { class: "actions" }, edit, visits, del) : el("div", { class: "actions" }, visits);
   const panel = el("div", { class: "panel" });
+  // A tag shows the links that have it.
+  const tags = (link.tags || []).map((tag) => {
+    const chip = el("button", { type: "button", class: "tag", text: tag, title: `Links tagged ${tag}` });
+    chip.addEventListener("click", () => filterByTag(tag));
+    return chip;
+  });
   li.replaceChildren(
     el("a", { class: "short", href: short, text: short }),
+    ...(link.title ? [el("div", { class: "title", text: link.title })] : []),
     el("div", { class: "url", text: link.url }),
     el("div", { class: "meta", text: meta }),
+    ...(tags.length ? [el("div", { class: "tags" }, ...tags)] : []),
     actions,
     panel,
   );
@@ -122,6 +130,8 @@ function fill(li, link) {
 
 function showEdit(li, link, panel) {
   const url = el("input", { type: "url", id: `url-${link.code}`, value: link.url, spellcheck: "false" });
+  const title = el("input", { id: `title-${link.code}`, value: link.title || "", maxlength: "512" });
+  const tags = el("input", { id: `tags-${link.code}`, value: (link.tags || []).join(", "), spellcheck: "false" });
   const expires = el("input", { type: "datetime-local", id: `exp-${link.code}`, value: localInput(link.expires_at) });
   const expiredUrl = el("input", { type: "url", id: `expired-${link.code}`, value: link.expired_url || "", spellcheck: "false" });
   const password = el("input", {
@@ -138,6 +148,8 @@ function showEdit(li, link, panel) {
     "form",
     { class: "edit", novalidate: "" },
     el("label", { for: url.id, text: "Target URL" }), url,
+    el("label", { for: title.id, text: "Title (empty: none)" }), title,
+    el("label", { for: tags.id, text: "Tags, separated by commas" }), tags,
     el("label", { for: expires.id, text: "Expires (empty: never)" }), expires,
     el("label", { for: expiredUrl.id, text: "Once expired, go to (empty: the domain's page, or 410)" }), expiredUrl,
     el("label", { for: password.id, text: link.protected ? "New password" : "Password (empty: none)" }), password,
@@ -154,6 +166,8 @@ function showEdit(li, link, panel) {
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const body = { url: url.value.trim() };
+    body.title = title.value.trim() || null;
+    body.tags = tags.value.split(",").map((t) => t.trim()).filter((t) => t);
     body.expires_at = expires.value ? new Date(expires.value).toISOString() : null;
     body.expired_url = expiredUrl.value.trim() || null;
     if (removePassword.checked) body.password = null;
@@ -170,6 +184,7 @@ function showEdit(li, link, panel) {
       const updated = await api("PATCH", linkPath(link), body);
       fill(li, updated);
       status(`Saved ${updated.code}.`);
+      showTags();
     } catch (e) {
       error.textContent = e.message;
       error.hidden = false;
@@ -342,6 +357,8 @@ async function load(reset) {
   if (q) params.set("q", q);
   const domain = $("domain").value;
   if (domain) params.set("domain", domain);
+  const tag = $("tag").value;
+  if (tag) params.set("tag", tag);
   if (cursor) params.set("cursor", cursor);
   status("Loading…");
   try {
@@ -470,6 +487,33 @@ async function showDomains() {
   }
 }
 
+/// The tags of the links this person may manage, to filter by.
+async function showTags() {
+  try {
+    const { tags } = await api("GET", "/api/v1/tags");
+    const select = $("tag");
+    const chosen = select.value;
+    select.replaceChildren(el("option", { value: "", text: "All tags" }));
+    for (const t of tags) {
+      select.append(el("option", { value: t.tag, text: `${t.tag} (${t.links})` }));
+    }
+    select.value = tags.some((t) => t.tag === chosen) ? chosen : "";
+    $("tag-row").hidden = tags.length === 0;
+  } catch {
+    $("tag-row").hidden = true;
+  }
+}
+
+function filterByTag(tag) {
+  const select = $("tag");
+  if (![...select.options].some((o) => o.value === tag)) {
+    select.append(el("option", { value: tag, text: tag }));
+  }
+  select.value = tag;
+  $("tag-row").hidden = false;
+  load(true);
+}
+
 async function start() {
   try {
     account = await api("GET", "/api/v1/account");
@@ -487,6 +531,7 @@ async function start() {
   $("sign-out-form").hidden = !session;
   $("sign-in-note").hidden = true;
   await showDomains();
+  await showTags();
   showKeyError("");
   $("key-form").hidden = true;
   $("manage").hidden = false;
@@ -510,6 +555,7 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("more").addEventListener("click", () => load(false));
   $("domain").addEventListener("change", () => load(true));
+  $("tag").addEventListener("change", () => load(true));
   $("new-key").addEventListener("submit", newKey);
   if (key()) {
     start();

@@ -113,6 +113,20 @@ const MIGRATIONS: &[Migration] = &[
         verifier   TEXT   NOT NULL,
         created_at BIGINT NOT NULL
     );"),
+    // 8: titles and tags, as SQLite's schema 12.
+    Sql("ALTER TABLE links ADD COLUMN title TEXT;
+    CREATE TABLE tags (
+        id     BIGSERIAL PRIMARY KEY,
+        folded TEXT NOT NULL UNIQUE,
+        shown  TEXT NOT NULL
+    );
+    CREATE TABLE link_tags (
+        link BIGINT  NOT NULL,
+        tag  BIGINT  NOT NULL REFERENCES tags (id),
+        pos  INTEGER NOT NULL,
+        PRIMARY KEY (link, tag)
+    );
+    CREATE INDEX link_tags_tag ON link_tags (tag, link);"),
 ];
 
 async fn users(tx: &tokio_postgres::Transaction<'_>) -> Result<(), tokio_postgres::Error> {

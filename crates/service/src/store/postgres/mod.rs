@@ -33,7 +33,7 @@ use tokio_postgres::error::SqlState;
 use super::{
     ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, LoginFlow, LoginFlowWrite,
     NewLink, Record, Session, SessionWrite, StorageFailure, StoreError, StoreMetrics, StoreStats,
-    User, UserWrite, VisitScope,
+    TagCount, User, UserWrite, VisitScope,
 };
 use crate::domain::{
     CodeGenerator, Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkKey, Resolved,
@@ -502,7 +502,7 @@ impl LinkStore for PostgresStore {
 
     async fn update(&self, code: &LinkKey, patch: LinkPatch) -> Result<Option<Link>, StoreError> {
         with_client!(self, |c| async {
-            let updated = ops::update(&c, code, &patch).await?;
+            let updated = ops::update(&mut c, code, &patch).await?;
             self.inner.positions.after_write(&c, [code]).await;
             Ok(updated)
         })
@@ -543,6 +543,10 @@ impl LinkStore for PostgresStore {
 
     async fn visit_totals(&self, scope: VisitScope) -> Result<VisitCounts, StoreError> {
         with_client!(self, |c| ops::visit_totals(&mut c, scope))
+    }
+
+    async fn tags(&self, scope: VisitScope) -> Result<Vec<TagCount>, StoreError> {
+        read!(self, None, misses: replica, |c| ops::tags(&c, scope))
     }
 
     async fn keys(&self) -> Result<Vec<ApiKey>, StoreError> {

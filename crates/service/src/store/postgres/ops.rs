@@ -8,20 +8,24 @@ use deadpool_postgres::{Client, GenericClient};
 use tokio_postgres::Row;
 
 use super::{is_unique_violation, store_error};
+use crate::domain::label::fold_tag;
 use crate::domain::user::fold_name;
 use crate::domain::visit::{OTHER_HOST, REFERRER_HOSTS_PER_DAY, VALUES_PER_DAY};
 use crate::domain::{
-    CodeGenerator, Domain, DomainId, DomainRedirects, Host, HourCount, KeyId, Link, LinkKey,
-    LinkRules, Owner, Resolved, Role, ShortCode, TargetUrl, Timestamp, UserId, VisitCounts,
+    CodeGenerator, Domain, DomainId, DomainRedirects, Host, HourCount, KeyId, Labels, Link,
+    LinkKey, LinkRules, Owner, Resolved, Role, ShortCode, TargetUrl, Timestamp, UserId,
+    VisitCounts,
 };
 use crate::store::{
     ApiKey, ExtraColumns, FederatedUser, ImportRow, LinkPatch, ListPage, ListQuery, LoginFlow,
-    LoginFlowWrite, NewUser, Record, Session, SessionWrite, StorageFailure, StoreError, User,
-    UserChange, UserWrite, VisitScope,
+    LoginFlowWrite, NewUser, Record, Session, SessionWrite, StorageFailure, StoreError, TagCount,
+    User, UserChange, UserWrite, VisitScope,
 };
 
 const LINK_COLUMNS: &str = "l.code, l.target, l.created_at, l.expires_at, l.owner, u.name, \
-                            l.max_visits, l.visits, l.domain, l.password, l.rules, l.expired_url";
+     l.max_visits, l.visits, l.domain, l.password, l.rules, l.expired_url, l.title, \
+     (SELECT string_agg(t.shown, '|' ORDER BY lt.pos) FROM link_tags lt \
+      JOIN tags t ON t.id = lt.tag WHERE lt.link = l.id)";
 const LINK_FROM: &str = "links l LEFT JOIN users u ON u.id = l.owner";
 /// From `keys k JOIN users u ON u.id = k.user_id`: a key works on its own
 /// domain, else on its user's.
@@ -64,7 +68,53 @@ fn link_at(row: &Row, at: usize) -> Result<Link, StoreError> {
         max_visits: row.get::<_, Option<i64>>(at + 6).map(|n| n.max(0) as u64),
         visits: count(row, at + 7),
         extra: extra_at(row, at + 9)?,
+        labels: Labels {
+            title: row.get(at + 12),
+            tags: tags_of(row.get(at + 13)),
+        },
     })
+}
+
+/// A link's tags from their `|`-joined column (a tag has no `|`).
+fn tags_of(joined: Option<&str>) -> Vec<String> {
+    joined
+        .map(|t| t.split('|').map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+/// Gives link `id` exactly `tags`, in their order: the tags as shown. A
+/// tag new to the store keeps the form it is first written in. The upsert
+/// returns the row of a tag that exists as well, whoever made it meanwhile.
+pub(super) async fn set_tags(
+    c: &impl GenericClient,
+    id: i64,
+    tags: &[String],
+) -> Result<Vec<String>, StoreError> {
+    execute(c, "DELETE FROM link_tags WHERE link = $1", &[&id]).await?;
+    if tags.is_empty() {
+        return Ok(Vec::new());
+    }
+    let folded: Vec<String> = tags.iter().map(|t| fold_tag(t)).collect();
+    let stmt = c
+        .prepare_cached(
+            "WITH given AS (SELECT * FROM unnest($2::text[], $3::text[]) \
+               WITH ORDINALITY AS g(folded, shown, pos)), \
+             made AS (INSERT INTO tags (folded, shown) SELECT folded, shown FROM given \
+               ON CONFLICT (folded) DO UPDATE SET folded = excluded.folded \
+               RETURNING id, folded, shown), \
+             linked AS (INSERT INTO link_tags (link, tag, pos) \
+               SELECT $1, m.id, g.pos FROM given g JOIN made m ON m.folded = g.folded \
+               ON CONFLICT DO NOTHING) \
+             SELECT m.shown FROM given g JOIN made m ON m.folded = g.folded ORDER BY g.pos",
+        )
+        .await
+        .map_err(store_error)?;
+    Ok(c.query(&stmt, &[&id, &folded, &tags])
+        .await
+        .map_err(store_error)?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
 }
 
 /// The password, rules and expired target in columns `at..at + 3`.
@@ -200,20 +250,23 @@ pub(super) async fn link(c: &Client, key: &LinkKey) -> Result<Option<Link>, Stor
         .transpose()
 }
 
+/// Changes a live link, its tags too, in one transaction.
 pub(super) async fn update(
-    c: &Client,
+    c: &mut Client,
     key: &LinkKey,
     patch: &LinkPatch,
 ) -> Result<Option<Link>, StoreError> {
-    let changed = execute(
-        c,
+    let tx = c.transaction().await.map_err(store_error)?;
+    let changed = query_opt(
+        &tx,
         "UPDATE links SET target = coalesce($2, target), \
          expires_at = CASE WHEN $3 THEN $4 ELSE expires_at END, \
          max_visits = CASE WHEN $5 THEN $6 ELSE max_visits END, \
          password = CASE WHEN $8 THEN $9 ELSE password END, \
          rules = CASE WHEN $10 THEN $11 ELSE rules END, \
-         expired_url = CASE WHEN $12 THEN $13 ELSE expired_url END \
-         WHERE code = $1 AND domain = $7 AND deleted_at IS NULL",
+         expired_url = CASE WHEN $12 THEN $13 ELSE expired_url END, \
+         title = CASE WHEN $14 THEN $15 ELSE title END \
+         WHERE code = $1 AND domain = $7 AND deleted_at IS NULL RETURNING id",
         &[
             &key.code.as_str(),
             &patch.target.as_ref().map(|t| t.as_str()),
@@ -234,12 +287,18 @@ pub(super) async fn update(
                 .expired_url
                 .as_ref()
                 .and_then(|u| u.as_ref().map(|u| u.as_str())),
+            &patch.title.is_some(),
+            &patch.title.as_ref().and_then(|t| t.as_deref()),
         ],
     )
     .await?;
-    if changed == 0 {
+    let Some(changed) = changed else {
         return Ok(None);
+    };
+    if let Some(tags) = &patch.tags {
+        set_tags(&tx, changed.get(0), tags).await?;
     }
+    tx.commit().await.map_err(store_error)?;
     link(c, key).await
 }
 
@@ -249,9 +308,10 @@ pub(super) async fn delete(c: &Client, key: &LinkKey) -> Result<bool, StoreError
     let row = query_opt(
         c,
         "WITH gone AS (UPDATE links SET deleted_at = $2, target = '', expires_at = NULL, \
-         max_visits = NULL, visits = 0, password = NULL, rules = NULL, expired_url = NULL \
-         WHERE code = $1 AND domain = $3 AND deleted_at IS NULL \
+         max_visits = NULL, visits = 0, password = NULL, rules = NULL, expired_url = NULL, \
+         title = NULL WHERE code = $1 AND domain = $3 AND deleted_at IS NULL \
          RETURNING id), \
+         t AS (DELETE FROM link_tags WHERE link IN (SELECT id FROM gone)), \
          h AS (DELETE FROM visits_hourly WHERE link IN (SELECT id FROM gone)), \
          r AS (DELETE FROM visits_referrers WHERE link IN (SELECT id FROM gone)), \
          f AS (DELETE FROM visits_facets WHERE link IN (SELECT id FROM gone)), \
@@ -275,9 +335,15 @@ pub(super) async fn list(c: &Client, q: &ListQuery) -> Result<ListPage, StoreErr
     );
     sql.push_str(
         " AND ($3::text IS NULL OR strpos(lower(l.target), lower($3)) > 0 \
-         OR left(l.code, length($3)) = $3)",
+         OR strpos(lower(l.title), lower($3)) > 0 OR left(l.code, length($3)) = $3)",
     );
     sql.push_str(" AND ($5::int8 IS NULL OR l.domain = $5)");
+    // The link has every tag asked for.
+    sql.push_str(
+        " AND ($6::text[] IS NULL OR (SELECT count(*) FROM link_tags lt \
+         JOIN tags t ON t.id = lt.tag WHERE lt.link = l.id AND t.folded = ANY($6)) \
+         = cardinality($6))",
+    );
     sql.push_str(" ORDER BY l.id DESC LIMIT $4");
     let stmt = c.prepare_cached(&sql).await.map_err(store_error)?;
     let rows = c
@@ -289,6 +355,7 @@ pub(super) async fn list(c: &Client, q: &ListQuery) -> Result<ListPage, StoreErr
                 &q.q.as_deref(),
                 &(q.limit as i64),
                 &q.domain.map(|d| d.0),
+                &(!q.tags.is_empty()).then_some(&q.tags),
             ],
         )
         .await
@@ -453,6 +520,33 @@ async fn add_counts(
 
 /// The visit counts of every live link in `scope`, summed, in one
 /// snapshot.
+/// The tags of the live links in `scope`, with how many have each.
+pub(super) async fn tags(c: &Client, scope: VisitScope) -> Result<Vec<TagCount>, StoreError> {
+    let stmt = c
+        .prepare_cached(
+            "SELECT t.shown, count(*) FROM link_tags lt JOIN tags t ON t.id = lt.tag \
+             JOIN links l ON l.id = lt.link WHERE l.deleted_at IS NULL \
+             AND ($1::int8 IS NULL OR l.owner = $1) AND ($2::int8 IS NULL OR l.domain = $2) \
+             GROUP BY t.id, t.shown, t.folded ORDER BY count(*) DESC, t.folded",
+        )
+        .await
+        .map_err(store_error)?;
+    let rows = c
+        .query(
+            &stmt,
+            &[&scope.owner.map(|o| o.0), &scope.domain.map(|d| d.0)],
+        )
+        .await
+        .map_err(store_error)?;
+    Ok(rows
+        .iter()
+        .map(|r| TagCount {
+            tag: r.get(0),
+            links: count(r, 1),
+        })
+        .collect())
+}
+
 pub(super) async fn visit_totals(
     c: &mut Client,
     scope: VisitScope,
@@ -1063,9 +1157,10 @@ pub(super) async fn remove_domain(
     let stmt = tx
         .prepare_cached(
             "WITH gone AS (UPDATE links SET deleted_at = $2, target = '', expires_at = NULL, \
-             max_visits = NULL, visits = 0, password = NULL, rules = NULL, expired_url = NULL \
-             WHERE domain = $1 AND deleted_at IS NULL \
+             max_visits = NULL, visits = 0, password = NULL, rules = NULL, expired_url = NULL, \
+             title = NULL WHERE domain = $1 AND deleted_at IS NULL \
              RETURNING id, code), \
+             t AS (DELETE FROM link_tags WHERE link IN (SELECT id FROM gone)), \
              h AS (DELETE FROM visits_hourly WHERE link IN (SELECT id FROM gone)), \
              r AS (DELETE FROM visits_referrers WHERE link IN (SELECT id FROM gone)), \
              f AS (DELETE FROM visits_facets WHERE link IN (SELECT id FROM gone)) \
@@ -1127,6 +1222,8 @@ pub(super) async fn export(
             .prepare_cached(
                 "SELECT l.code, l.target, l.created_at, l.expires_at, u.name, l.deleted_at, \
                  l.max_visits, l.visits, d.host, l.password, l.rules, l.expired_url, \
+                 l.title, (SELECT string_agg(t.shown, '|' ORDER BY lt.pos) FROM link_tags lt \
+                 JOIN tags t ON t.id = lt.tag WHERE lt.link = l.id), \
                  CASE WHEN l.visits > 0 THEN json_build_array( \
                    (SELECT json_agg(json_build_array(hour, humans, bots, browsers) ORDER BY hour) \
                     FROM visits_hourly WHERE link = l.id), \
@@ -1163,8 +1260,10 @@ pub(super) async fn export(
                     .get::<_, Option<&str>>(10)
                     .and_then(|j| serde_json::from_str(j).ok()),
                 expired_url: r.get(11),
+                title: r.get(12),
+                tags: tags_of(r.get(13)),
                 history: r
-                    .get::<_, Option<String>>(12)
+                    .get::<_, Option<String>>(14)
                     .map(|json| history_of_json(&json))
                     .transpose()?
                     .and_then(|counts| crate::store::History::of(&counts)),
@@ -1226,8 +1325,8 @@ pub(super) async fn import(
     let stmt = tx
         .prepare_cached(
             "INSERT INTO links (code, target, created_at, expires_at, owner, deleted_at, \
-             max_visits, visits, domain, password, rules, expired_url) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+             max_visits, visits, domain, password, rules, expired_url, title) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
              ON CONFLICT (code, domain) DO NOTHING RETURNING id",
         )
         .await
@@ -1260,12 +1359,16 @@ pub(super) async fn import(
                         &extra.password,
                         &extra.rules,
                         &extra.expired_url,
+                        &row.labels.title,
                     ],
                 )
                 .await
                 .map_err(store_error)?;
             if let Some(inserted) = inserted {
                 live += i64::from(row.deleted_at.is_none());
+                if row.deleted_at.is_none() {
+                    set_tags(&tx, inserted.get(0), &row.labels.tags).await?;
+                }
                 if let Some(counts) = &row.history
                     && row.deleted_at.is_none()
                 {

@@ -19,9 +19,9 @@ use crate::store::queue::{MAX_CODE_ATTEMPTS, Reply, WriteCounters, WriteCounts, 
 use crate::store::{ExtraColumns, NewLink, StoreError};
 
 const INSERT: &str = "INSERT INTO links (code, target, created_at, expires_at, owner, max_visits, \
-     domain, password, rules, expired_url) SELECT * FROM unnest($1::text[], $2::text[], \
+     domain, password, rules, expired_url, title) SELECT * FROM unnest($1::text[], $2::text[], \
      $3::int8[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::text[], $9::text[], \
-     $10::text[]) ON CONFLICT (code, domain) DO NOTHING RETURNING code, domain";
+     $10::text[], $11::text[]) ON CONFLICT (code, domain) DO NOTHING RETURNING code, domain, id";
 
 enum Message {
     Create { new: NewLink, reply: Reply<Link> },
@@ -238,6 +238,10 @@ async fn insert_batch(
         let rules_col: Vec<Option<&str>> = extras.iter().map(|e| e.rules.as_deref()).collect();
         let expired_col: Vec<Option<&str>> =
             extras.iter().map(|e| e.expired_url.as_deref()).collect();
+        let title_col: Vec<Option<&str>> = chosen
+            .iter()
+            .map(|(i, _)| batch[*i].labels.title.as_deref())
+            .collect();
         let stored = tx
             .query(
                 &insert,
@@ -252,6 +256,7 @@ async fn insert_batch(
                     &password_col,
                     &rules_col,
                     &expired_col,
+                    &title_col,
                 ],
             )
             .await
@@ -259,8 +264,10 @@ async fn insert_batch(
         // Several requests of one batch may ask for the same alias: the
         // first gets it.
         let mut won: HashMap<(String, i64), usize> = HashMap::new();
+        let mut ids: HashMap<(String, i64), i64> = HashMap::new();
         for row in stored {
             let key: (String, i64) = (row.get(0), row.get(1));
+            ids.insert(key.clone(), row.get(2));
             if let Some((i, _)) = chosen.iter().find(|(i, c)| {
                 c.as_str() == key.0
                     && batch[*i].domain.0 == key.1
@@ -273,7 +280,14 @@ async fn insert_batch(
         let mut retry = Vec::new();
         for (i, code) in chosen {
             let new = batch[i];
-            if won.get(&(code.as_str().to_owned(), new.domain.0)) == Some(&i) {
+            let key = (code.as_str().to_owned(), new.domain.0);
+            if won.get(&key) == Some(&i) {
+                let mut labels = new.labels.clone();
+                if let Some(&id) = ids.get(&key)
+                    && !labels.tags.is_empty()
+                {
+                    labels.tags = super::ops::set_tags(&tx, id, &labels.tags).await?;
+                }
                 out[i] = Some(Ok(Link {
                     domain: new.domain,
                     code,
@@ -284,6 +298,7 @@ async fn insert_batch(
                     max_visits: new.max_visits,
                     visits: 0,
                     extra: new.extra.clone(),
+                    labels,
                 }));
             } else if new.code.is_some() {
                 out[i] = Some(Err(StoreError::CodeTaken(code.to_string())));

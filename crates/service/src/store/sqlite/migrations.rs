@@ -141,6 +141,22 @@ const MIGRATIONS: &[Migration] = &[
         verifier   TEXT    NOT NULL,
         created_at INTEGER NOT NULL
     ) STRICT, WITHOUT ROWID;"),
+    // 12: titles and tags. A tag is kept once, in lower case (`folded`)
+    // and as first written (`shown`); `link_tags` holds each link's, in
+    // the order given (`pos`), and is read by tag for filters and counts.
+    Sql("ALTER TABLE links ADD COLUMN title TEXT;
+    CREATE TABLE tags (
+        id     INTEGER PRIMARY KEY AUTOINCREMENT,
+        folded TEXT    NOT NULL UNIQUE,
+        shown  TEXT    NOT NULL
+    ) STRICT;
+    CREATE TABLE link_tags (
+        link INTEGER NOT NULL,
+        tag  INTEGER NOT NULL,
+        pos  INTEGER NOT NULL,
+        PRIMARY KEY (link, tag)
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX link_tags_tag ON link_tags (tag, link);"),
 ];
 
 fn sessions(tx: &Transaction<'_>) -> rusqlite::Result<()> {

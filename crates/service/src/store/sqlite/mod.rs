@@ -49,7 +49,7 @@ use self::writer::{Hooks, Writer};
 use super::{
     ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, LoginFlow, LoginFlowWrite,
     NewLink, Record, Session, SessionWrite, StorageFailure, StoreError, StoreMetrics, StoreStats,
-    User, UserWrite, VisitScope,
+    TagCount, User, UserWrite, VisitScope,
 };
 use crate::domain::{
     CodeGenerator, Codebook, Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkKey,
@@ -630,6 +630,10 @@ impl LinkStore for SqliteStore {
         self.read(move |r| r.visit_totals(scope)).await
     }
 
+    async fn tags(&self, scope: VisitScope) -> Result<Vec<TagCount>, StoreError> {
+        self.read(move |r| r.tags(scope)).await
+    }
+
     async fn keys(&self) -> Result<Vec<ApiKey>, StoreError> {
         self.read(|r| r.keys()).await
     }
@@ -978,6 +982,7 @@ mod tests {
             history: None,
             visits: 4,
             extra: None,
+            labels: Default::default(),
         };
         let skipped = store
             .import(vec![
@@ -1358,6 +1363,7 @@ mod tests {
             history: None,
             visits: 0,
             extra: None,
+            labels: Default::default(),
         };
         // Ids: 1 is `first`; line 2 generates id 2; line 3 names id 2's
         // code (taken in this batch), line 4 id 1's (taken before), line 5

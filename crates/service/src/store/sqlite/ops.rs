@@ -7,6 +7,7 @@ use super::find::{self, Rows};
 use super::is_unique_violation;
 use super::replies::Done;
 use super::rows;
+use crate::domain::label::fold_tag;
 use crate::domain::user::fold_name;
 use crate::domain::visit::{OTHER_HOST, REFERRER_HOSTS_PER_DAY, VALUES_PER_DAY};
 use crate::domain::{
@@ -160,7 +161,8 @@ fn update(
              max_visits = CASE WHEN ?5 THEN ?6 ELSE max_visits END, \
              password = CASE WHEN ?7 THEN ?8 ELSE password END, \
              rules = CASE WHEN ?9 THEN ?10 ELSE rules END, \
-             expired_url = CASE WHEN ?11 THEN ?12 ELSE expired_url END \
+             expired_url = CASE WHEN ?11 THEN ?12 ELSE expired_url END, \
+             title = CASE WHEN ?13 THEN ?14 ELSE title END \
              WHERE id = ?1",
         )?
         .execute((
@@ -182,9 +184,14 @@ fn update(
                 .expired_url
                 .as_ref()
                 .and_then(|u| u.as_ref().map(|u| u.as_str())),
+            patch.title.is_some(),
+            patch.title.as_ref().and_then(|t| t.as_deref()),
         ))?;
     if changed == 0 {
         return Ok(applied(Done::MaybeLink(None)));
+    }
+    if let Some(tags) = &patch.tags {
+        set_tags(conn, id, tags)?;
     }
     let link = conn
         .prepare_cached(&format!(
@@ -224,14 +231,41 @@ fn tombstone(conn: &Connection, id: i64, now: Timestamp) -> rusqlite::Result<boo
         .prepare_cached(
             "UPDATE links SET deleted_at = ?2, target = '', expires_at = NULL, \
              max_visits = NULL, visits = 0, password = NULL, rules = NULL, \
-             expired_url = NULL WHERE id = ?1",
+             expired_url = NULL, title = NULL WHERE id = ?1",
         )?
         .execute((id, now.millis()))?;
+    conn.prepare_cached("DELETE FROM link_tags WHERE link = ?1")?
+        .execute([id])?;
     for table in ["visits_hourly", "visits_referrers", "visits_facets"] {
         conn.prepare_cached(&format!("DELETE FROM {table} WHERE link = ?1"))?
             .execute([id])?;
     }
     Ok(deleted > 0)
+}
+
+/// Gives row `id` exactly `tags`, in their order: the tags as shown. A tag
+/// new to the store keeps the form it is first written in.
+pub(super) fn set_tags(
+    conn: &Connection,
+    id: i64,
+    tags: &[String],
+) -> rusqlite::Result<Vec<String>> {
+    conn.prepare_cached("DELETE FROM link_tags WHERE link = ?1")?
+        .execute([id])?;
+    let mut add = conn.prepare_cached(
+        "INSERT INTO tags (folded, shown) VALUES (?1, ?2) \
+         ON CONFLICT (folded) DO UPDATE SET folded = excluded.folded RETURNING id, shown",
+    )?;
+    let mut link = conn
+        .prepare_cached("INSERT OR IGNORE INTO link_tags (link, tag, pos) VALUES (?1, ?2, ?3)")?;
+    let mut shown = Vec::with_capacity(tags.len());
+    for (pos, tag) in tags.iter().enumerate() {
+        let (tag_id, as_shown): (i64, String) =
+            add.query_row((fold_tag(tag), tag), |r| Ok((r.get(0)?, r.get(1)?)))?;
+        link.execute((id, tag_id, pos as i64))?;
+        shown.push(as_shown);
+    }
+    Ok(shown)
 }
 
 fn create_key(
@@ -653,8 +687,8 @@ fn import(
 ) -> Result<Applied, StoreError> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO links (id, code, target, created_at, expires_at, owner, deleted_at, \
-         max_visits, visits, named, domain, password, rules, expired_url) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+         max_visits, visits, named, domain, password, rules, expired_url, title) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
     )?;
     let mut next_id = find::next_id(conn)?;
     let mut history = VisitStatements::prepare(conn)?;
@@ -708,9 +742,13 @@ fn import(
             extra.password.as_deref(),
             extra.rules.as_deref(),
             extra.expired_url.as_deref(),
+            row.labels.title.as_deref(),
         ));
         match inserted {
             Ok(_) => {
+                if !row.labels.tags.is_empty() && row.deleted_at.is_none() {
+                    set_tags(conn, id, &row.labels.tags)?;
+                }
                 next_id = next_id.max(id + 1);
                 live += i64::from(row.deleted_at.is_none());
                 ids.push(id);

@@ -23,7 +23,7 @@ use super::{ConnectionMode, SqliteSettings};
 use crate::domain::{
     Codebook, Domain, HourCount, Link, LinkKey, Resolved, TargetUrl, Timestamp, VisitCounts,
 };
-use crate::store::{ApiKey, ListPage, ListQuery, Record, Session, User, VisitScope};
+use crate::store::{ApiKey, ListPage, ListQuery, Record, Session, TagCount, User, VisitScope};
 
 /// What a redirect needs of a live link (find.rs).
 const SELECT_TARGET: Statements<&str> = Statements {
@@ -232,7 +232,7 @@ impl Readers {
         match found {
             // A link with an owner is read whole: the owner's name is in
             // `keys`, not in the slot.
-            Found::Live(slot) if !slot.has_owner => {
+            Found::Live(slot) if !slot.has_owner && !slot.has_labels => {
                 return Ok(Some(Link {
                     domain: key.domain,
                     code: key.code.clone(),
@@ -243,6 +243,7 @@ impl Readers {
                     max_visits: slot.max_visits,
                     visits: slot.visits,
                     extra: None,
+                    labels: Default::default(),
                 }));
             }
             Found::Gone => return Ok(None),
@@ -277,11 +278,20 @@ impl Readers {
         if q.q.is_some() {
             sql.push_str(
                 " AND (instr(lower(l.target), lower(?3)) > 0 \
+                 OR instr(lower(l.title), lower(?3)) > 0 \
                  OR substr(l.code, 1, length(?3)) = ?3)",
             );
         }
-        // Always named, so that the statement takes its five parameters.
-        sql.push_str(" AND (?5 IS NULL OR l.domain = ?5)");
+        if !q.tags.is_empty() {
+            // The link has every tag asked for.
+            sql.push_str(
+                " AND (SELECT count(*) FROM link_tags lt JOIN tags t ON t.id = lt.tag \
+                 WHERE lt.link = l.id AND t.folded IN (SELECT value FROM json_each(?6))) \
+                 = json_array_length(?6)",
+            );
+        }
+        // Always named, so that the statement takes its six parameters.
+        sql.push_str(" AND (?5 IS NULL OR l.domain = ?5) AND (?6 IS NULL OR json_valid(?6))");
         sql.push_str(" ORDER BY l.id DESC LIMIT ?4");
         self.with_connection(|conn| {
             let mut stmt = conn.prepare_cached(&sql)?;
@@ -289,7 +299,14 @@ impl Readers {
             let owner = q.owner.map(|o| o.0);
             let limit = q.limit as i64;
             let found = stmt.query_map(
-                rusqlite::params![before, owner, q.q.as_deref(), limit, q.domain.map(|d| d.0)],
+                rusqlite::params![
+                    before,
+                    owner,
+                    q.q.as_deref(),
+                    limit,
+                    q.domain.map(|d| d.0),
+                    (!q.tags.is_empty()).then(|| serde_json::json!(q.tags).to_string())
+                ],
                 |r| Ok((r.get::<_, i64>(0)?, rows_link_at(r)?)),
             )?;
             let found: Vec<(i64, Link)> = found.collect::<Result<_, _>>()?;
@@ -359,6 +376,27 @@ impl Readers {
 
     /// The visit counts of every live link in `scope`, summed, in one
     /// snapshot.
+    /// The tags of the live links in `scope`, with how many have each.
+    pub(super) fn tags(&self, scope: VisitScope) -> rusqlite::Result<Vec<TagCount>> {
+        let owner = scope.owner.map(|o| o.0);
+        let domain = scope.domain.map(|d| d.0);
+        self.with_connection(|conn| {
+            conn.prepare_cached(
+                "SELECT t.shown, count(*) FROM link_tags lt JOIN tags t ON t.id = lt.tag \
+                 JOIN links l ON l.id = lt.link WHERE l.deleted_at IS NULL \
+                 AND (?1 IS NULL OR l.owner = ?1) AND (?2 IS NULL OR l.domain = ?2) \
+                 GROUP BY t.id ORDER BY count(*) DESC, t.folded",
+            )?
+            .query_map((owner, domain), |r| {
+                Ok(TagCount {
+                    tag: r.get(0)?,
+                    links: r.get::<_, i64>(1)?.max(0) as u64,
+                })
+            })?
+            .collect()
+        })
+    }
+
     pub(super) fn visit_totals(&self, scope: VisitScope) -> rusqlite::Result<VisitCounts> {
         // total() sums as a float and the cast stops at the largest
         // integer, where sum() would fail the whole report on an overflow
@@ -410,7 +448,9 @@ impl Readers {
         self.with_connection(|conn| {
             let mut stmt = conn.prepare(
                 "SELECT l.code, l.target, l.created_at, l.expires_at, u.name, l.deleted_at, \
-                 l.max_visits, l.visits, d.host, l.id, l.password, l.rules, l.expired_url \
+                 l.max_visits, l.visits, d.host, l.id, l.password, l.rules, l.expired_url, \
+                 l.title, (SELECT group_concat(t.shown, '|' ORDER BY lt.pos) FROM link_tags lt \
+                 JOIN tags t ON t.id = lt.tag WHERE lt.link = l.id) \
                  FROM links l LEFT JOIN users u ON u.id = l.owner \
                  JOIN domains d ON d.id = l.domain ORDER BY l.id",
             )?;
@@ -445,6 +485,8 @@ impl Readers {
                         .as_str_or_null()?
                         .and_then(|j| serde_json::from_str(j).ok()),
                     expired_url: r.get(12)?,
+                    title: r.get(13)?,
+                    tags: rows::tags_of(r.get_ref(14)?.as_str_or_null()?),
                 };
                 if let Err(e) = each(record) {
                     return Ok(Err(e));

@@ -5,14 +5,16 @@ use std::sync::Arc;
 use rusqlite::Row;
 
 use crate::domain::{
-    Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkRules, Owner, Role, ShortCode,
-    TargetUrl, Timestamp, UserId,
+    Domain, DomainId, DomainRedirects, Host, KeyId, Labels, Link, LinkRules, Owner, Role,
+    ShortCode, TargetUrl, Timestamp, UserId,
 };
 use crate::store::{ApiKey, ExtraColumns, Session, User};
 
 /// The columns [`link`] reads, from `links l LEFT JOIN users u`.
 pub(super) const LINK_COLUMNS: &str = "l.code, l.target, l.created_at, l.expires_at, l.owner, \
-     u.name, l.max_visits, l.visits, l.domain, l.password, l.rules, l.expired_url";
+     u.name, l.max_visits, l.visits, l.domain, l.password, l.rules, l.expired_url, l.title, \
+     (SELECT group_concat(t.shown, '|' ORDER BY lt.pos) FROM link_tags lt \
+      JOIN tags t ON t.id = lt.tag WHERE lt.link = l.id)";
 
 /// `FROM` clause for [`LINK_COLUMNS`].
 pub(super) const LINK_FROM: &str = "links l LEFT JOIN users u ON u.id = l.owner";
@@ -45,7 +47,18 @@ pub(super) fn link_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Link> {
         max_visits: row.get::<_, Option<i64>>(at + 6)?.map(|n| n.max(0) as u64),
         visits: row.get::<_, i64>(at + 7)?.max(0) as u64,
         extra: extra_at(row, at + 9)?,
+        labels: Labels {
+            title: row.get(at + 12)?,
+            tags: tags_of(row.get_ref(at + 13)?.as_str_or_null()?),
+        },
     })
+}
+
+/// A link's tags from their `|`-joined column (a tag has no `|`).
+pub(super) fn tags_of(joined: Option<&str>) -> Vec<String> {
+    joined
+        .map(|t| t.split('|').map(str::to_owned).collect())
+        .unwrap_or_default()
 }
 
 /// The password, rules and expired target in columns `at..at + 3`.

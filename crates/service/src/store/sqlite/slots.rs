@@ -71,6 +71,8 @@ const HAS_MAX: u64 = 1 << 3;
 const HAS_OWNER: u64 = 1 << 4;
 /// The row's code is named: the slot answers only through the name index.
 const NAMED: u64 = 1 << 5;
+/// A title or tags, which a management read reads from the row.
+const HAS_LABELS: u64 = 1 << 6;
 const CODE_LEN_SHIFT: u32 = 8;
 const TARGET_LEN_SHIFT: u32 = 16;
 /// The row's domain id, in the high half.
@@ -79,7 +81,8 @@ const DOMAIN_SHIFT: u32 = 32;
 /// The columns [`Image::of_row`] reads, from `links`.
 pub(super) const IMAGE_COLUMNS: &str = "id, length(code), named, deleted_at, target, created_at, \
      expires_at, max_visits, visits, owner, domain, CASE WHEN named THEN code END, \
-     password IS NOT NULL OR rules IS NOT NULL OR expired_url IS NOT NULL";
+     password IS NOT NULL OR rules IS NOT NULL OR expired_url IS NOT NULL, \
+     title IS NOT NULL OR EXISTS (SELECT 1 FROM link_tags WHERE link_tags.link = links.id)";
 
 /// A row as its slot keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,6 +102,9 @@ pub(super) struct Image {
     pub owner: Option<i64>,
     /// A password, rules or an expired target: never answered from a slot.
     pub has_extra: bool,
+    /// A title or tags: a redirect is answered from the slot, a
+    /// management read is not.
+    pub has_labels: bool,
     pub domain: i64,
     /// A named row's code, for the name index.
     pub code: Option<String>,
@@ -120,6 +126,7 @@ impl Image {
             domain: r.get(10)?,
             code: r.get(11)?,
             has_extra: r.get(12)?,
+            has_labels: r.get(13)?,
         })
     }
 }
@@ -162,6 +169,7 @@ pub(super) struct Slot {
     pub max_visits: Option<u64>,
     pub visits: u64,
     pub has_owner: bool,
+    pub has_labels: bool,
 }
 
 /// The mapped slot file, and the name index of the named rows. Shared by
@@ -420,6 +428,9 @@ fn encode(image: &Image) -> (u64, [u64; WORDS]) {
             meta |= HAS_OWNER;
             words[6] = o as u64;
         }
+        if image.has_labels {
+            meta |= HAS_LABELS;
+        }
         words[2] = image.created_at as u64;
         words[5] = image.visits.max(0) as u64;
         for (i, chunk) in target.chunks(8).enumerate() {
@@ -479,6 +490,7 @@ fn decode(meta: u64, words: &[u64; WORDS], via: Via) -> Found {
         max_visits: (meta & HAS_MAX != 0).then_some(words[4]),
         visits: words[5],
         has_owner: meta & HAS_OWNER != 0,
+        has_labels: meta & HAS_LABELS != 0,
     })
 }
 
@@ -499,6 +511,7 @@ mod tests {
             visits: 2,
             owner: None,
             has_extra: false,
+            has_labels: false,
             domain: 0,
             code: None,
         }
@@ -611,6 +624,7 @@ mod tests {
                     max_visits: Some(5),
                     visits: 2,
                     has_owner: false,
+                    has_labels: false,
                 })
             );
         }
@@ -685,6 +699,7 @@ mod tests {
             max_visits: i.max_visits.map(|m| m as u64),
             visits: i.visits as u64,
             has_owner: false,
+            has_labels: false,
         };
         let (ea, eb) = (expect(&a), expect(&b));
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

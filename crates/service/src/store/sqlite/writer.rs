@@ -34,8 +34,8 @@ use crate::store::{ExtraColumns, NewLink, StorageFailure, StoreError};
 use crate::throttled;
 
 const INSERT: &str = "INSERT INTO links (id, code, target, created_at, expires_at, owner, \
-                      max_visits, named, domain, password, rules, expired_url) \
-                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
+                      max_visits, named, domain, password, rules, expired_url, title) \
+                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
 
 enum Message {
     Create {
@@ -715,6 +715,7 @@ impl Stored {
             visits: 0,
             owner: l.owner.as_ref().map(|o| o.id.0),
             has_extra: l.extra.is_some(),
+            has_labels: !l.labels.is_empty(),
             domain: l.domain.0,
             code: self.named.then(|| l.code.as_str().to_owned()),
         }
@@ -784,10 +785,11 @@ fn insert_one(
         max_visits: new.max_visits,
         visits: 0,
         extra: new.extra.clone(),
+        labels: new.labels.clone(),
     };
     let extra = ExtraColumns::of(new.extra.as_deref());
-    let mut insert = |id: i64, code: &ShortCode, named: bool| {
-        stmt.execute((
+    let mut insert = |id: i64, code: &ShortCode, named: bool| -> rusqlite::Result<usize> {
+        let inserted = stmt.execute((
             id,
             code.as_str(),
             new.target.as_str(),
@@ -800,7 +802,9 @@ fn insert_one(
             extra.password.as_deref(),
             extra.rules.as_deref(),
             extra.expired_url.as_deref(),
-        ))
+            new.labels.title.as_deref(),
+        ))?;
+        Ok(inserted)
     };
     // A named code (an alias, or a random draw): the partial unique index
     // decides among named codes, and no generated row may have it.
@@ -818,14 +822,17 @@ fn insert_one(
             Err(e) => Err(e.into()),
         }
     };
-    let stored = |code: ShortCode, id: i64, named: bool| Stored {
-        link: link(code),
-        id,
-        named,
+    // The tags go in once the row is in; the link shows them as stored.
+    let stored = |code: ShortCode, id: i64, named: bool| -> rusqlite::Result<Stored> {
+        let mut link = link(code);
+        if !link.labels.tags.is_empty() {
+            link.labels.tags = ops::set_tags(conn, id, &link.labels.tags)?;
+        }
+        Ok(Stored { link, id, named })
     };
     if let Some(alias) = &new.code {
         return Ok(match insert_named(alias)? {
-            Some(id) => Ok(stored(alias.clone(), id, true)),
+            Some(id) => Ok(stored(alias.clone(), id, true)?),
             None => Err(StoreError::CodeTaken(alias.to_string())),
         });
     }
@@ -840,7 +847,7 @@ fn insert_one(
                 .or_else(scripted)
                 .unwrap_or_else(|| codes.generator.generate(*sequence));
             if let Some(id) = insert_named(&code)? {
-                return Ok(Ok(stored(code, id, true)));
+                return Ok(Ok(stored(code, id, true)?));
             }
             stats.writes.collided(1);
         }
@@ -856,7 +863,7 @@ fn insert_one(
         stats.writes.collided(collisions);
         if let Some(find::Fresh { id, code }) = fresh {
             insert(id, &code, false)?;
-            return Ok(Ok(stored(code, id, false)));
+            return Ok(Ok(stored(code, id, false)?));
         }
     }
     tracing::warn!("no free short code found; consider a longer --code-length");
