@@ -9,13 +9,24 @@ use crate::helpers::{spawn_app, spawn_app_on};
 #[tokio::test]
 async fn concurrent_creates_share_commits() {
     let app = spawn_app(&["--cache", "none"]).await;
-    for c in app.create_concurrently("gc", 256).await {
-        assert_eq!(c.status, 201, "{}", c.body);
-    }
-    let w = &app.stats().await["writer"];
+    // Whether a burst queues up behind a commit depends on how fast this
+    // disk syncs: a few bursts give grouping its chance, and a writer that
+    // never groups fails every one.
+    let mut bursts = 0;
+    let stats = loop {
+        bursts += 1;
+        for c in app.create_concurrently(&format!("gc{bursts}"), 256).await {
+            assert_eq!(c.status, 201, "{}", c.body);
+        }
+        let stats = app.stats().await;
+        if stats["writer"]["largest_batch"].as_u64().unwrap() > 1 || bursts == 5 {
+            break stats;
+        }
+    };
+    let w = &stats["writer"];
     let commits = w["commits"].as_u64().unwrap();
     let rows = w["rows"].as_u64().unwrap();
-    assert_eq!(rows, 256, "{w}");
+    assert_eq!(rows, 256 * bursts, "{w}");
     assert!(commits < rows, "creates should share commits: {w}");
     assert!(w["largest_batch"].as_u64().unwrap() > 1, "{w}");
     // Full durability with group commit: the writer syncs the WAL at most
