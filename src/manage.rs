@@ -16,7 +16,7 @@ use litelink_service::domains::{DomainRegistry, DomainSettings};
 use litelink_service::keys;
 use litelink_service::startup::open_tool_store;
 use litelink_service::store::{
-    ImportRow, LinkStore, NewUser, Purpose, User, UserChange, UserWrite,
+    Existing, ImportRow, LinkStore, NewUser, Purpose, User, UserChange, UserWrite,
 };
 use litelink_service::transfer::{self, Checker};
 use litelink_service::users::{hash_password, one_time_password};
@@ -560,19 +560,40 @@ pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
         // PostgreSQL takes imports beside servers.
         let targets = args.targets.policy()?;
         let store = open_tool_store(&settings, Purpose::Import).await?;
-        let outcome = import_into(&store, args.format, input, targets, args.create_domains).await;
+        let overwrite = args.on_conflict == crate::cli::OnConflict::Overwrite;
+        let outcome = import_into(
+            &store,
+            args.format,
+            input,
+            targets,
+            args.create_domains,
+            overwrite,
+        )
+        .await;
         store.close().await;
         let s = outcome?;
         eprintln!(
-            "imported {} links and {} tombstones; skipped {} whose code exists and {} invalid; {:.1} s, {:.0} records/s",
+            "imported {} links and {} tombstones; {} unchanged, {} conflicts, {} overwritten, {} invalid; {:.1} s, {:.0} records/s",
             s.links,
             s.tombstones,
-            s.existing,
-            s.invalid,
+            s.unchanged.count,
+            s.conflicts.count,
+            s.overwritten.count,
+            s.invalid.count,
             s.seconds,
             (s.links + s.tombstones) as f64 / s.seconds.max(1e-9)
         );
-        Ok(if s.invalid + s.existing == 0 {
+        for (kind, lines) in [
+            ("unchanged (the same code and target)", &s.unchanged),
+            ("conflicts (the code exists with another target; skipped)", &s.conflicts),
+            ("overwritten", &s.overwritten),
+            ("invalid", &s.invalid),
+        ] {
+            if lines.count > 0 {
+                eprintln!("{kind}: lines {}", lines.first_lines());
+            }
+        }
+        Ok(if s.invalid.count + s.conflicts.count == 0 {
             ExitCode::SUCCESS
         } else {
             ExitCode::from(2)
@@ -584,9 +605,41 @@ pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
 struct ImportSummary {
     links: u64,
     tombstones: u64,
-    existing: u64,
-    invalid: u64,
+    unchanged: Lines,
+    conflicts: Lines,
+    overwritten: Lines,
+    invalid: Lines,
     seconds: f64,
+}
+
+/// How many lines are of one kind, and the first [`Lines::SHOWN`] of them.
+#[derive(Default)]
+struct Lines {
+    count: u64,
+    first: Vec<u64>,
+}
+
+impl Lines {
+    const SHOWN: usize = 20;
+
+    fn add(&mut self, line: u64) {
+        self.count += 1;
+        if self.first.len() < Self::SHOWN {
+            self.first.push(line);
+        }
+    }
+
+    fn first_lines(&self) -> String {
+        let mut first = self.first.clone();
+        first.sort_unstable();
+        let shown: Vec<String> = first.iter().map(u64::to_string).collect();
+        let more = self.count - first.len() as u64;
+        if more > 0 {
+            format!("{} and {more} more", shown.join(", "))
+        } else {
+            shown.join(", ")
+        }
+    }
 }
 
 async fn import_into(
@@ -595,6 +648,7 @@ async fn import_into(
     input: BufReader<File>,
     targets: TargetPolicy,
     create_domains: bool,
+    overwrite: bool,
 ) -> anyhow::Result<ImportSummary> {
     let started = Instant::now();
     let mut checker = Checker::new(&store.users().await?, &store.domains().await?, targets);
@@ -617,11 +671,15 @@ async fn import_into(
             say(&bar, format!("added the domain {host}"));
             checker.learn(host, domain.id);
         }
-        match &next {
-            Some((line, Err(why))) => {
-                s.invalid += 1;
+        // An invalid line is said with why, the first few of them.
+        let refuse = |s: &mut ImportSummary, line: u64, why: &str| {
+            if s.invalid.count < Lines::SHOWN as u64 {
                 say(&bar, format!("line {line}: {why}; skipped"));
             }
+            s.invalid.add(line);
+        };
+        match &next {
+            Some((line, Err(why))) => refuse(&mut s, *line, why),
             Some((line, Ok(record))) => match checker.check(*line, record.clone()) {
                 Ok((row, warn)) => {
                     if let Some(name) = warn {
@@ -634,10 +692,7 @@ async fn import_into(
                     }
                     batch.push(row);
                 }
-                Err(why) => {
-                    s.invalid += 1;
-                    say(&bar, format!("line {line}: {why}; skipped"));
-                }
+                Err(why) => refuse(&mut s, *line, &why),
             },
             None => {}
         }
@@ -649,7 +704,9 @@ async fn import_into(
             }
             let rows = std::mem::replace(&mut batch, Vec::with_capacity(IMPORT_BATCH));
             let store = Arc::clone(store);
-            storing.push_back(tokio::spawn(async move { store_batch(&store, rows).await }));
+            storing.push_back(tokio::spawn(async move {
+                store_batch(&store, rows, overwrite).await
+            }));
         }
         if next.is_none() {
             break;
@@ -666,12 +723,13 @@ async fn import_into(
 struct BatchOutcome {
     links: u64,
     tombstones: u64,
-    existing: Vec<u64>,
+    existing: Vec<(u64, Existing)>,
 }
 
 async fn store_batch(
     store: &Arc<dyn LinkStore>,
     rows: Vec<ImportRow>,
+    overwrite: bool,
 ) -> anyhow::Result<BatchOutcome> {
     let tombstones_in = rows.iter().filter(|r| r.deleted_at.is_some()).count() as u64;
     let lines_tomb: std::collections::HashSet<u64> = rows
@@ -680,8 +738,11 @@ async fn store_batch(
         .map(|r| r.line)
         .collect();
     let total = rows.len() as u64;
-    let existing = store.import(rows).await?;
-    let skipped_tombs = existing.iter().filter(|l| lines_tomb.contains(l)).count() as u64;
+    let existing = store.import(rows, overwrite).await?;
+    let skipped_tombs = existing
+        .iter()
+        .filter(|(l, _)| lines_tomb.contains(l))
+        .count() as u64;
     let tombstones = tombstones_in - skipped_tombs;
     Ok(BatchOutcome {
         links: total - existing.len() as u64 - tombstones,
@@ -691,15 +752,15 @@ async fn store_batch(
 }
 
 fn tally(s: &mut ImportSummary, b: BatchOutcome, bar: &indicatif::ProgressBar) {
-    for line in &b.existing {
-        say(
-            bar,
-            format!("line {line}: the code exists already; skipped"),
-        );
+    for (line, what) in b.existing {
+        match what {
+            Existing::Unchanged => s.unchanged.add(line),
+            Existing::Conflict => s.conflicts.add(line),
+            Existing::Overwritten => s.overwritten.add(line),
+        }
     }
     s.links += b.links;
     s.tombstones += b.tombstones;
-    s.existing += b.existing.len() as u64;
     bar.inc(b.links + b.tombstones);
 }
 

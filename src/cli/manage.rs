@@ -129,6 +129,22 @@ pub struct ImportArgs {
     /// it, a line on an unknown domain is refused).
     #[arg(long)]
     pub create_domains: bool,
+    /// What a line whose code exists with another target does: `skip` it
+    /// (reported; exit 2) or `overwrite` the link. A code with the same
+    /// target is unchanged either way, so a file imported twice adds
+    /// nothing.
+    #[arg(long, value_parser = keyword::<OnConflict>(), default_value_t = OnConflict::Skip)]
+    pub on_conflict: OnConflict,
+}
+
+/// `import --on-conflict`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::Display, strum::VariantNames,
+)]
+#[strum(serialize_all = "kebab-case")]
+pub enum OnConflict {
+    Skip,
+    Overwrite,
 }
 
 /// The targets a tool refuses, as the server does: what an import's links

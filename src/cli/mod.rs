@@ -13,7 +13,9 @@ use std::str::FromStr;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
 
-pub use manage::{DomainsCommand, ExportArgs, ImportArgs, KeysCommand, RedirectArgs, UsersCommand};
+pub use manage::{
+    DomainsCommand, ExportArgs, ImportArgs, KeysCommand, OnConflict, RedirectArgs, UsersCommand,
+};
 pub use serve::{DoctorArgs, ServeArgs, StoreArgs};
 pub use stress::StressArgs;
 

@@ -17,6 +17,7 @@ mod durability;
 mod hardening;
 mod hot;
 mod image;
+mod imports;
 mod labels;
 mod manage;
 mod modes;

@@ -1108,15 +1108,16 @@ async fn export_and_import_round_trip_in_both_formats() {
             "{format} round trip"
         );
 
-        // Importing again: every code exists; lines are named, nothing lands.
+        // Importing again: every code exists with its target, so nothing
+        // lands and nothing is wrong.
         let out = litelink(
             &["import", first.to_str().expect("path"), "--format", format],
             &fresh,
         );
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(out.status.code(), Some(0), "{err}");
         assert!(
-            err.contains("the code exists already") && err.contains("skipped 4 whose code exists"),
+            err.contains("imported 0 links and 0 tombstones; 4 unchanged, 0 conflicts"),
             "{err}"
         );
     }
@@ -1341,7 +1342,7 @@ fn import_reports_bad_lines_and_unknown_owners_and_keeps_the_rest() {
         "line 2:",
         "line 3:",
         "line 4:",
-        "line 6: the code exists",
+        "conflicts (the code exists with another target; skipped): lines 6",
         "imported 2 links",
     ] {
         assert!(err.contains(needle), "{needle}: {err}");
@@ -1576,7 +1577,7 @@ async fn import_generates_codes_for_records_without_one() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     for needle in [
-        "line 3: the code exists",
+        "conflicts (the code exists with another target; skipped): lines 3",
         "line 4: a deleted link needs its code",
         "imported 2 links",
     ] {

@@ -613,6 +613,18 @@ pub struct ImportRow {
     pub labels: Labels,
 }
 
+/// What an imported row whose code exists already became.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Existing {
+    /// The stored link has the same target (or both are deleted): nothing
+    /// to do, so a file imported twice adds nothing.
+    Unchanged,
+    /// Another target, or no free code: skipped.
+    Conflict,
+    /// Another target, replaced by the row's as asked.
+    Overwritten,
+}
+
 /// Durable storage of links and API keys.
 ///
 /// A write returning `Ok` is a promise: it is committed with the configured
@@ -734,9 +746,15 @@ pub trait LinkStore: Send + Sync + 'static {
     ) -> Result<u64, StoreError>;
 
     /// Stores `rows` in one transaction, keeping their codes (and making
-    /// one for a row without); a row whose code exists is skipped and
-    /// returned with its line.
-    async fn import(&self, rows: Vec<ImportRow>) -> Result<Vec<u64>, StoreError>;
+    /// one for a row without). A row whose code exists is returned with
+    /// its line and what became of it: unchanged (the same target, or both
+    /// deleted), a conflict, or overwritten (with `overwrite`, a live link
+    /// over a live link).
+    async fn import(
+        &self,
+        rows: Vec<ImportRow>,
+        overwrite: bool,
+    ) -> Result<Vec<(u64, Existing)>, StoreError>;
 
     /// Facts and counters for `/stats`. Cheap: no query runs for it.
     fn stats(&self) -> StoreStats;

@@ -31,9 +31,9 @@ use serde::Serialize;
 use tokio_postgres::error::SqlState;
 
 use super::{
-    ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, LoginFlow, LoginFlowWrite,
-    NewLink, Record, Session, SessionWrite, StorageFailure, StoreError, StoreMetrics, StoreStats,
-    TagCount, User, UserWrite, VisitScope,
+    ApiKey, Existing, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, LoginFlow,
+    LoginFlowWrite, NewLink, Record, Session, SessionWrite, StorageFailure, StoreError,
+    StoreMetrics, StoreStats, TagCount, User, UserWrite, VisitScope,
 };
 use crate::domain::{
     CodeGenerator, Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkKey, Resolved,
@@ -640,10 +640,14 @@ impl LinkStore for PostgresStore {
         with_client!(self, |c| ops::export(&mut c, each))
     }
 
-    async fn import(&self, rows: Vec<ImportRow>) -> Result<Vec<u64>, StoreError> {
+    async fn import(
+        &self,
+        rows: Vec<ImportRow>,
+        overwrite: bool,
+    ) -> Result<Vec<(u64, Existing)>, StoreError> {
         let generator = self.inner.writer.generator();
         let mut client = self.inner.pool.get().await.map_err(pool_error)?;
-        let result = ops::import(&mut client, rows, &generator).await;
+        let result = ops::import(&mut client, rows, &generator, overwrite).await;
         self.inner.note(&result);
         let (skipped, live) = result?;
         self.inner.writer.live.add(live);

@@ -17,9 +17,9 @@ use crate::domain::{
     VisitCounts,
 };
 use crate::store::{
-    ApiKey, ExtraColumns, FederatedUser, ImportRow, LinkPatch, ListPage, ListQuery, LoginFlow,
-    LoginFlowWrite, NewUser, Record, Session, SessionWrite, StorageFailure, StoreError, TagCount,
-    User, UserChange, UserWrite, VisitScope,
+    ApiKey, Existing, ExtraColumns, FederatedUser, ImportRow, LinkPatch, ListPage, ListQuery,
+    LoginFlow, LoginFlowWrite, NewUser, Record, Session, SessionWrite, StorageFailure, StoreError,
+    TagCount, User, UserChange, UserWrite, VisitScope,
 };
 
 const LINK_COLUMNS: &str = "l.code, l.target, l.created_at, l.expires_at, l.owner, u.name, \
@@ -1314,13 +1314,65 @@ fn history_of_json(json: &str) -> Result<VisitCounts, StoreError> {
     })
 }
 
+/// What a row whose code exists becomes beside the row that has it, as
+/// SQLite's `existing`.
+async fn existing(
+    tx: &deadpool_postgres::Transaction<'_>,
+    row: &ImportRow,
+    code: &ShortCode,
+    overwrite: bool,
+) -> Result<Existing, StoreError> {
+    let found = query_opt(
+        tx,
+        "SELECT id, target, deleted_at IS NOT NULL FROM links WHERE code = $1 AND domain = $2",
+        &[&code.as_str(), &row.domain.0],
+    )
+    .await?;
+    let Some(found) = found else {
+        return Ok(Existing::Conflict);
+    };
+    let (id, target, deleted): (i64, String, bool) = (found.get(0), found.get(1), found.get(2));
+    let same = match &row.target {
+        None => deleted,
+        Some(t) => !deleted && t.as_str() == target,
+    };
+    if same {
+        return Ok(Existing::Unchanged);
+    }
+    // A deleted code stays deleted: its link never comes back.
+    if !overwrite || deleted || row.target.is_none() {
+        return Ok(Existing::Conflict);
+    }
+    let extra = ExtraColumns::of(row.extra.as_deref());
+    execute(
+        tx,
+        "UPDATE links SET target = $2, expires_at = $3, max_visits = $4, password = $5, \
+         rules = $6, expired_url = $7, title = $8 WHERE id = $1",
+        &[
+            &id,
+            &row.target.as_ref().map(|t| t.as_str()),
+            &row.expires_at.map(Timestamp::millis),
+            &row.max_visits.map(clamp),
+            &extra.password,
+            &extra.rules,
+            &extra.expired_url,
+            &row.labels.title,
+        ],
+    )
+    .await?;
+    set_tags(tx, id, &row.labels.tags).await?;
+    Ok(Existing::Overwritten)
+}
+
 /// Stores `rows` in one transaction, keeping their codes (a generated one
-/// for a row without); a row whose code exists is skipped.
+/// for a row without); a row whose code exists is returned with what
+/// became of it.
 pub(super) async fn import(
     c: &mut Client,
     rows: Vec<ImportRow>,
     codes: &CodeGenerator,
-) -> Result<(Vec<u64>, i64), StoreError> {
+    overwrite: bool,
+) -> Result<(Vec<(u64, Existing)>, i64), StoreError> {
     let tx = c.transaction().await.map_err(store_error)?;
     let stmt = tx
         .prepare_cached(
@@ -1376,8 +1428,12 @@ pub(super) async fn import(
                 }
                 break;
             }
-            if row.code.is_some() || attempts >= 16 {
-                skipped.push(row.line);
+            if let Some(code) = &row.code {
+                skipped.push((row.line, existing(&tx, &row, code, overwrite).await?));
+                break;
+            }
+            if attempts >= 16 {
+                skipped.push((row.line, Existing::Conflict));
                 break;
             }
         }

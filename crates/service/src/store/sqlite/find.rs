@@ -89,6 +89,15 @@ pub(super) fn id(
     by_code(conn, book, key, sql, |r| r.get(0))
 }
 
+/// The row of a code, live or deleted: its id, target, and whether it is
+/// deleted.
+pub(super) const ROW_ANY: Statements<&str> = Statements {
+    by_id: "SELECT l.id, l.target, l.deleted_at IS NOT NULL FROM links l \
+            WHERE l.id = ?1 AND l.code = ?2 AND l.domain = ?3",
+    by_name: "SELECT l.id, l.target, l.deleted_at IS NOT NULL FROM links l \
+              WHERE l.code = ?1 AND l.domain = ?2 AND l.named = 1",
+};
+
 pub(super) const ID_LIVE: Statements<&str> = Statements {
     by_id: "SELECT l.id FROM links l WHERE l.id = ?1 AND l.code = ?2 AND l.domain = ?3 \
             AND l.deleted_at IS NULL",

@@ -47,9 +47,9 @@ use self::replies::Done;
 use self::slots::Slots;
 use self::writer::{Hooks, Writer};
 use super::{
-    ApiKey, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, LoginFlow, LoginFlowWrite,
-    NewLink, Record, Session, SessionWrite, StorageFailure, StoreError, StoreMetrics, StoreStats,
-    TagCount, User, UserWrite, VisitScope,
+    ApiKey, Existing, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, LoginFlow,
+    LoginFlowWrite, NewLink, Record, Session, SessionWrite, StorageFailure, StoreError,
+    StoreMetrics, StoreStats, TagCount, User, UserWrite, VisitScope,
 };
 use crate::domain::{
     CodeGenerator, Codebook, Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkKey,
@@ -772,7 +772,11 @@ impl LinkStore for SqliteStore {
             .map_err(|e| StoreError::Task(format!("writing the export: {e}")))
     }
 
-    async fn import(&self, rows: Vec<ImportRow>) -> Result<Vec<u64>, StoreError> {
+    async fn import(
+        &self,
+        rows: Vec<ImportRow>,
+        overwrite: bool,
+    ) -> Result<Vec<(u64, Existing)>, StoreError> {
         // The id each named code would be generated for: an FF1 decryption
         // a row, made here, beside the writer, rather than on its thread.
         let generated = rows
@@ -783,8 +787,13 @@ impl LinkStore for SqliteStore {
                     .and_then(|c| self.inner.book.id_of(c.as_str()))
             })
             .collect();
-        match self.inner.writer.apply(Op::Import(rows, generated)).await? {
-            Done::Skipped(lines) => Ok(lines),
+        let op = Op::Import {
+            rows,
+            generated,
+            overwrite,
+        };
+        match self.inner.writer.apply(op).await? {
+            Done::Imported(lines) => Ok(lines),
             other => Err(unexpected(other)),
         }
     }
@@ -985,11 +994,14 @@ mod tests {
             labels: Default::default(),
         };
         let skipped = store
-            .import(vec![
-                row(1, &imported),
-                row(2, &imported_there),
-                row(3, &imported_other),
-            ])
+            .import(
+                vec![
+                    row(1, &imported),
+                    row(2, &imported_there),
+                    row(3, &imported_other),
+                ],
+                false,
+            )
             .await
             .expect("import");
         assert!(skipped.is_empty(), "{skipped:?}");
@@ -1369,15 +1381,19 @@ mod tests {
         // code (taken in this batch), line 4 id 1's (taken before), line 5
         // the code of id 5 (free: no row yet), which then goes to id 3.
         let skipped = store
-            .import(vec![
-                row(2, None),
-                row(3, book.code_of(2)),
-                row(4, Some(first.code.clone())),
-                row(5, book.code_of(5)),
-            ])
+            .import(
+                vec![
+                    row(2, None),
+                    row(3, book.code_of(2)),
+                    row(4, Some(first.code.clone())),
+                    row(5, book.code_of(5)),
+                ],
+                false,
+            )
             .await
             .expect("import");
-        assert_eq!(skipped, [3, 4]);
+        // Both codes exist with other targets.
+        assert_eq!(skipped, [(3, Existing::Conflict), (4, Existing::Conflict)]);
         // Later creates skip the code the import named.
         let mut made = Vec::new();
         for i in 0..3 {

@@ -15,8 +15,8 @@ use crate::domain::{
     UserId, VisitCounts,
 };
 use crate::store::{
-    FederatedUser, ImportRow, LinkPatch, LoginFlow, LoginFlowWrite, NewUser, SessionWrite,
-    StoreError, UserChange, UserWrite,
+    Existing, FederatedUser, ImportRow, LinkPatch, LoginFlow, LoginFlowWrite, NewUser,
+    SessionWrite, StoreError, UserChange, UserWrite,
 };
 
 #[derive(Debug)]
@@ -48,7 +48,11 @@ pub(super) enum Op {
     },
     TouchKeys(Vec<(KeyId, Timestamp)>),
     /// Rows, and for each the row id its code would be generated for.
-    Import(Vec<ImportRow>, Vec<Option<u64>>),
+    Import {
+        rows: Vec<ImportRow>,
+        generated: Vec<Option<u64>>,
+        overwrite: bool,
+    },
     RecordVisits(std::sync::Arc<[(LinkKey, VisitCounts)]>),
 }
 
@@ -140,7 +144,11 @@ fn run(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError
         Op::RemoveDomain { id, force } => remove_domain(conn, id, force, now),
         Op::RevokeKey { name } => revoke_key(conn, name, now),
         Op::TouchKeys(used) => touch_keys(conn, used),
-        Op::Import(rows, generated) => import(conn, book, rows, generated),
+        Op::Import {
+            rows,
+            generated,
+            overwrite,
+        } => import(conn, book, rows, generated, overwrite),
         Op::RecordVisits(visits) => record_visits(conn, book, visits),
     }
 }
@@ -679,11 +687,64 @@ fn touch_keys(conn: &Connection, used: Vec<(KeyId, Timestamp)>) -> Result<Applie
     Ok(applied(Done::Nothing))
 }
 
+/// What a row whose code exists becomes beside the row that has it; with
+/// the id of the row it overwrote, if it did.
+fn existing(
+    conn: &Connection,
+    book: &Codebook,
+    row: &ImportRow,
+    overwrite: bool,
+) -> Result<(Existing, Option<i64>), StoreError> {
+    let Some(code) = &row.code else {
+        return Ok((Existing::Conflict, None));
+    };
+    let key = LinkKey::new(row.domain, code.clone());
+    let found = find::by_code(conn, book, &key, &find::ROW_ANY, |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, bool>(2)?,
+        ))
+    })?;
+    let Some((id, target, deleted)) = found else {
+        return Ok((Existing::Conflict, None));
+    };
+    let same = match &row.target {
+        None => deleted,
+        Some(t) => !deleted && t.as_str() == target,
+    };
+    if same {
+        return Ok((Existing::Unchanged, None));
+    }
+    // A deleted code stays deleted: its link never comes back.
+    if !overwrite || deleted || row.target.is_none() {
+        return Ok((Existing::Conflict, None));
+    }
+    let extra = crate::store::ExtraColumns::of(row.extra.as_deref());
+    conn.prepare_cached(
+        "UPDATE links SET target = ?2, expires_at = ?3, max_visits = ?4, password = ?5, \
+         rules = ?6, expired_url = ?7, title = ?8 WHERE id = ?1",
+    )?
+    .execute((
+        id,
+        row.target.as_ref().map(|t| t.as_str()),
+        row.expires_at.map(Timestamp::millis),
+        row.max_visits.map(clamp),
+        extra.password.as_deref(),
+        extra.rules.as_deref(),
+        extra.expired_url.as_deref(),
+        row.labels.title.as_deref(),
+    ))?;
+    set_tags(conn, id, &row.labels.tags)?;
+    Ok((Existing::Overwritten, Some(id)))
+}
+
 fn import(
     conn: &Connection,
     book: &Codebook,
     rows: Vec<ImportRow>,
     generated: Vec<Option<u64>>,
+    overwrite: bool,
 ) -> Result<Applied, StoreError> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO links (id, code, target, created_at, expires_at, owner, deleted_at, \
@@ -699,7 +760,7 @@ fn import(
     for (row, generated_id) in rows.into_iter().zip(generated) {
         // A row keeps its code as a named one, unless a generated
         // row has it; a row without one gets the next generated.
-        let (id, code, named) = match row.code {
+        let (id, code, named) = match row.code.clone() {
             Some(code)
                 if find::generated_id_taken(
                     conn,
@@ -708,7 +769,9 @@ fn import(
                     &LinkKey::new(row.domain, code.clone()),
                 )? =>
             {
-                skipped.push(row.line);
+                let (what, changed) = existing(conn, book, &row, overwrite)?;
+                skipped.push((row.line, what));
+                ids.extend(changed);
                 continue;
             }
             Some(code) => (next_id, code, true),
@@ -721,7 +784,7 @@ fn import(
             )? {
                 Some(find::Fresh { id, code }) => (id, code, false),
                 None => {
-                    skipped.push(row.line);
+                    skipped.push((row.line, Existing::Conflict));
                     continue;
                 }
             },
@@ -758,12 +821,16 @@ fn import(
                     history.add(id, counts)?;
                 }
             }
-            Err(e) if named && is_unique_violation(&e) => skipped.push(row.line),
+            Err(e) if named && is_unique_violation(&e) => {
+                let (what, changed) = existing(conn, book, &row, overwrite)?;
+                skipped.push((row.line, what));
+                ids.extend(changed);
+            }
             Err(e) => return Err(e.into()),
         }
     }
     Ok(Applied {
-        done: Done::Skipped(skipped),
+        done: Done::Imported(skipped),
         links_added: live,
         changed: Changed::Rows(ids),
     })

@@ -29,8 +29,9 @@ pub(super) enum Done {
     /// A sign-in flow taken (`None`: no such flow, or a write that
     /// answers none).
     Flow(Option<crate::store::LoginFlow>),
-    /// Import: the lines whose code existed already.
-    Skipped(Vec<u64>),
+    /// Import: the lines whose code existed already, and what became of
+    /// each.
+    Imported(Vec<(u64, crate::store::Existing)>),
     Nothing,
 }
 
