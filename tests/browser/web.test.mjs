@@ -496,7 +496,7 @@ test("the manage view charts countries, devices, systems, browsers and referrers
   await page.goto(`${base}/manage`);
   await page.getByLabel("API key").fill(key);
   await page.keyboard.press("Enter");
-  await page.getByLabel("Search URLs and codes").fill("charted");
+  await page.getByLabel("Search URLs, titles and codes").fill("charted");
   await page.keyboard.press("Enter");
   const item = page.locator(`li[data-code="${codeOf(short)}"]`);
   await item.getByRole("button", { name: "Visits" }).click();
@@ -543,7 +543,7 @@ test("screenshots for the README", { skip: !SHOTS }, async () => {
   await phone.goto(`${base}/manage`);
   await phone.getByLabel("API key").fill(key);
   await phone.keyboard.press("Enter");
-  await phone.getByLabel("Search URLs and codes").fill("catalogue");
+  await phone.getByLabel("Search URLs, titles and codes").fill("catalogue");
   await phone.keyboard.press("Enter");
   const item = phone.locator(`li[data-code="${codeOf(short)}"]`);
   await item.getByRole("button", { name: "Visits" }).click();

@@ -260,20 +260,55 @@ pub(super) fn set_tags(
 ) -> rusqlite::Result<Vec<String>> {
     conn.prepare_cached("DELETE FROM link_tags WHERE link = ?1")?
         .execute([id])?;
-    let mut add = conn.prepare_cached(
-        "INSERT INTO tags (folded, shown) VALUES (?1, ?2) \
-         ON CONFLICT (folded) DO UPDATE SET folded = excluded.folded RETURNING id, shown",
-    )?;
+    add_tags(conn, id, tags, &mut KnownTags::default())
+}
+
+/// Tags found or made during one write: an import of many links with the
+/// same few tags looks each up once.
+#[derive(Default)]
+pub(super) struct KnownTags(std::collections::HashMap<String, (i64, String)>);
+
+/// Gives row `id`, which has no tags yet, `tags`: as [`set_tags`].
+pub(super) fn add_tags(
+    conn: &Connection,
+    id: i64,
+    tags: &[String],
+    known: &mut KnownTags,
+) -> rusqlite::Result<Vec<String>> {
     let mut link = conn
         .prepare_cached("INSERT OR IGNORE INTO link_tags (link, tag, pos) VALUES (?1, ?2, ?3)")?;
     let mut shown = Vec::with_capacity(tags.len());
     for (pos, tag) in tags.iter().enumerate() {
-        let (tag_id, as_shown): (i64, String) =
-            add.query_row((fold_tag(tag), tag), |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let folded = fold_tag(tag);
+        let (tag_id, as_shown) = match known.0.get(&folded) {
+            Some(found) => found.clone(),
+            None => {
+                let found = tag_row(conn, &folded, tag)?;
+                known.0.insert(folded, found.clone());
+                found
+            }
+        };
         link.execute((id, tag_id, pos as i64))?;
         shown.push(as_shown);
     }
     Ok(shown)
+}
+
+/// The tag `folded`: its id and the form it is shown in, made (as `tag`)
+/// if new. The writer is alone, so what it reads stays true until it
+/// commits; most tags exist, and are only read.
+fn tag_row(conn: &Connection, folded: &str, tag: &str) -> rusqlite::Result<(i64, String)> {
+    let row = |r: &rusqlite::Row<'_>| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?));
+    let found = conn
+        .prepare_cached("SELECT id, shown FROM tags WHERE folded = ?1")?
+        .query_row([folded], row)
+        .optional()?;
+    match found {
+        Some(found) => Ok(found),
+        None => conn
+            .prepare_cached("INSERT INTO tags (folded, shown) VALUES (?1, ?2) RETURNING id, shown")?
+            .query_row((folded, tag), row),
+    }
 }
 
 fn create_key(
@@ -757,6 +792,7 @@ fn import(
     let mut skipped = Vec::new();
     let mut live = 0;
     let mut ids = Vec::new();
+    let mut known = KnownTags::default();
     for (row, generated_id) in rows.into_iter().zip(generated) {
         // A row keeps its code as a named one, unless a generated
         // row has it; a row without one gets the next generated.
@@ -810,7 +846,7 @@ fn import(
         match inserted {
             Ok(_) => {
                 if !row.labels.tags.is_empty() && row.deleted_at.is_none() {
-                    set_tags(conn, id, &row.labels.tags)?;
+                    add_tags(conn, id, &row.labels.tags, &mut known)?;
                 }
                 next_id = next_id.max(id + 1);
                 live += i64::from(row.deleted_at.is_none());
