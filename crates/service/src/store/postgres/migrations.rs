@@ -115,18 +115,18 @@ const MIGRATIONS: &[Migration] = &[
     );"),
     // 8: titles and tags, as SQLite's schema 12.
     Sql("ALTER TABLE links ADD COLUMN title TEXT;
+    ALTER TABLE links ADD COLUMN tags TEXT;
     CREATE TABLE tags (
         id     BIGSERIAL PRIMARY KEY,
         folded TEXT NOT NULL UNIQUE,
         shown  TEXT NOT NULL
     );
+    CREATE UNIQUE INDEX tags_shown ON tags (shown);
     CREATE TABLE link_tags (
-        link BIGINT  NOT NULL,
-        tag  BIGINT  NOT NULL REFERENCES tags (id),
-        pos  INTEGER NOT NULL,
-        PRIMARY KEY (link, tag)
-    );
-    CREATE INDEX link_tags_tag ON link_tags (tag, link);"),
+        tag  BIGINT NOT NULL REFERENCES tags (id),
+        link BIGINT NOT NULL,
+        PRIMARY KEY (tag, link)
+    );"),
 ];
 
 async fn users(tx: &tokio_postgres::Transaction<'_>) -> Result<(), tokio_postgres::Error> {

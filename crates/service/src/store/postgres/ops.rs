@@ -23,9 +23,7 @@ use crate::store::{
 };
 
 const LINK_COLUMNS: &str = "l.code, l.target, l.created_at, l.expires_at, l.owner, u.name, \
-     l.max_visits, l.visits, l.domain, l.password, l.rules, l.expired_url, l.title, \
-     (SELECT string_agg(t.shown, '|' ORDER BY lt.pos) FROM link_tags lt \
-      JOIN tags t ON t.id = lt.tag WHERE lt.link = l.id)";
+     l.max_visits, l.visits, l.domain, l.password, l.rules, l.expired_url, l.title, l.tags";
 const LINK_FROM: &str = "links l LEFT JOIN users u ON u.id = l.owner";
 /// From `keys k JOIN users u ON u.id = k.user_id`: a key works on its own
 /// domain, else on its user's.
@@ -90,8 +88,16 @@ pub(super) async fn set_tags(
     id: i64,
     tags: &[String],
 ) -> Result<Vec<String>, StoreError> {
-    execute(c, "DELETE FROM link_tags WHERE link = $1", &[&id]).await?;
+    // The link's tags as its row names them go first.
+    execute(
+        c,
+        "DELETE FROM link_tags WHERE link = $1 AND tag IN (SELECT t.id FROM tags t \
+         WHERE t.shown = ANY(string_to_array((SELECT tags FROM links WHERE id = $1), '|')))",
+        &[&id],
+    )
+    .await?;
     if tags.is_empty() {
+        execute(c, "UPDATE links SET tags = NULL WHERE id = $1", &[&id]).await?;
         return Ok(Vec::new());
     }
     let folded: Vec<String> = tags.iter().map(|t| fold_tag(t)).collect();
@@ -102,19 +108,26 @@ pub(super) async fn set_tags(
              made AS (INSERT INTO tags (folded, shown) SELECT folded, shown FROM given \
                ON CONFLICT (folded) DO UPDATE SET folded = excluded.folded \
                RETURNING id, folded, shown), \
-             linked AS (INSERT INTO link_tags (link, tag, pos) \
-               SELECT $1, m.id, g.pos FROM given g JOIN made m ON m.folded = g.folded \
-               ON CONFLICT DO NOTHING) \
+             linked AS (INSERT INTO link_tags (tag, link) \
+               SELECT m.id, $1 FROM made m ON CONFLICT DO NOTHING) \
              SELECT m.shown FROM given g JOIN made m ON m.folded = g.folded ORDER BY g.pos",
         )
         .await
         .map_err(store_error)?;
-    Ok(c.query(&stmt, &[&id, &folded, &tags])
+    let shown: Vec<String> = c
+        .query(&stmt, &[&id, &folded, &tags])
         .await
         .map_err(store_error)?
         .iter()
         .map(|r| r.get(0))
-        .collect())
+        .collect();
+    execute(
+        c,
+        "UPDATE links SET tags = $2 WHERE id = $1",
+        &[&id, &shown.join("|")],
+    )
+    .await?;
+    Ok(shown)
 }
 
 /// The password, rules and expired target in columns `at..at + 3`.
@@ -307,11 +320,13 @@ pub(super) async fn delete(c: &Client, key: &LinkKey) -> Result<bool, StoreError
     // is never issued again; its visits go with it.
     let row = query_opt(
         c,
-        "WITH gone AS (UPDATE links SET deleted_at = $2, target = '', expires_at = NULL, \
-         max_visits = NULL, visits = 0, password = NULL, rules = NULL, expired_url = NULL, \
-         title = NULL WHERE code = $1 AND domain = $3 AND deleted_at IS NULL \
-         RETURNING id), \
-         t AS (DELETE FROM link_tags WHERE link IN (SELECT id FROM gone)), \
+        "WITH old AS (SELECT id, tags FROM links \
+           WHERE code = $1 AND domain = $3 AND deleted_at IS NULL), \
+         gone AS (UPDATE links l SET deleted_at = $2, target = '', expires_at = NULL, \
+           max_visits = NULL, visits = 0, password = NULL, rules = NULL, expired_url = NULL, \
+           title = NULL, tags = NULL FROM old WHERE l.id = old.id RETURNING l.id), \
+         t AS (DELETE FROM link_tags lt USING old o, tags g WHERE lt.link = o.id \
+           AND lt.tag = g.id AND g.shown = ANY(string_to_array(o.tags, '|'))), \
          h AS (DELETE FROM visits_hourly WHERE link IN (SELECT id FROM gone)), \
          r AS (DELETE FROM visits_referrers WHERE link IN (SELECT id FROM gone)), \
          f AS (DELETE FROM visits_facets WHERE link IN (SELECT id FROM gone)), \
@@ -340,9 +355,8 @@ pub(super) async fn list(c: &Client, q: &ListQuery) -> Result<ListPage, StoreErr
     sql.push_str(" AND ($5::int8 IS NULL OR l.domain = $5)");
     // The link has every tag asked for.
     sql.push_str(
-        " AND ($6::text[] IS NULL OR (SELECT count(*) FROM link_tags lt \
-         JOIN tags t ON t.id = lt.tag WHERE lt.link = l.id AND t.folded = ANY($6)) \
-         = cardinality($6))",
+        " AND ($6::text[] IS NULL OR (SELECT count(*) FROM tags t JOIN link_tags lt \
+         ON lt.tag = t.id AND lt.link = l.id WHERE t.folded = ANY($6)) = cardinality($6))",
     );
     sql.push_str(" ORDER BY l.id DESC LIMIT $4");
     let stmt = c.prepare_cached(&sql).await.map_err(store_error)?;
@@ -1156,11 +1170,12 @@ pub(super) async fn remove_domain(
     let now = Timestamp::now().millis();
     let stmt = tx
         .prepare_cached(
-            "WITH gone AS (UPDATE links SET deleted_at = $2, target = '', expires_at = NULL, \
-             max_visits = NULL, visits = 0, password = NULL, rules = NULL, expired_url = NULL, \
-             title = NULL WHERE domain = $1 AND deleted_at IS NULL \
-             RETURNING id, code), \
-             t AS (DELETE FROM link_tags WHERE link IN (SELECT id FROM gone)), \
+            "WITH old AS (SELECT id, tags FROM links WHERE domain = $1 AND deleted_at IS NULL), \
+             gone AS (UPDATE links l SET deleted_at = $2, target = '', expires_at = NULL, \
+               max_visits = NULL, visits = 0, password = NULL, rules = NULL, expired_url = NULL, \
+               title = NULL, tags = NULL FROM old WHERE l.id = old.id RETURNING l.id, l.code), \
+             t AS (DELETE FROM link_tags lt USING old o, tags g WHERE lt.link = o.id \
+               AND lt.tag = g.id AND g.shown = ANY(string_to_array(o.tags, '|'))), \
              h AS (DELETE FROM visits_hourly WHERE link IN (SELECT id FROM gone)), \
              r AS (DELETE FROM visits_referrers WHERE link IN (SELECT id FROM gone)), \
              f AS (DELETE FROM visits_facets WHERE link IN (SELECT id FROM gone)) \
@@ -1222,8 +1237,7 @@ pub(super) async fn export(
             .prepare_cached(
                 "SELECT l.code, l.target, l.created_at, l.expires_at, u.name, l.deleted_at, \
                  l.max_visits, l.visits, d.host, l.password, l.rules, l.expired_url, \
-                 l.title, (SELECT string_agg(t.shown, '|' ORDER BY lt.pos) FROM link_tags lt \
-                 JOIN tags t ON t.id = lt.tag WHERE lt.link = l.id), \
+                 l.title, l.tags, \
                  CASE WHEN l.visits > 0 THEN json_build_array( \
                    (SELECT json_agg(json_build_array(hour, humans, bots, browsers) ORDER BY hour) \
                     FROM visits_hourly WHERE link = l.id), \

@@ -142,21 +142,21 @@ const MIGRATIONS: &[Migration] = &[
         created_at INTEGER NOT NULL
     ) STRICT, WITHOUT ROWID;"),
     // 12: titles and tags. A tag is kept once, in lower case (`folded`)
-    // and as first written (`shown`); `link_tags` holds each link's, in
-    // the order given (`pos`), and is read by tag for filters and counts.
+    // and as first written (`shown`). A link's row holds its tags as shown,
+    // in order, joined by `|` (which no tag has), so that reading a link
+    // joins nothing; `link_tags` is read by tag, for filters and counts.
     Sql("ALTER TABLE links ADD COLUMN title TEXT;
+    ALTER TABLE links ADD COLUMN tags TEXT;
     CREATE TABLE tags (
         id     INTEGER PRIMARY KEY AUTOINCREMENT,
         folded TEXT    NOT NULL UNIQUE,
         shown  TEXT    NOT NULL
     ) STRICT;
     CREATE TABLE link_tags (
-        link INTEGER NOT NULL,
         tag  INTEGER NOT NULL,
-        pos  INTEGER NOT NULL,
-        PRIMARY KEY (link, tag)
-    ) STRICT, WITHOUT ROWID;
-    CREATE INDEX link_tags_tag ON link_tags (tag, link);"),
+        link INTEGER NOT NULL,
+        PRIMARY KEY (tag, link)
+    ) STRICT, WITHOUT ROWID;"),
 ];
 
 fn sessions(tx: &Transaction<'_>) -> rusqlite::Result<()> {

@@ -242,8 +242,7 @@ fn tombstone(conn: &Connection, id: i64, now: Timestamp) -> rusqlite::Result<boo
              expired_url = NULL, title = NULL WHERE id = ?1",
         )?
         .execute((id, now.millis()))?;
-    conn.prepare_cached("DELETE FROM link_tags WHERE link = ?1")?
-        .execute([id])?;
+    drop_tags(conn, id)?;
     for table in ["visits_hourly", "visits_referrers", "visits_facets"] {
         conn.prepare_cached(&format!("DELETE FROM {table} WHERE link = ?1"))?
             .execute([id])?;
@@ -258,9 +257,26 @@ pub(super) fn set_tags(
     id: i64,
     tags: &[String],
 ) -> rusqlite::Result<Vec<String>> {
-    conn.prepare_cached("DELETE FROM link_tags WHERE link = ?1")?
-        .execute([id])?;
+    drop_tags(conn, id)?;
     add_tags(conn, id, tags, &mut KnownTags::default())
+}
+
+/// Takes row `id`'s tags away, as its own column names them.
+fn drop_tags(conn: &Connection, id: i64) -> rusqlite::Result<()> {
+    let had: Option<String> = conn
+        .prepare_cached("SELECT tags FROM links WHERE id = ?1")?
+        .query_row([id], |r| r.get(0))
+        .optional()?
+        .flatten();
+    let mut drop = conn.prepare_cached(
+        "DELETE FROM link_tags WHERE link = ?2 AND tag = (SELECT id FROM tags WHERE folded = ?1)",
+    )?;
+    for tag in super::rows::tags_of(had.as_deref()) {
+        drop.execute((fold_tag(&tag), id))?;
+    }
+    conn.prepare_cached("UPDATE links SET tags = NULL WHERE id = ?1")?
+        .execute([id])?;
+    Ok(())
 }
 
 /// Tags found or made during one write: an import of many links with the
@@ -275,23 +291,46 @@ pub(super) fn add_tags(
     tags: &[String],
     known: &mut KnownTags,
 ) -> rusqlite::Result<Vec<String>> {
-    let mut link = conn
-        .prepare_cached("INSERT OR IGNORE INTO link_tags (link, tag, pos) VALUES (?1, ?2, ?3)")?;
-    let mut shown = Vec::with_capacity(tags.len());
-    for (pos, tag) in tags.iter().enumerate() {
-        let folded = fold_tag(tag);
-        let (tag_id, as_shown) = match known.0.get(&folded) {
-            Some(found) => found.clone(),
-            None => {
-                let found = tag_row(conn, &folded, tag)?;
-                known.0.insert(folded, found.clone());
-                found
-            }
-        };
-        link.execute((id, tag_id, pos as i64))?;
-        shown.push(as_shown);
+    if tags.is_empty() {
+        return Ok(Vec::new());
     }
+    let found = find_tags(conn, tags, known)?;
+    link_tags(conn, id, &found)?;
+    let shown: Vec<String> = found.into_iter().map(|(_, shown)| shown).collect();
+    conn.prepare_cached("UPDATE links SET tags = ?2 WHERE id = ?1")?
+        .execute((id, shown.join("|")))?;
     Ok(shown)
+}
+
+/// Each of `tags`: its id and the form it is shown in, made if new.
+pub(super) fn find_tags(
+    conn: &Connection,
+    tags: &[String],
+    known: &mut KnownTags,
+) -> rusqlite::Result<Vec<(i64, String)>> {
+    let mut found = Vec::with_capacity(tags.len());
+    for tag in tags {
+        let folded = fold_tag(tag);
+        found.push(match known.0.get(&folded) {
+            Some(one) => one.clone(),
+            None => {
+                let one = tag_row(conn, &folded, tag)?;
+                known.0.insert(folded, one.clone());
+                one
+            }
+        });
+    }
+    Ok(found)
+}
+
+/// Files row `id` under each of `tags` (found by [`find_tags`]).
+fn link_tags(conn: &Connection, id: i64, tags: &[(i64, String)]) -> rusqlite::Result<()> {
+    let mut link =
+        conn.prepare_cached("INSERT OR IGNORE INTO link_tags (tag, link) VALUES (?1, ?2)")?;
+    for (tag, _) in tags {
+        link.execute((tag, id))?;
+    }
+    Ok(())
 }
 
 /// The tag `folded`: its id and the form it is shown in, made (as `tag`)
@@ -783,8 +822,8 @@ fn import(
 ) -> Result<Applied, StoreError> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO links (id, code, target, created_at, expires_at, owner, deleted_at, \
-         max_visits, visits, named, domain, password, rules, expired_url, title) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+         max_visits, visits, named, domain, password, rules, expired_url, title, tags) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
     )?;
     let mut next_id = find::next_id(conn)?;
     let mut history = VisitStatements::prepare(conn)?;
@@ -793,6 +832,9 @@ fn import(
     let mut live = 0;
     let mut ids = Vec::new();
     let mut known = KnownTags::default();
+    // Filed once the rows are in, in the index's order: pages of one tag
+    // are then written together.
+    let mut filed: Vec<(i64, i64)> = Vec::new();
     for (row, generated_id) in rows.into_iter().zip(generated) {
         // A row keeps its code as a named one, unless a generated
         // row has it; a row without one gets the next generated.
@@ -826,6 +868,17 @@ fn import(
             },
         };
         let extra = crate::store::ExtraColumns::of(row.extra.as_deref());
+        // Found first, so that the row is written once, with them.
+        let tags = match row.deleted_at {
+            None => find_tags(conn, &row.labels.tags, &mut known)?,
+            Some(_) => Vec::new(),
+        };
+        let shown = (!tags.is_empty()).then(|| {
+            tags.iter()
+                .map(|(_, s)| s.as_str())
+                .collect::<Vec<_>>()
+                .join("|")
+        });
         let inserted = stmt.execute((
             id,
             code.as_str(),
@@ -842,12 +895,11 @@ fn import(
             extra.rules.as_deref(),
             extra.expired_url.as_deref(),
             row.labels.title.as_deref(),
+            shown,
         ));
         match inserted {
             Ok(_) => {
-                if !row.labels.tags.is_empty() && row.deleted_at.is_none() {
-                    add_tags(conn, id, &row.labels.tags, &mut known)?;
-                }
+                filed.extend(tags.iter().map(|(tag, _)| (*tag, id)));
                 next_id = next_id.max(id + 1);
                 live += i64::from(row.deleted_at.is_none());
                 ids.push(id);
@@ -864,6 +916,12 @@ fn import(
             }
             Err(e) => return Err(e.into()),
         }
+    }
+    filed.sort_unstable();
+    let mut file =
+        conn.prepare_cached("INSERT OR IGNORE INTO link_tags (tag, link) VALUES (?1, ?2)")?;
+    for pair in filed {
+        file.execute(pair)?;
     }
     Ok(Applied {
         done: Done::Imported(skipped),

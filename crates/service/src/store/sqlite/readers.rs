@@ -285,9 +285,9 @@ impl Readers {
         if !q.tags.is_empty() {
             // The link has every tag asked for.
             sql.push_str(
-                " AND (SELECT count(*) FROM link_tags lt JOIN tags t ON t.id = lt.tag \
-                 WHERE lt.link = l.id AND t.folded IN (SELECT value FROM json_each(?6))) \
-                 = json_array_length(?6)",
+                " AND (SELECT count(*) FROM tags t JOIN link_tags lt \
+                 ON lt.tag = t.id AND lt.link = l.id \
+                 WHERE t.folded IN (SELECT value FROM json_each(?6))) = json_array_length(?6)",
             );
         }
         // Always named, so that the statement takes its six parameters.
@@ -449,8 +449,7 @@ impl Readers {
             let mut stmt = conn.prepare(
                 "SELECT l.code, l.target, l.created_at, l.expires_at, u.name, l.deleted_at, \
                  l.max_visits, l.visits, d.host, l.id, l.password, l.rules, l.expired_url, \
-                 l.title, (SELECT group_concat(t.shown, '|' ORDER BY lt.pos) FROM link_tags lt \
-                 JOIN tags t ON t.id = lt.tag WHERE lt.link = l.id) \
+                 l.title, l.tags \
                  FROM links l LEFT JOIN users u ON u.id = l.owner \
                  JOIN domains d ON d.id = l.domain ORDER BY l.id",
             )?;

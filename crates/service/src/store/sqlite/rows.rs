@@ -13,8 +13,7 @@ use crate::store::{ApiKey, ExtraColumns, Session, User};
 /// The columns [`link`] reads, from `links l LEFT JOIN users u`.
 pub(super) const LINK_COLUMNS: &str = "l.code, l.target, l.created_at, l.expires_at, l.owner, \
      u.name, l.max_visits, l.visits, l.domain, l.password, l.rules, l.expired_url, l.title, \
-     (SELECT group_concat(t.shown, '|' ORDER BY lt.pos) FROM link_tags lt \
-      JOIN tags t ON t.id = lt.tag WHERE lt.link = l.id)";
+     l.tags";
 
 /// `FROM` clause for [`LINK_COLUMNS`].
 pub(super) const LINK_FROM: &str = "links l LEFT JOIN users u ON u.id = l.owner";

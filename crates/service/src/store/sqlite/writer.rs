@@ -826,7 +826,8 @@ fn insert_one(
     let stored = |code: ShortCode, id: i64, named: bool| -> rusqlite::Result<Stored> {
         let mut link = link(code);
         if !link.labels.tags.is_empty() {
-            link.labels.tags = ops::set_tags(conn, id, &link.labels.tags)?;
+            let mut known = ops::KnownTags::default();
+            link.labels.tags = ops::add_tags(conn, id, &link.labels.tags, &mut known)?;
         }
         Ok(Stored { link, id, named })
     };
