@@ -29,10 +29,11 @@ pub enum Format {
 }
 
 /// The CSV columns, in order; also its header line. Files with only the
-/// first six (written before visits), eight (before domains) or nine
-/// (before titles and tags) are read too. An empty `domain` is the default
+/// first six (written before visits), eight (before domains), nine
+/// (before titles and tags) or eleven (before imported visits) are read
+/// too. An empty `domain` is the default
 /// domain; `tags` are joined by `|`.
-pub(crate) const CSV_COLUMNS: [&str; 11] = [
+pub(crate) const CSV_COLUMNS: [&str; 12] = [
     "code",
     "url",
     "created_at",
@@ -44,10 +45,12 @@ pub(crate) const CSV_COLUMNS: [&str; 11] = [
     "domain",
     "title",
     "tags",
+    "imported_visits",
 ];
 
-/// Columns of CSV exports from before visits, domains, and titles.
-const OLDER_CSV_COLUMNS: [usize; 3] = [6, 8, 9];
+/// Columns of CSV exports from before visits, domains, titles, and
+/// imported visits.
+const OLDER_CSV_COLUMNS: [usize; 4] = [6, 8, 9, 11];
 
 /// Writes records in `format`.
 pub enum Writer<W: Write> {
@@ -77,6 +80,7 @@ impl<W: Write> Writer<W> {
                 let max_visits = r.max_visits.map(|n| n.to_string());
                 let visits = r.visits.map(|n| n.to_string());
                 let tags = r.tags.join("|");
+                let imported = r.imported_visits.map(|n| n.to_string());
                 let fields = [
                     r.code.as_deref(),
                     r.url.as_deref(),
@@ -89,6 +93,7 @@ impl<W: Write> Writer<W> {
                     r.domain.as_deref(),
                     r.title.as_deref(),
                     Some(tags.as_str()),
+                    imported.as_deref(),
                 ];
                 let cells = fields.map(|f| csv_cell(f.unwrap_or("")));
                 Ok(w.write_record(cells.iter().map(|c| c.as_bytes()))?)
@@ -153,7 +158,7 @@ pub fn read<R: BufRead + 'static>(
                             .map(|c| from_csv_cell(c).to_owned())
                             .filter(|s| !s.is_empty())
                     };
-                    let number = |i: usize, name: &str| {
+                    let number = |i: usize, name: &str| -> Result<Option<u64>, String> {
                         opt(i)
                             .map(|s| {
                                 s.parse::<u64>()
@@ -165,6 +170,7 @@ pub fn read<R: BufRead + 'static>(
                         domain: opt(8),
                         max_visits: number(6, "max_visits")?,
                         visits: number(7, "visits")?,
+                        imported_visits: number(11, "imported_visits")?,
                         code: opt(0),
                         url: opt(1),
                         created_at: from_csv_cell(&r[2]).to_owned(),
@@ -280,10 +286,12 @@ impl Checker {
         if r.max_visits == Some(0) {
             return Err("max_visits must be at least 1".into());
         }
-        if r.visits.is_some_and(|n| n > MAX_TOTAL) {
-            return Err(format!(
-                "visits: more than {MAX_TOTAL}, which no link could have"
-            ));
+        for (name, n) in [("visits", r.visits), ("imported_visits", r.imported_visits)] {
+            if n.is_some_and(|n| n > MAX_TOTAL) {
+                return Err(format!(
+                    "{name}: more than {MAX_TOTAL}, which no link could have"
+                ));
+            }
         }
         let extra = self.extra_of(&r)?;
         if extra.is_some() && deleted_at.is_some() {
@@ -328,6 +336,7 @@ impl Checker {
                 deleted_at,
                 max_visits: r.max_visits,
                 visits: r.visits.unwrap_or(0),
+                imported_visits: r.imported_visits.unwrap_or(0),
                 history: r.history.as_ref().map(counts_of).transpose()?,
                 extra,
                 labels,
@@ -556,6 +565,7 @@ mod tests {
             deleted_at: None,
             max_visits: Some(5),
             visits: Some(3),
+            imported_visits: Some(9),
             history: None,
             password_hash: None,
             rules: None,

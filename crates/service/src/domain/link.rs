@@ -136,6 +136,9 @@ pub struct Link {
     pub max_visits: Option<u64>,
     /// Counted redirects as stored; the service adds those not yet flushed.
     pub visits: u64,
+    /// Visits another shortener counted without saying when (or that its
+    /// log did not carry): in a report's total, never toward `max_visits`.
+    pub imported_visits: u64,
     /// Its password, rules and expired target, when it has any.
     pub extra: Option<Arc<LinkRules>>,
     /// Its title and tags.

@@ -288,6 +288,9 @@ pub struct VisitCounts {
     pub facets: SmallVec<[FacetCount; 1]>,
     /// Read from the store: `(day, dimension, value, count)`.
     pub dims: Vec<(i64, Dim, String, u64)>,
+    /// Read from the store: visits imported without a time (the link's
+    /// `imported_visits`), in no hour or day.
+    pub imported: u64,
 }
 
 impl VisitCounts {
@@ -413,6 +416,7 @@ impl VisitCounts {
             self.add_facets_n(day, facets, city.as_deref(), n);
         }
         self.dims.extend(other.dims);
+        self.imported = self.imported.saturating_add(other.imported);
     }
 }
 

@@ -129,6 +129,9 @@ pub(crate) struct LinkView {
     pub owner: Option<String>,
     /// Counted redirects, those not yet flushed included.
     pub visits: u64,
+    /// Visits carried over from another shortener without a time: in the
+    /// visit report's total, never toward `max_visits`.
+    pub imported_visits: u64,
     pub max_visits: Option<u64>,
     /// Whether a visitor needs a password (the hash is never shown).
     pub protected: bool,
@@ -172,6 +175,7 @@ impl LinkView {
             expires_at: link.expires_at,
             owner: link.owner.map(|o| o.name),
             visits: link.visits,
+            imported_visits: link.imported_visits,
             max_visits: link.max_visits,
             title: link.labels.title,
             tags: link.labels.tags,

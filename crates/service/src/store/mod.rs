@@ -515,6 +515,9 @@ pub struct Record {
     pub max_visits: Option<u64>,
     #[serde(default)]
     pub visits: Option<u64>,
+    /// Visits another shortener counted that no log dates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imported_visits: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<History>,
     /// The password's Argon2id hash (never a password in clear).
@@ -607,6 +610,7 @@ pub struct ImportRow {
     pub deleted_at: Option<Timestamp>,
     pub max_visits: Option<u64>,
     pub visits: u64,
+    pub imported_visits: u64,
     /// Its visit counts (`dims` for every dimension but referrers).
     pub history: Option<VisitCounts>,
     pub extra: Option<Arc<LinkRules>>,

@@ -95,7 +95,12 @@ pub(crate) const REPORT_VALUES: usize = 50;
 /// referrers are; visits counted before they were kept are in no row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub(crate) struct VisitReport {
+    /// Visits in the window; a report over all time (no `from` or `to`)
+    /// adds `imported_visits`.
     pub total: u64,
+    /// Visits carried over from another shortener without a time: in no
+    /// series point or breakdown, and never counted toward `max_visits`.
+    pub imported_visits: u64,
     pub humans: u64,
     pub bots: u64,
     pub series: Vec<SeriesPoint>,
@@ -236,8 +241,10 @@ impl VisitReport {
                 }
             })
             .collect();
+        let all_time = window.from.is_none() && window.to.is_none();
         Self {
-            total: humans + bots,
+            total: (humans + bots).saturating_add(if all_time { counts.imported } else { 0 }),
+            imported_visits: counts.imported,
             humans,
             bots,
             series: series
@@ -328,6 +335,9 @@ impl VisitReport {
         }
         for a in &self.agents {
             value("agent", a.class.into(), a.count);
+        }
+        if self.imported_visits > 0 {
+            value("imported", "", self.imported_visits);
         }
         String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
     }

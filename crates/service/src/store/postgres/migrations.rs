@@ -127,6 +127,8 @@ const MIGRATIONS: &[Migration] = &[
         link BIGINT NOT NULL,
         PRIMARY KEY (tag, link)
     );"),
+    // 9: visits carried over from another shortener, as SQLite's schema 13.
+    Sql("ALTER TABLE links ADD COLUMN imported_visits BIGINT NOT NULL DEFAULT 0;"),
 ];
 
 async fn users(tx: &tokio_postgres::Transaction<'_>) -> Result<(), tokio_postgres::Error> {

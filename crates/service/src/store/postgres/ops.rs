@@ -23,7 +23,8 @@ use crate::store::{
 };
 
 const LINK_COLUMNS: &str = "l.code, l.target, l.created_at, l.expires_at, l.owner, u.name, \
-     l.max_visits, l.visits, l.domain, l.password, l.rules, l.expired_url, l.title, l.tags";
+     l.max_visits, l.visits, l.domain, l.password, l.rules, l.expired_url, l.title, l.tags, \
+     l.imported_visits";
 const LINK_FROM: &str = "links l LEFT JOIN users u ON u.id = l.owner";
 /// From `keys k JOIN users u ON u.id = k.user_id`: a key works on its own
 /// domain, else on its user's.
@@ -65,6 +66,7 @@ fn link_at(row: &Row, at: usize) -> Result<Link, StoreError> {
         owner,
         max_visits: row.get::<_, Option<i64>>(at + 6).map(|n| n.max(0) as u64),
         visits: count(row, at + 7),
+        imported_visits: count(row, at + 14),
         extra: extra_at(row, at + 9)?,
         labels: Labels {
             title: row.get(at + 12),
@@ -593,6 +595,23 @@ pub(super) async fn visit_totals(
         &[&owner, &domain],
     )
     .await;
+    let result = match result {
+        Ok(mut counts) => query_opt(
+            &c,
+            &format!(
+                "SELECT least(coalesce(sum(l.imported_visits), 0), {MAX})::int8 FROM links l \
+                 WHERE l.deleted_at IS NULL AND ($1::int8 IS NULL OR l.owner = $1) \
+                 AND ($2::int8 IS NULL OR l.domain = $2)"
+            ),
+            &[&owner, &domain],
+        )
+        .await
+        .map(|row| {
+            counts.imported = row.map_or(0, |r| count(&r, 0));
+            counts
+        }),
+        Err(e) => Err(e),
+    };
     c.commit().await.map_err(store_error)?;
     result
 }
@@ -650,7 +669,8 @@ pub(super) async fn visit_counts(
     let result = async {
         let Some(row) = query_opt(
             &c,
-            "SELECT id FROM links WHERE code = $1 AND domain = $2 AND deleted_at IS NULL",
+            "SELECT id, imported_visits FROM links WHERE code = $1 AND domain = $2 \
+             AND deleted_at IS NULL",
             &[&key.code.as_str(), &key.domain.0],
         )
         .await?
@@ -658,6 +678,7 @@ pub(super) async fn visit_counts(
             return Ok(None);
         };
         let id: i64 = row.get(0);
+        let imported = count(&row, 1);
         read_counts(
             &c,
             [
@@ -668,7 +689,12 @@ pub(super) async fn visit_counts(
             &[&id],
         )
         .await
-        .map(Some)
+        .map(|counts| {
+            Some(VisitCounts {
+                imported,
+                ..counts
+            })
+        })
     }
     .await;
     c.commit().await.map_err(store_error)?;
@@ -1237,8 +1263,9 @@ pub(super) async fn export(
             .prepare_cached(
                 "SELECT l.code, l.target, l.created_at, l.expires_at, u.name, l.deleted_at, \
                  l.max_visits, l.visits, d.host, l.password, l.rules, l.expired_url, \
-                 l.title, l.tags, \
-                 CASE WHEN l.visits > 0 THEN json_build_array( \
+                 l.title, l.tags, l.imported_visits, \
+                 CASE WHEN l.visits > 0 OR EXISTS (SELECT 1 FROM visits_hourly WHERE link = l.id) \
+                 THEN json_build_array( \
                    (SELECT json_agg(json_build_array(hour, humans, bots, browsers) ORDER BY hour) \
                     FROM visits_hourly WHERE link = l.id), \
                    (SELECT json_agg(json_build_array(day, host, count)) \
@@ -1276,8 +1303,9 @@ pub(super) async fn export(
                 expired_url: r.get(11),
                 title: r.get(12),
                 tags: tags_of(r.get(13)),
+                imported_visits: Some(count(&r, 14)).filter(|n| *n > 0),
                 history: r
-                    .get::<_, Option<String>>(14)
+                    .get::<_, Option<String>>(15)
                     .map(|json| history_of_json(&json))
                     .transpose()?
                     .and_then(|counts| crate::store::History::of(&counts)),
@@ -1361,7 +1389,7 @@ async fn existing(
     execute(
         tx,
         "UPDATE links SET target = $2, expires_at = $3, max_visits = $4, password = $5, \
-         rules = $6, expired_url = $7, title = $8 WHERE id = $1",
+         rules = $6, expired_url = $7, title = $8, imported_visits = $9 WHERE id = $1",
         &[
             &id,
             &row.target.as_ref().map(|t| t.as_str()),
@@ -1371,6 +1399,7 @@ async fn existing(
             &extra.rules,
             &extra.expired_url,
             &row.labels.title,
+            &clamp(row.imported_visits),
         ],
     )
     .await?;
@@ -1391,8 +1420,8 @@ pub(super) async fn import(
     let stmt = tx
         .prepare_cached(
             "INSERT INTO links (code, target, created_at, expires_at, owner, deleted_at, \
-             max_visits, visits, domain, password, rules, expired_url, title) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+             max_visits, visits, domain, password, rules, expired_url, title, imported_visits) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
              ON CONFLICT (code, domain) DO NOTHING RETURNING id",
         )
         .await
@@ -1426,6 +1455,7 @@ pub(super) async fn import(
                         &extra.rules,
                         &extra.expired_url,
                         &row.labels.title,
+                        &clamp(row.imported_visits),
                     ],
                 )
                 .await

@@ -297,6 +297,7 @@ async fn insert_batch(
                     owner: new.owner.clone(),
                     max_visits: new.max_visits,
                     visits: 0,
+                    imported_visits: 0,
                     extra: new.extra.clone(),
                     labels,
                 }));

@@ -157,6 +157,9 @@ const MIGRATIONS: &[Migration] = &[
         link INTEGER NOT NULL,
         PRIMARY KEY (tag, link)
     ) STRICT, WITHOUT ROWID;"),
+    // 13: visits carried over from another shortener without a time:
+    // counted in a report's total, never toward `max_visits`.
+    Sql("ALTER TABLE links ADD COLUMN imported_visits INTEGER NOT NULL DEFAULT 0;"),
 ];
 
 fn sessions(tx: &Transaction<'_>) -> rusqlite::Result<()> {

@@ -990,6 +990,7 @@ mod tests {
             max_visits: Some(50),
             history: None,
             visits: 4,
+            imported_visits: 0,
             extra: None,
             labels: Default::default(),
         };
@@ -1374,6 +1375,7 @@ mod tests {
             max_visits: None,
             history: None,
             visits: 0,
+            imported_visits: 0,
             extra: None,
             labels: Default::default(),
         };

@@ -797,7 +797,7 @@ fn existing(
     let extra = crate::store::ExtraColumns::of(row.extra.as_deref());
     conn.prepare_cached(
         "UPDATE links SET target = ?2, expires_at = ?3, max_visits = ?4, password = ?5, \
-         rules = ?6, expired_url = ?7, title = ?8 WHERE id = ?1",
+         rules = ?6, expired_url = ?7, title = ?8, imported_visits = ?9 WHERE id = ?1",
     )?
     .execute((
         id,
@@ -808,6 +808,7 @@ fn existing(
         extra.rules.as_deref(),
         extra.expired_url.as_deref(),
         row.labels.title.as_deref(),
+        clamp(row.imported_visits),
     ))?;
     set_tags(conn, id, &row.labels.tags)?;
     Ok((Existing::Overwritten, Some(id)))
@@ -822,8 +823,9 @@ fn import(
 ) -> Result<Applied, StoreError> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO links (id, code, target, created_at, expires_at, owner, deleted_at, \
-         max_visits, visits, named, domain, password, rules, expired_url, title, tags) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+         max_visits, visits, named, domain, password, rules, expired_url, title, tags, \
+         imported_visits) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
     )?;
     let mut next_id = find::next_id(conn)?;
     let mut history = VisitStatements::prepare(conn)?;
@@ -879,7 +881,7 @@ fn import(
                 .collect::<Vec<_>>()
                 .join("|")
         });
-        let inserted = stmt.execute((
+        let inserted = stmt.execute(rusqlite::params![
             id,
             code.as_str(),
             row.target.as_ref().map_or("", |t| t.as_str()),
@@ -896,7 +898,8 @@ fn import(
             extra.expired_url.as_deref(),
             row.labels.title.as_deref(),
             shown,
-        ));
+            clamp(row.imported_visits),
+        ]);
         match inserted {
             Ok(_) => {
                 filed.extend(tags.iter().map(|(tag, _)| (*tag, id)));

@@ -242,6 +242,7 @@ impl Readers {
                     owner: None,
                     max_visits: slot.max_visits,
                     visits: slot.visits,
+                    imported_visits: 0,
                     extra: None,
                     labels: Default::default(),
                 }));
@@ -406,7 +407,7 @@ impl Readers {
         let owner = scope.owner.map(|o| o.0);
         let domain = scope.domain.map(|d| d.0);
         self.with_connection(|conn| {
-            read_counts(
+            let mut counts = read_counts(
                 conn,
                 [
                     &format!(
@@ -426,7 +427,16 @@ impl Readers {
                     ),
                 ],
                 rusqlite::params![owner, domain],
-            )
+            )?;
+            counts.imported = conn
+                .prepare_cached(
+                    "SELECT CAST(total(l.imported_visits) AS INTEGER) FROM links l \
+                     WHERE l.deleted_at IS NULL AND (?1 IS NULL OR l.owner = ?1) \
+                     AND (?2 IS NULL OR l.domain = ?2)",
+                )?
+                .query_row(rusqlite::params![owner, domain], |r| r.get::<_, i64>(0))?
+                .max(0) as u64;
+            Ok(counts)
         })
     }
 
@@ -436,7 +446,12 @@ impl Readers {
             let Some(id) = find::id(conn, &self.book, key, Rows::Live)? else {
                 return Ok(None);
             };
-            counts_of(conn, id).map(Some)
+            let mut counts = counts_of(conn, id)?;
+            counts.imported = conn
+                .prepare_cached("SELECT imported_visits FROM links WHERE id = ?1")?
+                .query_row([id], |r| r.get::<_, i64>(0))?
+                .max(0) as u64;
+            Ok(Some(counts))
         })
     }
 
@@ -449,7 +464,8 @@ impl Readers {
             let mut stmt = conn.prepare(
                 "SELECT l.code, l.target, l.created_at, l.expires_at, u.name, l.deleted_at, \
                  l.max_visits, l.visits, d.host, l.id, l.password, l.rules, l.expired_url, \
-                 l.title, l.tags \
+                 l.title, l.tags, l.imported_visits, \
+                 l.visits > 0 OR EXISTS (SELECT 1 FROM visits_hourly WHERE link = l.id) \
                  FROM links l LEFT JOIN users u ON u.id = l.owner \
                  JOIN domains d ON d.id = l.domain ORDER BY l.id",
             )?;
@@ -472,8 +488,10 @@ impl Readers {
                     deleted_at: stamp(deleted_at),
                     max_visits: r.get::<_, Option<i64>>(6)?.map(|n| n.max(0) as u64),
                     visits: Some(r.get::<_, i64>(7)?.max(0) as u64),
-                    // Only a counted link has any: one lookup a link that has.
-                    history: if r.get::<_, i64>(7)? > 0 {
+                    imported_visits: Some(r.get::<_, i64>(15)?.max(0) as u64)
+                        .filter(|n| *n > 0),
+                    // One lookup a link that has any.
+                    history: if r.get::<_, bool>(16)? {
                         crate::store::History::of(&counts_of(conn, r.get(9)?)?)
                     } else {
                         None

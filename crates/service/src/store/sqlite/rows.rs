@@ -13,7 +13,7 @@ use crate::store::{ApiKey, ExtraColumns, Session, User};
 /// The columns [`link`] reads, from `links l LEFT JOIN users u`.
 pub(super) const LINK_COLUMNS: &str = "l.code, l.target, l.created_at, l.expires_at, l.owner, \
      u.name, l.max_visits, l.visits, l.domain, l.password, l.rules, l.expired_url, l.title, \
-     l.tags";
+     l.tags, l.imported_visits";
 
 /// `FROM` clause for [`LINK_COLUMNS`].
 pub(super) const LINK_FROM: &str = "links l LEFT JOIN users u ON u.id = l.owner";
@@ -45,6 +45,7 @@ pub(super) fn link_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Link> {
         owner,
         max_visits: row.get::<_, Option<i64>>(at + 6)?.map(|n| n.max(0) as u64),
         visits: row.get::<_, i64>(at + 7)?.max(0) as u64,
+        imported_visits: row.get::<_, i64>(at + 14)?.max(0) as u64,
         extra: extra_at(row, at + 9)?,
         labels: Labels {
             title: row.get(at + 12)?,

@@ -82,7 +82,7 @@ const DOMAIN_SHIFT: u32 = 32;
 pub(super) const IMAGE_COLUMNS: &str = "id, length(code), named, deleted_at, target, created_at, \
      expires_at, max_visits, visits, owner, domain, CASE WHEN named THEN code END, \
      password IS NOT NULL OR rules IS NOT NULL OR expired_url IS NOT NULL, \
-     title IS NOT NULL OR tags IS NOT NULL";
+     title IS NOT NULL OR tags IS NOT NULL OR imported_visits > 0";
 
 /// A row as its slot keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -784,6 +784,7 @@ fn insert_one(
         owner: new.owner.clone(),
         max_visits: new.max_visits,
         visits: 0,
+        imported_visits: 0,
         extra: new.extra.clone(),
         labels: new.labels.clone(),
     };
