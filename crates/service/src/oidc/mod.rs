@@ -13,7 +13,6 @@
 //! they are found by (issuer, `sub`), never by name or email.
 
 mod claims;
-mod http;
 
 use std::num::NonZeroU32;
 use std::path::PathBuf;
@@ -39,9 +38,9 @@ use subtle::ConstantTimeEq;
 
 pub use self::claims::RoleMapping;
 use self::claims::{Claims, Extra};
-use self::http::{HttpClient, HttpError};
-pub use self::http::{MAX_BODY, TIMEOUT};
 use crate::domain::Timestamp;
+use crate::outbound::{HttpClient, HttpError};
+pub use crate::outbound::{MAX_BODY, TIMEOUT};
 use crate::store::{FederatedUser, LinkStore, LoginFlow, LoginFlowWrite, StoreError};
 
 /// How long a sign-in may take at the provider.

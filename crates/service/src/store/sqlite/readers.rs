@@ -488,8 +488,7 @@ impl Readers {
                     deleted_at: stamp(deleted_at),
                     max_visits: r.get::<_, Option<i64>>(6)?.map(|n| n.max(0) as u64),
                     visits: Some(r.get::<_, i64>(7)?.max(0) as u64),
-                    imported_visits: Some(r.get::<_, i64>(15)?.max(0) as u64)
-                        .filter(|n| *n > 0),
+                    imported_visits: Some(r.get::<_, i64>(15)?.max(0) as u64).filter(|n| *n > 0),
                     // One lookup a link that has any.
                     history: if r.get::<_, bool>(16)? {
                         crate::store::History::of(&counts_of(conn, r.get(9)?)?)

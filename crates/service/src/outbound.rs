@@ -1,8 +1,9 @@
-//! The HTTP client that speaks to the identity provider: discovery, its
-//! keys, the token and userinfo endpoints. A few requests per sign-in, so
-//! each opens its own connection (TLS by rustls on ring, as every other
-//! connection litelink makes), follows no redirect, waits at most
-//! [`TIMEOUT`] in all and reads at most [`MAX_BODY`] of an answer.
+//! The HTTP client for the few requests litelink makes itself: to an
+//! identity provider (discovery, its keys, the token and userinfo
+//! endpoints) and to another shortener's API for an import. Each request
+//! opens its own connection (TLS by rustls on ring, as every other
+//! connection litelink makes), follows no redirect, and is bounded in
+//! time and size: by default [`TIMEOUT`] in all and [`MAX_BODY`] read.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,18 +16,19 @@ use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 
-/// The longest one request to the provider may take, connection included.
+/// The longest one request to an identity provider may take, connection
+/// included.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The largest answer read from the provider.
+/// The largest answer read from an identity provider.
 pub const MAX_BODY: usize = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
     #[error("{0}: not an http or https URL with a host")]
     Url(String),
-    #[error("no answer within {}s", TIMEOUT.as_secs())]
-    Timeout,
+    #[error("no answer within {0}s")]
+    Timeout(u64),
     #[error("cannot connect to {0}: {1}")]
     Connect(String, std::io::Error),
     #[error("{0}")]
@@ -34,23 +36,38 @@ pub enum HttpError {
 }
 
 #[derive(Clone)]
-pub(crate) struct HttpClient {
+pub struct HttpClient {
     /// `None`: no CA certificates, so plain http only.
     tls: Option<tokio_rustls::TlsConnector>,
+    timeout: Duration,
+    max_body: usize,
 }
 
 impl HttpClient {
-    pub(crate) fn new(tls: Option<ClientConfig>) -> Self {
+    /// A client with the identity provider's bounds.
+    pub fn new(tls: Option<ClientConfig>) -> Self {
         Self {
             tls: tls.map(|tls| tokio_rustls::TlsConnector::from(Arc::new(tls))),
+            timeout: TIMEOUT,
+            max_body: MAX_BODY,
         }
     }
 
-    /// Sends `request` and reads the whole answer, within [`TIMEOUT`].
-    pub(crate) async fn send(&self, request: HttpRequest) -> Result<HttpResponse, HttpError> {
-        tokio::time::timeout(TIMEOUT, self.exchange(request))
+    /// The same client with other bounds for one request's time and its
+    /// answer's size (a larger answer is an error).
+    pub fn with_limits(self, timeout: Duration, max_body: usize) -> Self {
+        Self {
+            timeout,
+            max_body,
+            ..self
+        }
+    }
+
+    /// Sends `request` and reads the whole answer, within the timeout.
+    pub async fn send(&self, request: HttpRequest) -> Result<HttpResponse, HttpError> {
+        tokio::time::timeout(self.timeout, self.exchange(request))
             .await
-            .map_err(|_| HttpError::Timeout)?
+            .map_err(|_| HttpError::Timeout(self.timeout.as_secs()))?
     }
 
     async fn exchange(&self, request: HttpRequest) -> Result<HttpResponse, HttpError> {
@@ -99,15 +116,15 @@ impl HttpClient {
         let response = if https {
             let name = ServerName::try_from(bare).map_err(|_| bad_url())?;
             let connector = self.tls.as_ref().ok_or_else(|| {
-                HttpError::Http("no CA certificates to check an https provider with".into())
+                HttpError::Http("no CA certificates to check an https peer with".into())
             })?;
             let tls = connector
                 .connect(name, tcp)
                 .await
                 .map_err(|e| HttpError::Connect(format!("{host}:{port}"), e))?;
-            round_trip(TokioIo::new(tls), outgoing).await?
+            round_trip(TokioIo::new(tls), outgoing, self.timeout, self.max_body).await?
         } else {
-            round_trip(TokioIo::new(tcp), outgoing).await?
+            round_trip(TokioIo::new(tcp), outgoing, self.timeout, self.max_body).await?
         };
         Ok(response)
     }
@@ -116,6 +133,8 @@ impl HttpClient {
 async fn round_trip<T>(
     io: T,
     request: hyper::Request<Full<Bytes>>,
+    timeout: Duration,
+    max_body: usize,
 ) -> Result<HttpResponse, HttpError>
 where
     T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
@@ -126,13 +145,17 @@ where
         .map_err(http)?;
     // The connection ends with this request; a peer that holds it open
     // is let go of after the timeout.
-    tokio::spawn(tokio::time::timeout(TIMEOUT, connection));
+    tokio::spawn(tokio::time::timeout(timeout, connection));
     let response = sender.send_request(request).await.map_err(http)?;
     let (parts, body) = response.into_parts();
-    let body = Limited::new(body, MAX_BODY)
+    let body = Limited::new(body, max_body)
         .collect()
         .await
-        .map_err(|e| HttpError::Http(format!("reading the answer: {e}")))?
+        .map_err(|e| {
+            HttpError::Http(format!(
+                "reading the answer (at most {max_body} bytes are read): {e}"
+            ))
+        })?
         .to_bytes();
     Ok(HttpResponse::from_parts(parts, body.to_vec()))
 }

@@ -1,0 +1,86 @@
+//! Bitly API v4: the answers of `GET /v4/groups/{group_guid}/bitlinks`,
+//! `{"links": [...], "pagination": {"next": ...}}`, saved one page a line
+//! or as an array of pages (or read from the API, see [`super::api`]).
+
+use std::io::BufRead;
+
+use serde::Deserialize;
+
+use super::{Found, Item, Items, code_of, dates::rfc3339};
+
+/// A page; its `pagination.next` is read by the API reader.
+#[derive(Deserialize)]
+struct Page {
+    #[serde(default)]
+    links: Vec<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct Bitlink {
+    link: Option<String>,
+    #[serde(default)]
+    custom_bitlinks: Vec<String>,
+    long_url: Option<String>,
+    title: Option<String>,
+    #[serde(default)]
+    tags: Vec<String>,
+    created_at: Option<String>,
+}
+
+/// Bitly's own domain: its links land on litelink's default domain.
+const BITLY_HOST: &str = "bit.ly";
+
+pub(super) fn read<R: BufRead>(input: R) -> Items {
+    let mut out = Vec::new();
+    let mut n = 0;
+    let read = super::pages(input, |_, page| page_items(page, &mut n, &mut out));
+    if let Err(why) = read {
+        out.push((n + 1, Item::Invalid(why)));
+    }
+    Box::new(out.into_iter())
+}
+
+/// The links of one page, numbered on from `n`.
+pub(super) fn page_items(page: serde_json::Value, n: &mut u64, out: &mut Vec<(u64, Item)>) {
+    let page: Page = match serde_json::from_value(page) {
+        Ok(p) => p,
+        Err(e) => {
+            *n += 1;
+            out.push((*n, Item::Invalid(format!("not a bitlinks page: {e}"))));
+            return;
+        }
+    };
+    for link in page.links {
+        *n += 1;
+        out.push((*n, item(link)));
+    }
+}
+
+fn item(link: serde_json::Value) -> Item {
+    let link: Bitlink = match serde_json::from_value(link) {
+        Ok(l) => l,
+        Err(e) => return Item::Invalid(format!("not a bitlink: {e}")),
+    };
+    let short = link
+        .custom_bitlinks
+        .first()
+        .or(link.link.as_ref())
+        .ok_or("neither link nor custom_bitlinks");
+    let found = short.map_err(str::to_owned).and_then(|short| {
+        let (code, host) = code_of(short)?;
+        Ok(Found {
+            domain: (!host.eq_ignore_ascii_case(BITLY_HOST)).then_some(host),
+            code,
+            url: link.long_url.ok_or("no long_url")?,
+            created_at: rfc3339(link.created_at.as_deref().ok_or("no created_at")?)
+                .map_err(|e| format!("created_at: {e}"))?,
+            title: link.title,
+            tags: link.tags,
+            ..Found::default()
+        })
+    });
+    match found {
+        Ok(f) => Item::Link(Box::new(f.record())),
+        Err(why) => Item::Invalid(why),
+    }
+}

@@ -1,0 +1,210 @@
+//! Links from other shorteners. Each source's own export (or its API, or
+//! its database) is read into the [`Record`]s that `litelink import`
+//! checks and stores exactly as it does its own export's: one checker,
+//! one store path, one idempotence rule for every source.
+//!
+//! A source reads only what that project really writes; the formats
+//! followed are named in docs/operations.md.
+
+pub mod api;
+mod bitly;
+mod dates;
+mod kutt;
+mod replay;
+mod shlink;
+mod yourls;
+
+use std::io::BufRead;
+use std::path::PathBuf;
+
+use crate::store::Record;
+
+pub use replay::Replay;
+pub use yourls::read_database as read_yourls_database;
+
+/// Where the links come from (`import --from`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::Display, strum::VariantNames,
+)]
+#[strum(serialize_all = "kebab-case")]
+pub enum Source {
+    /// `litelink export`'s JSON lines or CSV.
+    Litelink,
+    /// Bitly API v4: `GET /v4/groups/{guid}/bitlinks` answers.
+    Bitly,
+    /// YOURLS's `yourls_url` and `yourls_log` tables.
+    Yourls,
+    /// Shlink's web client CSV, or its REST API v3.
+    Shlink,
+    /// Kutt API v2: `GET /api/v2/links` answers.
+    Kutt,
+}
+
+impl Source {
+    /// What the numbers in the summary count: a file's lines, or a source's
+    /// links (or table rows) in the order it gives them.
+    pub fn unit(self, csv: bool) -> &'static str {
+        match self {
+            Self::Litelink => "lines",
+            Self::Shlink if csv => "lines",
+            Self::Yourls => "rows",
+            _ => "links",
+        }
+    }
+}
+
+/// One thing a source gives, numbered as [`Source::unit`] says.
+#[derive(Debug)]
+pub enum Item {
+    Link(Box<Record>),
+    /// Not carried over, by design: a Kutt link behind a password, a
+    /// banned one, a rule litelink cannot express. Reported; not an error.
+    Skip(String),
+    /// Unreadable or wrong: reported, and the import exits 2.
+    Invalid(String),
+}
+
+pub type Items = Box<dyn Iterator<Item = (u64, Item)> + Send>;
+
+/// What a source needs besides its input.
+#[derive(Debug, Clone)]
+pub struct SourceOptions {
+    /// YOURLS's table prefix (`yourls_`).
+    pub table_prefix: String,
+    /// Import a Shlink link without the redirect conditions litelink
+    /// cannot express, instead of skipping it.
+    pub drop_unsupported_rules: bool,
+}
+
+impl Default for SourceOptions {
+    fn default() -> Self {
+        Self {
+            table_prefix: "yourls_".into(),
+            drop_unsupported_rules: false,
+        }
+    }
+}
+
+/// The largest answer of another shortener's API, and the largest
+/// `INSERT` of a dump, read.
+pub const MAX_PAGE_BYTES: usize = 32 << 20;
+
+/// Reads the files of `source` (YOURLS takes its url and log tables as two
+/// CSV files, or one dump; every other source one file).
+pub fn read_files(
+    source: Source,
+    files: &[PathBuf],
+    options: &SourceOptions,
+) -> anyhow::Result<Items> {
+    let open = |p: &PathBuf| -> anyhow::Result<std::io::BufReader<std::fs::File>> {
+        Ok(std::io::BufReader::new(std::fs::File::open(p).map_err(
+            |e| anyhow::anyhow!("opening {}: {e}", p.display()),
+        )?))
+    };
+    let one = || -> anyhow::Result<&PathBuf> {
+        match files {
+            [one] => Ok(one),
+            _ => anyhow::bail!("--from {source} reads one file"),
+        }
+    };
+    Ok(match source {
+        Source::Litelink => anyhow::bail!("--from litelink is read by transfer::read"),
+        Source::Bitly => bitly::read(open(one()?)?),
+        Source::Kutt => kutt::read(open(one()?)?),
+        Source::Shlink => shlink::read_csv(open(one()?)?),
+        Source::Yourls => yourls::read_files(files, options)?,
+    })
+}
+
+/// Reads pages of an API's answers saved to a file: one page a line, or
+/// one JSON array of pages. Each page is handed to `each` with its number.
+fn pages<R: BufRead>(
+    mut input: R,
+    mut each: impl FnMut(u64, serde_json::Value),
+) -> Result<(), String> {
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut input, &mut text).map_err(|e| e.to_string())?;
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('[') {
+        let all: Vec<serde_json::Value> =
+            serde_json::from_str(trimmed).map_err(|e| format!("not a JSON array of pages: {e}"))?;
+        for (i, page) in all.into_iter().enumerate() {
+            each(i as u64 + 1, page);
+        }
+        return Ok(());
+    }
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let page = serde_json::from_str(line)
+            .map_err(|e| format!("line {}: not a JSON page: {e}", i + 1))?;
+        each(i as u64 + 1, page);
+    }
+    Ok(())
+}
+
+/// A link of another shortener in litelink's terms, before the checks.
+#[derive(Debug, Default)]
+struct Found {
+    domain: Option<String>,
+    code: String,
+    url: String,
+    created_at: String,
+    expires_at: Option<String>,
+    max_visits: Option<u64>,
+    title: Option<String>,
+    tags: Vec<String>,
+    /// The source's own visit total; `logged` visits of it came with a
+    /// time and go to the hourly and daily counts, the rest to
+    /// `imported_visits`.
+    total: u64,
+    logged: Option<replay::Logged>,
+    rules: Option<serde_json::Value>,
+}
+
+impl Found {
+    fn record(self) -> Record {
+        let logged = self.logged.as_ref().map_or(0, |l| l.visits);
+        Record {
+            domain: self.domain,
+            code: Some(self.code),
+            url: Some(self.url),
+            created_at: self.created_at,
+            expires_at: self.expires_at,
+            owner: None,
+            deleted_at: None,
+            max_visits: self.max_visits,
+            visits: None,
+            imported_visits: Some(self.total.saturating_sub(logged)).filter(|n| *n > 0),
+            history: self.logged.and_then(|l| l.history()),
+            password_hash: None,
+            rules: self.rules,
+            expired_url: None,
+            title: self.title.filter(|t| !t.trim().is_empty()),
+            tags: self.tags.into_iter().filter(|t| !t.is_empty()).collect(),
+        }
+    }
+}
+
+/// The code and host of a short URL (`https://host/code`): the path
+/// without its leading `/`.
+fn code_of(short_url: &str) -> Result<(String, String), String> {
+    let url = url::Url::parse(short_url).map_err(|e| format!("'{short_url}': {e}"))?;
+    let host = url
+        .host_str()
+        .ok_or_else(|| format!("'{short_url}' has no host"))?
+        .to_owned();
+    let code = url.path().trim_start_matches('/');
+    if code.is_empty() {
+        return Err(format!("'{short_url}' has no code in its path"));
+    }
+    let code = percent_decode(code);
+    Ok((code, host))
+}
+
+fn percent_decode(s: &str) -> String {
+    url::form_urlencoded::parse(format!("c={}", s.replace('+', "%2B")).as_bytes())
+        .next()
+        .map_or_else(|| s.to_owned(), |(_, v)| v.into_owned())
+}
