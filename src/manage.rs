@@ -551,46 +551,127 @@ fn link_name(r: &litelink_service::store::Record) -> String {
 }
 
 pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
-    let input = BufReader::new(
-        File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?,
-    );
+    use litelink_service::import::{self, Item, Source, SourceOptions};
+    if args.from != Source::Litelink && args.format.is_some() {
+        anyhow::bail!(
+            "--format is for --from litelink; --from {} has its own",
+            args.from
+        );
+    }
+    let options = SourceOptions {
+        table_prefix: args.table_prefix.clone(),
+        drop_unsupported_rules: args.drop_unsupported_rules,
+    };
+    let database = args
+        .files
+        .first()
+        .and_then(|f| f.to_str())
+        .filter(|f| f.starts_with("mysql://") || f.starts_with("mariadb://"))
+        .map(|f| f.replacen("mariadb://", "mysql://", 1));
     runtime()?.block_on(async move {
+        let started = Instant::now();
+        let mut csv = false;
+        let items: import::Items = match (&args.api_url, &database) {
+            (Some(_), _) if !args.files.is_empty() => {
+                anyhow::bail!("--api-url reads the API: give no file beside it")
+            }
+            (Some(url), _) => {
+                let token = api_token(&args)?;
+                let bar = progress("{spinner} {pos} links read from the API");
+                let items = import::api::read(
+                    args.from,
+                    url,
+                    &token,
+                    args.api_ca_file.as_deref(),
+                    &options,
+                    &|n| bar.set_position(n),
+                )
+                .await;
+                bar.finish_and_clear();
+                items?
+            }
+            (None, Some(url)) if args.from == Source::Yourls => {
+                import::read_yourls_database(url, &options).await?
+            }
+            (None, Some(_)) => anyhow::bail!("a database is read with --from yourls only"),
+            (None, None) if args.files.is_empty() => {
+                anyhow::bail!("name a file to import (or --api-url)")
+            }
+            (None, None) if args.from == Source::Litelink => {
+                let [file] = args.files.as_slice() else {
+                    anyhow::bail!("--from litelink reads one file");
+                };
+                let input = BufReader::new(
+                    File::open(file).with_context(|| format!("opening {}", file.display()))?,
+                );
+                csv = args.format == Some(transfer::Format::Csv);
+                Box::new(
+                    transfer::read(args.format.unwrap_or(transfer::Format::Jsonl), input).map(
+                        |(line, r)| {
+                            let item = match r {
+                                Ok(r) => Item::Link(Box::new(r)),
+                                Err(why) => Item::Invalid(why),
+                            };
+                            (line, item)
+                        },
+                    ),
+                )
+            }
+            (None, None) => {
+                // CSV rows are numbered by line; pages and dumps by link.
+                csv = args
+                    .files
+                    .iter()
+                    .any(|f| f.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv")));
+                import::read_files(args.from, &args.files, &options)?
+            }
+        };
         let settings = args.store.settings();
         // A SQLite file has one writer, so import takes its lock;
         // PostgreSQL takes imports beside servers.
         let targets = args.targets.policy()?;
         let store = open_tool_store(&settings, Purpose::Import).await?;
         let overwrite = args.on_conflict == crate::cli::OnConflict::Overwrite;
-        let outcome = import_into(
-            &store,
-            args.format,
-            input,
-            targets,
-            args.create_domains,
-            overwrite,
-        )
+        let outcome = async {
+            let mut checker =
+                Checker::new(&store.users().await?, &store.domains().await?, targets);
+            if let Some(owner) = &args.owner {
+                checker = checker.owned_by(owner).map_err(anyhow::Error::msg)?;
+            }
+            if let Some(host) = &args.source_default_domain {
+                let host = Host::parse(host)
+                    .map_err(|e| anyhow::anyhow!("--source-default-domain {host}: {e}"))?;
+                checker = checker.default_host(host);
+            }
+            let unit = args.from.unit(csv);
+            import_into(&store, items, checker, args.create_domains, overwrite, unit).await
+        }
         .await;
         store.close().await;
-        let s = outcome?;
+        let mut s = outcome?;
+        s.seconds = started.elapsed().as_secs_f64();
         eprintln!(
-            "imported {} links and {} tombstones; {} unchanged, {} conflicts, {} overwritten, {} invalid; {:.1} s, {:.0} records/s",
+            "imported {} links and {} tombstones; {} unchanged, {} skipped, {} conflicts, {} overwritten, {} invalid; {:.1} s, {:.0} records/s",
             s.links,
             s.tombstones,
             s.unchanged.count,
+            s.skipped.count,
             s.conflicts.count,
             s.overwritten.count,
             s.invalid.count,
             s.seconds,
             (s.links + s.tombstones) as f64 / s.seconds.max(1e-9)
         );
+        let unit = args.from.unit(csv);
         for (kind, lines) in [
             ("unchanged (the same code and target)", &s.unchanged),
+            ("skipped", &s.skipped),
             ("conflicts (the code exists with another target; skipped)", &s.conflicts),
             ("overwritten", &s.overwritten),
             ("invalid", &s.invalid),
         ] {
             if lines.count > 0 {
-                eprintln!("{kind}: lines {}", lines.first_lines());
+                eprintln!("{kind}: {unit} {}", lines.first_lines());
             }
         }
         Ok(if s.invalid.count + s.conflicts.count == 0 {
@@ -601,11 +682,26 @@ pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The source API's token: from `--api-token-file`, else the environment.
+fn api_token(args: &ImportArgs) -> anyhow::Result<litelink_service::import::api::Token> {
+    const VAR: &str = "LITELINK_IMPORT_API_TOKEN";
+    let token = match &args.api_token_file {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading --api-token-file {}", path.display()))?,
+        None => std::env::var(VAR).map_err(|_| {
+            anyhow::anyhow!("an API token is needed: --api-token-file FILE, or {VAR}")
+        })?,
+    };
+    anyhow::ensure!(!token.trim().is_empty(), "the API token is empty");
+    Ok(litelink_service::import::api::Token::new(token))
+}
+
 #[derive(Default)]
 struct ImportSummary {
     links: u64,
     tombstones: u64,
     unchanged: Lines,
+    skipped: Lines,
     conflicts: Lines,
     overwritten: Lines,
     invalid: Lines,
@@ -644,15 +740,15 @@ impl Lines {
 
 async fn import_into(
     store: &Arc<dyn LinkStore>,
-    format: transfer::Format,
-    input: BufReader<File>,
-    targets: TargetPolicy,
+    mut records: litelink_service::import::Items,
+    mut checker: Checker,
     create_domains: bool,
     overwrite: bool,
+    unit: &str,
 ) -> anyhow::Result<ImportSummary> {
-    let started = Instant::now();
-    let mut checker = Checker::new(&store.users().await?, &store.domains().await?, targets);
-    let bar = progress();
+    use litelink_service::import::Item;
+    let one = unit.trim_end_matches('s');
+    let bar = progress("{spinner} {pos} records stored ({per_sec})");
     let mut s = ImportSummary::default();
     let mut batch: Vec<ImportRow> = Vec::with_capacity(IMPORT_BATCH);
     // Batches queue at the writer while the next ones are read and checked,
@@ -660,43 +756,47 @@ async fn import_into(
     let mut storing: std::collections::VecDeque<
         tokio::task::JoinHandle<anyhow::Result<BatchOutcome>>,
     > = std::collections::VecDeque::new();
-    let mut records = transfer::read(format, input);
     loop {
         let next = records.next();
+        let finished = next.is_none();
         if create_domains
-            && let Some((_, Ok(record))) = &next
+            && let Some((_, Item::Link(record))) = &next
             && let Ok(Some(host)) = checker.new_domain(record)
         {
             let domain = store.add_domain(&host, DomainRedirects::default()).await?;
             say(&bar, format!("added the domain {host}"));
             checker.learn(host, domain.id);
         }
-        // An invalid line is said with why, the first few of them.
-        let refuse = |s: &mut ImportSummary, line: u64, why: &str| {
-            if s.invalid.count < Lines::SHOWN as u64 {
-                say(&bar, format!("line {line}: {why}; skipped"));
+        // The first few of each kind are said with why.
+        let report = |lines: &mut Lines, line: u64, why: &str| {
+            if lines.count < Lines::SHOWN as u64 {
+                say(&bar, format!("{one} {line}: {why}; skipped"));
             }
-            s.invalid.add(line);
+            lines.add(line);
         };
-        match &next {
-            Some((line, Err(why))) => refuse(&mut s, *line, why),
-            Some((line, Ok(record))) => match checker.check(*line, record.clone()) {
-                Ok((row, warn)) => {
-                    if let Some(name) = warn {
-                        say(
-                            &bar,
-                            format!(
-                                "warning: no key named '{name}' here; its links are imported without an owner"
-                            ),
-                        );
+        match next {
+            Some((line, Item::Invalid(why))) => report(&mut s.invalid, line, &why),
+            Some((line, Item::Skip(why))) => report(&mut s.skipped, line, &why),
+            Some((line, Item::Link(record))) => match checker.missing_domain(&record) {
+                Some(why) => report(&mut s.skipped, line, &why),
+                None => match checker.check(line, *record) {
+                    Ok((row, warn)) => {
+                        if let Some(name) = warn {
+                            say(
+                                &bar,
+                                format!(
+                                    "warning: no user named '{name}' here; its links are imported without an owner"
+                                ),
+                            );
+                        }
+                        batch.push(row);
                     }
-                    batch.push(row);
-                }
-                Err(why) => refuse(&mut s, *line, &why),
+                    Err(why) => report(&mut s.invalid, line, &why),
+                },
             },
             None => {}
         }
-        if batch.len() >= IMPORT_BATCH || (next.is_none() && !batch.is_empty()) {
+        if batch.len() >= IMPORT_BATCH || (finished && !batch.is_empty()) {
             if storing.len() >= IMPORT_IN_FLIGHT
                 && let Some(oldest) = storing.pop_front()
             {
@@ -708,7 +808,7 @@ async fn import_into(
                 store_batch(&store, rows, overwrite).await
             }));
         }
-        if next.is_none() {
+        if finished {
             break;
         }
     }
@@ -716,7 +816,6 @@ async fn import_into(
         tally(&mut s, next.await??, &bar);
     }
     bar.finish_and_clear();
-    s.seconds = started.elapsed().as_secs_f64();
     Ok(s)
 }
 
@@ -773,15 +872,15 @@ fn say(bar: &indicatif::ProgressBar, line: String) {
     }
 }
 
-/// A counter with a rate on a terminal; nothing otherwise (lines still
-/// print).
-fn progress() -> indicatif::ProgressBar {
+/// A counter on a terminal, drawn with `template`; nothing otherwise
+/// (lines still print).
+fn progress(template: &str) -> indicatif::ProgressBar {
     if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         return indicatif::ProgressBar::hidden();
     }
     let bar = indicatif::ProgressBar::new_spinner();
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} {pos} records stored ({per_sec})")
+        indicatif::ProgressStyle::with_template(template)
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
     );
     bar

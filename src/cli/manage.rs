@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use litelink_service::domain::Role;
+use litelink_service::import::Source;
 use litelink_service::transfer::Format;
 
 use super::serve::StoreArgs;
@@ -117,16 +118,51 @@ pub struct ExportArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct ImportArgs {
-    /// A file written by `litelink export`.
-    pub file: PathBuf,
-    #[arg(long, value_parser = keyword::<Format>(), default_value_t = Format::Jsonl)]
-    pub format: Format,
+    /// What to read: a file of `litelink export`, or of the source
+    /// `--from` names (YOURLS: a mysqldump, its yourls_url CSV with its
+    /// yourls_log CSV, or `mysql://user:pass@host/db`). None with
+    /// `--api-url`.
+    #[arg(value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// The shortener the links come from.
+    #[arg(long, value_parser = keyword::<Source>(), default_value_t = Source::Litelink)]
+    pub from: Source,
+    /// The format of a `--from litelink` file (default: jsonl).
+    #[arg(long, value_parser = keyword::<Format>())]
+    pub format: Option<Format>,
+    /// Give every imported link this user as its owner.
+    #[arg(long, value_name = "USER")]
+    pub owner: Option<String>,
+    /// Read a running Bitly, Shlink or Kutt through its API instead of a
+    /// file: Shlink's or Kutt's base URL, or Bitly's
+    /// `https://api-ssl.bitly.com/v4/groups/GUID/bitlinks`.
+    #[arg(long, value_name = "URL")]
+    pub api_url: Option<String>,
+    /// A file holding the API token (else `LITELINK_IMPORT_API_TOKEN`).
+    /// It is sent in the source's own header, never printed or logged.
+    #[arg(long, value_name = "FILE")]
+    pub api_token_file: Option<PathBuf>,
+    /// CA certificates (PEM) to check an https API with, instead of the
+    /// system's.
+    #[arg(long, value_name = "FILE")]
+    pub api_ca_file: Option<PathBuf>,
+    /// YOURLS's table prefix.
+    #[arg(long, default_value = "yourls_")]
+    pub table_prefix: String,
+    /// Import a Shlink link whose redirect rules litelink cannot express
+    /// without those rules (each is named), instead of skipping the link.
+    #[arg(long)]
+    pub drop_unsupported_rules: bool,
+    /// The host that served the source's default domain: its links land on
+    /// litelink's default domain (Shlink's CSV names every link's host).
+    #[arg(long, value_name = "HOST")]
+    pub source_default_domain: Option<String>,
     #[command(flatten)]
     pub store: StoreArgs,
     #[command(flatten)]
     pub targets: TargetArgs,
     /// Add the domains the file names that this database lacks (without
-    /// it, a line on an unknown domain is refused).
+    /// it, a link on an unknown domain is reported and skipped).
     #[arg(long)]
     pub create_domains: bool,
     /// What a line whose code exists with another target does: `skip` it

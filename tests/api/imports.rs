@@ -29,7 +29,7 @@ crate::on_both_stores! {
         // Again into the same store: every line unchanged, exit 0.
         let (ok, said) = run_on(&source, &db, &["import", path], false);
         assert!(ok, "{said}");
-        assert!(said.contains("imported 0 links and 0 tombstones; 3 unchanged, 0 conflicts"), "{said}");
+        assert!(said.contains("imported 0 links and 0 tombstones; 3 unchanged, 0 skipped, 0 conflicts"), "{said}");
 
         // Another target under a code that exists: a conflict, named by
         // its line, skipped, exit 2.
@@ -60,14 +60,14 @@ crate::on_both_stores! {
         assert!(!ok, "{said}");
         let mut lines = [a_line, c_line];
         lines.sort();
-        assert!(said.contains("1 unchanged, 2 conflicts, 0 overwritten"), "{said}");
+        assert!(said.contains("1 unchanged, 0 skipped, 2 conflicts, 0 overwritten"), "{said}");
         assert!(said.contains(&format!("skipped): lines {}, {}", lines[0], lines[1])), "{said}");
 
         // Overwrite, as asked: the live link takes the file's target, title
         // and tags; the deleted code stays deleted.
         let (ok, said) = run_on(&source, &db, &["import", "--on-conflict", "overwrite", path], false);
         assert!(!ok, "{said}");
-        assert!(said.contains("1 unchanged, 1 conflicts, 1 overwritten"), "{said}");
+        assert!(said.contains("1 unchanged, 0 skipped, 1 conflicts, 1 overwritten"), "{said}");
         assert!(said.contains(&format!("overwritten: lines {a_line}")), "{said}");
         let mut args = vec!["--cache", "none"];
         if let Some(url) = &source {

@@ -17,6 +17,7 @@ mod durability;
 mod hardening;
 mod hot;
 mod image;
+mod importers;
 mod imports;
 mod labels;
 mod manage;

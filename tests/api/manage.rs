@@ -1117,7 +1117,7 @@ async fn export_and_import_round_trip_in_both_formats() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{err}");
         assert!(
-            err.contains("imported 0 links and 0 tombstones; 4 unchanged, 0 conflicts"),
+            err.contains("imported 0 links and 0 tombstones; 4 unchanged, 0 skipped, 0 conflicts"),
             "{err}"
         );
     }
@@ -1347,7 +1347,7 @@ fn import_reports_bad_lines_and_unknown_owners_and_keeps_the_rest() {
     ] {
         assert!(err.contains(needle), "{needle}: {err}");
     }
-    assert_eq!(err.matches("no key named 'nobody'").count(), 1, "{err}");
+    assert_eq!(err.matches("no user named 'nobody'").count(), 1, "{err}");
     // Past expiries are kept: the imported link is expired.
     let conn = rusqlite::Connection::open(&db).expect("open");
     let expires: Option<i64> = conn

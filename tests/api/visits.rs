@@ -227,7 +227,7 @@ crate::on_both_stores! {
     let r = report(&app, &alice, &code, "?interval=day").await;
     assert_eq!(
         r,
-        json!({ "total": 0, "humans": 0, "bots": 0, "series": [], "referrers": [], "agents": [],
+        json!({ "total": 0, "imported_visits": 0, "humans": 0, "bots": 0, "series": [], "referrers": [], "agents": [],
                 "countries": [], "cities": [], "devices": [], "os": [], "browsers": [],
                 "rules": [] })
     );

@@ -121,10 +121,10 @@ impl<W: Write> Writer<W> {
 
 /// Reads records with their line numbers; a line that cannot be read as a
 /// record is an `Err` with its message.
-pub fn read<R: BufRead + 'static>(
+pub fn read<R: BufRead + Send + 'static>(
     format: Format,
     input: R,
-) -> Box<dyn Iterator<Item = (u64, Result<Record, String>)>> {
+) -> Box<dyn Iterator<Item = (u64, Result<Record, String>)> + Send> {
     match format {
         Format::Jsonl => Box::new(
             input
@@ -203,6 +203,10 @@ pub struct Checker {
     targets: TargetPolicy,
     /// Owner names without a user here, each warned about once.
     pub unknown_owners: HashSet<String>,
+    /// Hosts whose links land on the default domain.
+    default_hosts: HashSet<Host>,
+    /// The owner of every link, whatever the records say.
+    owner: Option<UserId>,
 }
 
 impl Checker {
@@ -215,20 +219,67 @@ impl Checker {
                 .collect(),
             targets,
             unknown_owners: HashSet::new(),
+            default_hosts: HashSet::new(),
+            owner: None,
+        }
+    }
+
+    /// Links on `host` land on the default domain: the source served its
+    /// default domain there.
+    pub fn default_host(mut self, host: Host) -> Self {
+        self.default_hosts.insert(host);
+        self
+    }
+
+    /// Every link gets the user named `name` as its owner; an error when
+    /// there is none.
+    pub fn owned_by(mut self, name: &str) -> Result<Self, String> {
+        let id = self
+            .owners
+            .get(name)
+            .or_else(|| {
+                let folded = crate::domain::user::fold_name(name);
+                self.owners
+                    .iter()
+                    .find(|(n, _)| crate::domain::user::fold_name(n) == folded)
+                    .map(|(_, id)| id)
+            })
+            .ok_or_else(|| format!("--owner: no user '{name}' here"))?;
+        self.owner = Some(*id);
+        Ok(self)
+    }
+
+    /// The domain a record names, if it names one: `Ok(None)` for the
+    /// default domain (by name, or by a host that stands for it).
+    fn host_of(&self, r: &Record) -> Result<Option<Host>, String> {
+        match r.domain.as_deref() {
+            None => Ok(None),
+            Some(name) if name.eq_ignore_ascii_case(DEFAULT_NAME) => Ok(None),
+            Some(name) => {
+                let host = Host::parse(name).map_err(|e| format!("domain: {e}"))?;
+                Ok((!self.default_hosts.contains(&host)).then_some(host))
+            }
+        }
+    }
+
+    /// Why a record on a domain this database lacks is skipped (without
+    /// `--create-domains`).
+    pub fn missing_domain(&self, r: &Record) -> Option<String> {
+        match self.host_of(r) {
+            Ok(Some(host)) if !self.domains.contains_key(&host) => Some(format!(
+                "no domain '{host}' here (add it, import with --create-domains, or name the source's \
+                 default host with --source-default-domain)"
+            )),
+            _ => None,
         }
     }
 
     /// The host a record names that is no domain here (to add, with
     /// `--create-domains`); `Err` when it is not a host name at all.
     pub fn new_domain(&self, r: &Record) -> Result<Option<Host>, String> {
-        match r.domain.as_deref() {
-            None => Ok(None),
-            Some(name) if name.eq_ignore_ascii_case(DEFAULT_NAME) => Ok(None),
-            Some(name) => {
-                let host = Host::parse(name).map_err(|e| format!("domain: {e}"))?;
-                Ok((!self.domains.contains_key(&host)).then_some(host))
-            }
-        }
+        Ok(self
+            .host_of(r)?
+            .filter(|host| !self.domains.contains_key(host)))
     }
 
     /// A domain added since the checker was made.
@@ -239,15 +290,11 @@ impl Checker {
     /// The row, or why the record is refused. A new unknown owner name
     /// comes back in the `Option` for the caller to warn about.
     pub fn check(&mut self, line: u64, r: Record) -> Result<(ImportRow, Option<String>), String> {
-        let domain = match r.domain.as_deref() {
+        let domain = match self.host_of(&r)? {
             None => DomainId::DEFAULT,
-            Some(name) if name.eq_ignore_ascii_case(DEFAULT_NAME) => DomainId::DEFAULT,
-            Some(name) => {
-                let host = Host::parse(name).map_err(|e| format!("domain: {e}"))?;
-                *self.domains.get(&host).ok_or_else(|| {
-                    format!("no domain '{host}' here (add it, or import with --create-domains)")
-                })?
-            }
+            Some(host) => *self.domains.get(&host).ok_or_else(|| {
+                format!("no domain '{host}' here (add it, or import with --create-domains)")
+            })?,
         };
         let code = match &r.code {
             None => None,
@@ -313,6 +360,7 @@ impl Checker {
         }
         let mut warn = None;
         let owner = match r.owner {
+            _ if self.owner.is_some() => self.owner,
             None => None,
             Some(name) => match self.owners.get(&name) {
                 Some(id) => Some(*id),

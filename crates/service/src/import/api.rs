@@ -41,12 +41,14 @@ impl std::fmt::Debug for Token {
     }
 }
 
+/// The pages of one listing read so far, by digest: two listings (the
+/// visits of two links, say) may well be alike, one listing's pages not.
+type Seen = HashSet<[u8; 32]>;
+
 struct Api {
     http: HttpClient,
     base: Url,
     header: (&'static str, String),
-    /// Every page read, to stop at one seen before.
-    seen: HashSet<[u8; 32]>,
     pages: u64,
 }
 
@@ -82,7 +84,6 @@ impl Api {
             http: HttpClient::new(tls).with_limits(PAGE_TIMEOUT, MAX_PAGE_BYTES),
             base,
             header,
-            seen: HashSet::new(),
             pages: 0,
         })
     }
@@ -107,8 +108,8 @@ impl Api {
     }
 
     /// One page as JSON; an error for any answer but 200, and for a page
-    /// seen before.
-    async fn get(&mut self, url: &Url) -> anyhow::Result<Value> {
+    /// `seen` before in the listing it pages.
+    async fn get(&mut self, url: &Url, seen: &mut Seen) -> anyhow::Result<Value> {
         self.pages += 1;
         anyhow::ensure!(self.pages <= MAX_PAGES, "over {MAX_PAGES} pages: stopped");
         let request = hyper::Request::get(url.as_str())
@@ -136,7 +137,7 @@ impl Api {
         use sha2::Digest;
         let digest: [u8; 32] = sha2::Sha256::digest(body).into();
         anyhow::ensure!(
-            self.seen.insert(digest),
+            seen.insert(digest),
             "GET {}: the same page as before; stopped, as the source pages in a loop",
             shown(url)
         );
@@ -165,11 +166,12 @@ pub async fn read(
     let mut api = Api::new(source, base, token, ca_file)?;
     let mut out: Vec<(u64, Item)> = Vec::new();
     let mut n = 0u64;
+    let mut seen = Seen::new();
     match source {
         Source::Bitly => {
             let mut next = Some(api.base.clone());
             while let Some(url) = next.take() {
-                let page = api.get(&url).await?;
+                let page = api.get(&url, &mut seen).await?;
                 let following = page
                     .get("pagination")
                     .and_then(|p| p.get("next"))
@@ -201,7 +203,7 @@ pub async fn read(
                     &["api", "v2", "links"],
                     &[("limit", PAGE_SIZE.to_string()), ("skip", skip.to_string())],
                 );
-                let page = api.get(&url).await?;
+                let page = api.get(&url, &mut seen).await?;
                 let total = page.get("total").and_then(Value::as_u64);
                 let got = kutt::page_items(page, &mut n, &mut out) as u64;
                 progress(n);
@@ -222,7 +224,7 @@ pub async fn read(
                         ("itemsPerPage", PAGE_SIZE.to_string()),
                     ],
                 );
-                let page = api.get(&url).await?;
+                let page = api.get(&url, &mut seen).await?;
                 let list = page
                     .get("shortUrls")
                     .context("no shortUrls in the answer")?;
@@ -263,7 +265,7 @@ pub async fn read(
                             ],
                             &domain,
                         );
-                        Some(api.get(&url).await?)
+                        Some(api.get(&url, &mut Seen::new()).await?)
                     } else {
                         None
                     };
@@ -295,6 +297,7 @@ async fn shlink_visits(
 ) -> anyhow::Result<Vec<shlink::Visit>> {
     let mut all = Vec::new();
     let mut page_no = 1u64;
+    let mut seen = Seen::new();
     loop {
         let mut query = vec![
             ("page", page_no.to_string()),
@@ -302,7 +305,7 @@ async fn shlink_visits(
         ];
         query.extend(domain.iter().cloned());
         let url = api.url(&["rest", "v3", "short-urls", code, "visits"], &query);
-        let page = api.get(&url).await?;
+        let page = api.get(&url, &mut seen).await?;
         let visits = page.get("visits").context("no visits in the answer")?;
         let pages = visits
             .get("pagination")

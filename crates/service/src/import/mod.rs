@@ -46,7 +46,7 @@ impl Source {
     pub fn unit(self, csv: bool) -> &'static str {
         match self {
             Self::Litelink => "lines",
-            Self::Shlink if csv => "lines",
+            _ if csv => "lines",
             Self::Yourls => "rows",
             _ => "links",
         }
