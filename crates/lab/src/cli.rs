@@ -38,6 +38,9 @@ pub enum LabCommand {
     /// `litelink import`, as the product runs it: how the scale experiment
     /// loads its links.
     Import(ImportArgs),
+    /// How fast `litelink import` takes each file format, into a database
+    /// that holds a base of links (docs/benchmarks.md, Import).
+    ImportSources(crate::import_sources::ImportSourcesArgs),
     /// `litelink keys`, as the product runs it: the key that creates of
     /// aliases send.
     #[command(subcommand)]

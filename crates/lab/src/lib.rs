@@ -12,6 +12,7 @@ mod charts;
 pub mod cli;
 mod dataset;
 mod experiments;
+pub mod import_sources;
 pub mod process;
 pub mod reference;
 mod report;

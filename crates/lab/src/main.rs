@@ -19,6 +19,9 @@ fn main() -> ExitCode {
         LabCommand::Bench(args) => bench(&args).map(|()| ExitCode::SUCCESS),
         LabCommand::Import(args) => litelink::manage::import(args),
         LabCommand::Keys(command) => litelink::manage::keys(command),
+        LabCommand::ImportSources(args) => {
+            litelink_lab::import_sources::run(&args).map(|()| ExitCode::SUCCESS)
+        }
         LabCommand::ReferenceServer(args) => {
             let kind = if args.redirect {
                 Answer::Redirect

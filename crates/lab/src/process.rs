@@ -302,7 +302,7 @@ impl Drop for ServerProcess {
     }
 }
 
-fn pin_child(cmd: &mut Command, cpu: Option<usize>) {
+pub(crate) fn pin_child(cmd: &mut Command, cpu: Option<usize>) {
     if let Some(cpu) = cpu {
         use std::os::unix::process::CommandExt;
         // SAFETY: between fork and exec only async-signal-safe work is

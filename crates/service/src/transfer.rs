@@ -207,6 +207,8 @@ pub struct Checker {
     default_hosts: HashSet<Host>,
     /// The owner of every link, whatever the records say.
     owner: Option<UserId>,
+    /// Domain names already parsed, and what they parsed to.
+    hosts: std::cell::RefCell<HashMap<String, Result<Host, String>>>,
 }
 
 impl Checker {
@@ -221,6 +223,7 @@ impl Checker {
             unknown_owners: HashSet::new(),
             default_hosts: HashSet::new(),
             owner: None,
+            hosts: Default::default(),
         }
     }
 
@@ -256,7 +259,19 @@ impl Checker {
             None => Ok(None),
             Some(name) if name.eq_ignore_ascii_case(DEFAULT_NAME) => Ok(None),
             Some(name) => {
-                let host = Host::parse(name).map_err(|e| format!("domain: {e}"))?;
+                // Most records of a file name one domain, or a few: each
+                // name is parsed (IDNA and all) once.
+                let mut seen = self.hosts.borrow_mut();
+                let host = match seen.get(name) {
+                    Some(host) => host.clone(),
+                    None => {
+                        let parsed = Host::parse(name).map_err(|e| format!("domain: {e}"));
+                        if seen.len() < 10_000 {
+                            seen.insert(name.to_owned(), parsed.clone());
+                        }
+                        parsed
+                    }
+                }?;
                 Ok((!self.default_hosts.contains(&host)).then_some(host))
             }
         }

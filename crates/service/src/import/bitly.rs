@@ -8,36 +8,36 @@ use serde::Deserialize;
 
 use super::{Found, Item, Items, code_of, dates::rfc3339};
 
-/// A page; its `pagination.next` is read by the API reader.
+/// A page; its `pagination.next` is read by the API reader. Read into
+/// types at once (a `Value` first costs an allocation a field): every
+/// field may be missing, so that a link lacking one is refused alone.
 #[derive(Deserialize)]
 struct Page {
     #[serde(default)]
-    links: Vec<serde_json::Value>,
+    links: Vec<Bitlink>,
 }
 
 #[derive(Deserialize)]
 struct Bitlink {
+    #[serde(default)]
     link: Option<String>,
     #[serde(default)]
     custom_bitlinks: Vec<String>,
+    #[serde(default)]
     long_url: Option<String>,
+    #[serde(default)]
     title: Option<String>,
     #[serde(default)]
     tags: Vec<String>,
+    #[serde(default)]
     created_at: Option<String>,
 }
 
 /// Bitly's own domain: its links land on litelink's default domain.
 const BITLY_HOST: &str = "bit.ly";
 
-pub(super) fn read<R: BufRead>(input: R) -> Items {
-    let mut out = Vec::new();
-    let mut n = 0;
-    let read = super::pages(input, |_, page| page_items(page, &mut n, &mut out));
-    if let Err(why) = read {
-        out.push((n + 1, Item::Invalid(why)));
-    }
-    Box::new(out.into_iter())
+pub(super) fn read<R: BufRead + Send + 'static>(input: R) -> Items {
+    super::paged(input, page_items)
 }
 
 /// The links of one page, numbered on from `n`.
@@ -56,11 +56,7 @@ pub(super) fn page_items(page: serde_json::Value, n: &mut u64, out: &mut Vec<(u6
     }
 }
 
-fn item(link: serde_json::Value) -> Item {
-    let link: Bitlink = match serde_json::from_value(link) {
-        Ok(l) => l,
-        Err(e) => return Item::Invalid(format!("not a bitlink: {e}")),
-    };
+fn item(link: Bitlink) -> Item {
     let short = link
         .custom_bitlinks
         .first()

@@ -7,7 +7,8 @@ use crate::domain::Timestamp;
 /// `raw` as an RFC 3339 time, or why not.
 pub(super) fn rfc3339(raw: &str) -> Result<String, String> {
     let s = raw.trim();
-    if Timestamp::parse(s).is_ok() {
+    // Bitly's form is told by its last five bytes, without a failed parse.
+    if numeric_offset(s).is_none() && Timestamp::parse(s).is_ok() {
         return Ok(s.to_owned());
     }
     let bad = || format!("'{raw}' is not a time");

@@ -8,39 +8,41 @@ use serde::Deserialize;
 
 use super::{Found, Item, Items, dates::rfc3339};
 
-/// A page; its `total` is read by the API reader.
+/// A page; its `total` is read by the API reader. Read into types at
+/// once; every field may be missing, so that a link lacking one is
+/// refused alone.
 #[derive(Deserialize)]
 struct Page {
-    data: Vec<serde_json::Value>,
+    data: Vec<KuttLink>,
 }
 
 #[derive(Deserialize)]
 struct KuttLink {
-    address: String,
-    target: String,
+    #[serde(default)]
+    address: Option<String>,
+    #[serde(default)]
+    target: Option<String>,
+    #[serde(default)]
     description: Option<String>,
-    created_at: String,
+    #[serde(default)]
+    created_at: Option<String>,
+    #[serde(default)]
     expire_in: Option<String>,
     /// `null`: Kutt's default domain.
+    #[serde(default)]
     domain: Option<String>,
     #[serde(default)]
-    visit_count: u64,
+    visit_count: Option<u64>,
     #[serde(default)]
     password: bool,
     #[serde(default)]
     banned: bool,
 }
 
-pub(super) fn read<R: BufRead>(input: R) -> Items {
-    let mut out = Vec::new();
-    let mut n = 0;
-    let read = super::pages(input, |_, page| {
-        page_items(page, &mut n, &mut out);
-    });
-    if let Err(why) = read {
-        out.push((n + 1, Item::Invalid(why)));
-    }
-    Box::new(out.into_iter())
+pub(super) fn read<R: BufRead + Send + 'static>(input: R) -> Items {
+    super::paged(input, |page, n, out| {
+        page_items(page, n, out);
+    })
 }
 
 /// The links of one page, numbered on from `n`; how many it had.
@@ -65,27 +67,27 @@ pub(super) fn page_items(
     len
 }
 
-fn item(link: serde_json::Value) -> Item {
-    let link: KuttLink = match serde_json::from_value(link) {
-        Ok(l) => l,
-        Err(e) => return Item::Invalid(format!("not a Kutt link: {e}")),
+fn item(link: KuttLink) -> Item {
+    let Some(address) = link.address else {
+        return Item::Invalid("a Kutt link without its address".into());
     };
     // Carried over unprotected, it would open to anyone: never.
     if link.password {
         return Item::Skip(format!(
             "'{}' has a password, which Kutt keeps hashed its own way",
-            link.address
+            address
         ));
     }
     if link.banned {
-        return Item::Skip(format!("'{}' is banned on Kutt", link.address));
+        return Item::Skip(format!("'{}' is banned on Kutt", address));
     }
     let found = (|| -> Result<Found, String> {
         Ok(Found {
             domain: link.domain,
-            code: link.address,
-            url: link.target,
-            created_at: rfc3339(&link.created_at).map_err(|e| format!("created_at: {e}"))?,
+            url: link.target.ok_or("no target")?,
+            created_at: rfc3339(link.created_at.as_deref().ok_or("no created_at")?)
+                .map_err(|e| format!("created_at: {e}"))?,
+            code: address,
             expires_at: link
                 .expire_in
                 .as_deref()
@@ -93,7 +95,7 @@ fn item(link: serde_json::Value) -> Item {
                 .transpose()
                 .map_err(|e| format!("expire_in: {e}"))?,
             title: link.description,
-            total: link.visit_count,
+            total: link.visit_count.unwrap_or(0),
             ..Found::default()
         })
     })();

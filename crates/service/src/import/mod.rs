@@ -85,8 +85,7 @@ impl Default for SourceOptions {
     }
 }
 
-/// The largest answer of another shortener's API, and the largest
-/// `INSERT` of a dump, read.
+/// The largest answer of another shortener's API read.
 pub const MAX_PAGE_BYTES: usize = 32 << 20;
 
 /// Reads the files of `source` (YOURLS takes its url and log tables as two
@@ -116,32 +115,58 @@ pub fn read_files(
     })
 }
 
-/// Reads pages of an API's answers saved to a file: one page a line, or
-/// one JSON array of pages. Each page is handed to `each` with its number.
-fn pages<R: BufRead>(
+/// The links of pages of an API's answers saved to a file, one page a
+/// line (read a page at a time) or one JSON array of pages (read whole):
+/// each page goes through `items`, which numbers its links on from the
+/// count it is given.
+fn paged<R: BufRead + Send + 'static>(
     mut input: R,
-    mut each: impl FnMut(u64, serde_json::Value),
-) -> Result<(), String> {
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut input, &mut text).map_err(|e| e.to_string())?;
-    let trimmed = text.trim_start();
-    if trimmed.starts_with('[') {
-        let all: Vec<serde_json::Value> =
-            serde_json::from_str(trimmed).map_err(|e| format!("not a JSON array of pages: {e}"))?;
-        for (i, page) in all.into_iter().enumerate() {
-            each(i as u64 + 1, page);
+    items: fn(serde_json::Value, &mut u64, &mut Vec<(u64, Item)>),
+) -> Items {
+    let array = loop {
+        match input.fill_buf() {
+            Ok(buf) => match buf.iter().position(|b| !b.is_ascii_whitespace()) {
+                Some(at) => break buf[at] == b'[',
+                None if buf.is_empty() => break false,
+                None => {
+                    let n = buf.len();
+                    input.consume(n);
+                }
+            },
+            Err(_) => break false,
         }
-        return Ok(());
-    }
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
+    };
+    let pages: Box<dyn Iterator<Item = Result<serde_json::Value, String>> + Send> = if array {
+        let all: Result<Vec<serde_json::Value>, String> =
+            serde_json::from_reader(input).map_err(|e| format!("not a JSON array of pages: {e}"));
+        match all {
+            Ok(all) => Box::new(all.into_iter().map(Ok)),
+            Err(why) => Box::new(std::iter::once(Err(why))),
         }
-        let page = serde_json::from_str(line)
-            .map_err(|e| format!("line {}: not a JSON page: {e}", i + 1))?;
-        each(i as u64 + 1, page);
-    }
-    Ok(())
+    } else {
+        Box::new(input.lines().enumerate().filter_map(|(i, line)| {
+            match line {
+                Err(e) => Some(Err(e.to_string())),
+                Ok(l) if l.trim().is_empty() => None,
+                Ok(l) => Some(
+                    serde_json::from_str(&l)
+                        .map_err(|e| format!("line {}: not a JSON page: {e}", i + 1)),
+                ),
+            }
+        }))
+    };
+    let mut n = 0u64;
+    Box::new(pages.flat_map(move |page| {
+        let mut out = Vec::new();
+        match page {
+            Ok(page) => items(page, &mut n, &mut out),
+            Err(why) => {
+                n += 1;
+                out.push((n, Item::Invalid(why)));
+            }
+        }
+        out
+    }))
 }
 
 /// A link of another shortener in litelink's terms, before the checks.

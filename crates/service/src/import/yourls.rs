@@ -11,7 +11,10 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 
 use super::replay::{Logged, LoggedVisit};
-use super::{Found, Item, Items, MAX_PAGE_BYTES, Replay, SourceOptions, dates::rfc3339};
+use super::{Found, Item, Items, Replay, SourceOptions, dates::rfc3339};
+
+/// The largest `INSERT` of a dump read; a longer one is refused whole.
+pub const MAX_STATEMENT_BYTES: usize = 64 << 20;
 use crate::domain::Timestamp;
 
 /// `yourls_url`'s columns, in the table's order.
@@ -313,7 +316,7 @@ impl<R: BufRead> Iterator for DumpRows<R> {
 
 /// The statements of a SQL dump, split at `;` outside quotes and
 /// comments. Only those that start with `INSERT` or `REPLACE` are kept
-/// (at most [`MAX_PAGE_BYTES`] each); the rest are read past.
+/// (at most [`MAX_STATEMENT_BYTES`] each); the rest are read past.
 struct Statements<R: BufRead> {
     input: R,
     line: u64,
@@ -457,7 +460,7 @@ impl<R: BufRead> Iterator for Statements<R> {
                             buf = Vec::new();
                         }
                     }
-                    if buf.len() > MAX_PAGE_BYTES {
+                    if buf.len() > MAX_STATEMENT_BYTES {
                         too_long = true;
                         buf = Vec::new();
                     }
@@ -468,7 +471,7 @@ impl<R: BufRead> Iterator for Statements<R> {
                 if too_long {
                     return Some(Err(format!(
                         "the statement on line {first_line} is over {} MiB; not read",
-                        MAX_PAGE_BYTES >> 20
+                        MAX_STATEMENT_BYTES >> 20
                     )));
                 }
                 if keep && started {
@@ -485,7 +488,27 @@ impl<R: BufRead> Iterator for Statements<R> {
 }
 
 /// A row of an `INSERT`, by column name.
-type Row = HashMap<String, Option<String>>;
+/// Its values in the statement's column order, found by name (a table
+/// has a handful of columns: a scan beats a map made for every row).
+struct Row {
+    names: std::sync::Arc<[String]>,
+    values: Vec<Option<String>>,
+}
+
+impl Row {
+    fn get(&self, name: &str) -> Option<&Option<String>> {
+        let at = self.names.iter().position(|n| n == name)?;
+        self.values.get(at)
+    }
+}
+
+impl std::ops::Index<&str> for Row {
+    type Output = Option<String>;
+
+    fn index(&self, name: &str) -> &Option<String> {
+        self.get(name).unwrap_or(&None)
+    }
+}
 
 /// The table an `INSERT` (or `REPLACE`) fills, and its rows; `None` for
 /// any other statement.
@@ -577,6 +600,7 @@ impl Parser<'_> {
             };
             names = order.iter().map(|c| (*c).to_owned()).collect();
         }
+        let shared: std::sync::Arc<[String]> = names.into();
         let values = self.word().map(|w| w.to_ascii_uppercase());
         if !matches!(values.as_deref(), Some("VALUES" | "VALUE")) {
             return Err("not an INSERT ... VALUES".into());
@@ -587,14 +611,13 @@ impl Parser<'_> {
                 return Err("a row does not start with '('".into());
             }
             self.i += 1;
-            let mut row = Row::new();
-            let mut col = 0;
+            let mut row = Row {
+                names: std::sync::Arc::clone(&shared),
+                values: Vec::with_capacity(shared.len()),
+            };
             loop {
                 let v = self.value()?;
-                if let Some(name) = names.get(col) {
-                    row.insert(name.clone(), v);
-                }
-                col += 1;
+                row.values.push(v);
                 match self.peek() {
                     Some(b',') => self.i += 1,
                     Some(b')') => {
@@ -803,11 +826,11 @@ mod tests {
     #[test]
     fn an_insert_over_the_limit_is_refused_and_the_next_read() {
         let mut dump = b"INSERT INTO `yourls_url` VALUES ('".to_vec();
-        dump.extend(std::iter::repeat_n(b'x', MAX_PAGE_BYTES + 10));
+        dump.extend(std::iter::repeat_n(b'x', MAX_STATEMENT_BYTES + 10));
         dump.extend(b"');\nINSERT INTO `yourls_url` VALUES ('k','https://e.com','t','2020-01-02 03:04:05','',1);\n");
         let out: Vec<_> = Statements::new(&dump[..]).collect();
         assert_eq!(out.len(), 2);
-        assert!(out[0].as_ref().is_err_and(|e| e.contains("over 32 MiB")));
+        assert!(out[0].as_ref().is_err_and(|e| e.contains("over 64 MiB")));
         assert!(out[1].is_ok());
     }
 }
