@@ -256,7 +256,7 @@ pub(super) fn convert_rules(
             Err(why) => return Err(format!("rule {}: {why}", i + 1)),
         }
     }
-    Ok(((!out.is_empty()).then(|| Value::Array(out)), dropped))
+    Ok(((!out.is_empty()).then_some(Value::Array(out)), dropped))
 }
 
 fn convert_rule(rule: &Value) -> Result<Value, String> {

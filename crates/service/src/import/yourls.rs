@@ -158,19 +158,22 @@ pub(super) fn read_files(files: &[PathBuf], options: &SourceOptions) -> anyhow::
             // that each link comes out with its visits.
             for statement in Statements::new(open(dump)?) {
                 let (_, sql) = statement.map_err(|e| anyhow::anyhow!("{}: {e}", dump.display()))?;
-                if let Some((table, rows)) = inserts(&sql) {
-                    if table == log_table {
-                        for r in rows.map_err(|e| anyhow::anyhow!("{}: {e}", dump.display()))? {
-                            let get = |c: &str| r.get(c).map_or("", |v| v.as_deref().unwrap_or(""));
-                            replayed.add(
-                                get("shorturl"),
-                                get("click_time"),
-                                get("referrer"),
-                                get("user_agent"),
-                                get("country_code"),
-                            );
-                        }
-                    }
+                let Some((table, rows)) = inserts(&sql) else {
+                    continue;
+                };
+                if table != log_table {
+                    continue;
+                }
+                let rows = rows.map_err(|e| anyhow::anyhow!("{}: {e}", dump.display()))?;
+                for r in rows {
+                    let get = |c: &str| r.get(c).map_or("", |v| v.as_deref().unwrap_or(""));
+                    replayed.add(
+                        get("shorturl"),
+                        get("click_time"),
+                        get("referrer"),
+                        get("user_agent"),
+                        get("country_code"),
+                    );
                 }
             }
             Ok(Box::new(DumpRows {
@@ -369,7 +372,7 @@ impl<R: BufRead> Iterator for Statements<R> {
             };
             if chunk.is_empty() {
                 self.done = true;
-                return (started && keep && !too_long).then(|| Ok((first_line, buf)));
+                return (started && keep && !too_long).then_some(Ok((first_line, buf)));
             }
             let mut used = 0;
             let mut ended = false;
