@@ -337,6 +337,28 @@ async fn refused_targets_and_broken_entries_are_named_and_the_rest_imported() {
 }
 
 #[tokio::test]
+async fn a_csv_row_that_cannot_be_read_is_named_by_its_line() {
+    let dir = tempfile::tempdir().expect("dir");
+    let db = dir.path().join("litelink.db");
+    let file = dir.path().join("uneven.csv");
+    std::fs::write(
+        &file,
+        "createdAt,domain,shortCode,shortUrl,longUrl,title,tags,visits\n\
+         2024-01-01T00:00:00Z,,ab,https://s.test/ab,https://e.com/,,,0\n\
+         2024-01-01T00:00:00Z,,cd\n",
+    )
+    .expect("write");
+    let (ok, said) = run_on(
+        &None,
+        &db,
+        &["import", "--from", "shlink", file.to_str().expect("path")],
+        false,
+    );
+    assert!(!ok, "{said}");
+    assert!(said.contains("invalid: lines 3"), "{said}");
+}
+
+#[tokio::test]
 async fn kutt_links_behind_a_password_or_banned_are_skipped_never_opened() {
     let dir = tempfile::tempdir().expect("dir");
     let db = dir.path().join("litelink.db");

@@ -88,20 +88,7 @@ fn write_files(work: &Path, from: u64, n: u64) -> anyhow::Result<()> {
     }
     f.flush()?;
     let mut f = csv::Writer::from_writer(create("links.csv")?);
-    f.write_record([
-        "code",
-        "url",
-        "created_at",
-        "expires_at",
-        "owner",
-        "deleted_at",
-        "max_visits",
-        "visits",
-        "domain",
-        "title",
-        "tags",
-        "imported_visits",
-    ])?;
+    f.write_record(litelink_service::transfer::CSV_COLUMNS)?;
     for i in ids.clone() {
         f.write_record([
             code(i),

@@ -33,7 +33,7 @@ pub enum Format {
 /// (before titles and tags) or eleven (before imported visits) are read
 /// too. An empty `domain` is the default
 /// domain; `tags` are joined by `|`.
-pub(crate) const CSV_COLUMNS: [&str; 12] = [
+pub const CSV_COLUMNS: [&str; 12] = [
     "code",
     "url",
     "created_at",
@@ -119,6 +119,15 @@ impl<W: Write> Writer<W> {
     }
 }
 
+/// The line a CSV row starts on, whether it was read or not.
+pub(crate) fn csv_line(row: &Result<csv::StringRecord, csv::Error>) -> u64 {
+    let position = match row {
+        Ok(r) => r.position(),
+        Err(e) => e.position(),
+    };
+    position.map_or(0, csv::Position::line)
+}
+
 /// Reads records with their line numbers; a line that cannot be read as a
 /// record is an `Err` with its message.
 pub fn read<R: BufRead + Send + 'static>(
@@ -144,11 +153,7 @@ pub fn read<R: BufRead + Send + 'static>(
                 .has_headers(true)
                 .from_reader(input);
             Box::new(reader.into_records().map(|row| {
-                let line = row
-                    .as_ref()
-                    .ok()
-                    .and_then(|r| r.position())
-                    .map_or(0, |p| p.line());
+                let line = csv_line(&row);
                 let record = row.map_err(|e| e.to_string()).and_then(|r| {
                     if r.len() != CSV_COLUMNS.len() && !OLDER_CSV_COLUMNS.contains(&r.len()) {
                         return Err(format!("expected {} columns", CSV_COLUMNS.len()));

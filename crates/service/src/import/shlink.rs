@@ -43,11 +43,7 @@ pub(super) fn read_csv<R: BufRead + Send + 'static>(input: R) -> Items {
         Err(why) => return Box::new(std::iter::once((1, Item::Invalid(why)))),
     };
     Box::new(reader.into_records().map(move |row| {
-        let line = row
-            .as_ref()
-            .ok()
-            .and_then(|r| r.position())
-            .map_or(0, |p| p.line());
+        let line = crate::transfer::csv_line(&row);
         let item = row.map_err(|e| e.to_string()).and_then(|r| {
             let cell = |i: usize| r.get(at[i]).unwrap_or("").trim();
             let visits = match cell(7) {

@@ -239,11 +239,7 @@ fn url_csv<R: Read + Send + 'static>(input: R, mut logs: Logs) -> Items {
         Err(e) => return Box::new(std::iter::once((1, Item::Invalid(e.to_string())))),
     };
     Box::new(reader.into_records().map(move |row| {
-        let line = row
-            .as_ref()
-            .ok()
-            .and_then(|r| r.position())
-            .map_or(0, |p| p.line());
+        let line = crate::transfer::csv_line(&row);
         let item = match row {
             Err(e) => Item::Invalid(e.to_string()),
             Ok(r) => {
