@@ -46,9 +46,15 @@ pub fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
                 user,
                 admin,
                 domain,
+                yourls_secret_file,
                 store,
             } => {
                 keys::check_name(&name).map_err(anyhow::Error::msg)?;
+                let yourls = yourls_secret_file
+                    .as_deref()
+                    .map(keys::YourlsSecret::read)
+                    .transpose()
+                    .map_err(anyhow::Error::msg)?;
                 if user.is_none() {
                     check_user_name(&name)
                         .map_err(|e| anyhow::anyhow!("{e}: name the key's user with --user"))?;
@@ -86,6 +92,9 @@ pub fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
                 store.close().await;
                 let (secret, key) = created?;
                 println!("{secret}");
+                if let Some(yourls) = &yourls {
+                    println!("signature token: {}", yourls.token(key.id, &key.hash));
+                }
                 eprintln!(
                     "key '{}' created for the user '{}' ({}){}; this is the only time it is shown",
                     key.name,

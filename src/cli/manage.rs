@@ -32,6 +32,10 @@ pub enum KeysCommand {
         /// only.
         #[arg(long, value_name = "HOST")]
         domain: Option<String>,
+        /// The secret of the YOURLS API's signature tokens, as `serve`
+        /// takes it: the key's token is printed on a line of its own.
+        #[arg(long, env = "LITELINK_YOURLS_SECRET_FILE", value_name = "PATH")]
+        yourls_secret_file: Option<std::path::PathBuf>,
         #[command(flatten)]
         store: StoreArgs,
     },

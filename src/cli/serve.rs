@@ -70,6 +70,20 @@ pub struct AccountArgs {
           default_value = on_off(d().accounts.local_login))]
     pub local_login: OnOff,
 
+    /// A file holding the secret of the YOURLS API's signature tokens (at
+    /// least 16 bytes; `keys create` takes it too, to print a key's
+    /// token). Never stored in the database. Without it, `signature=` is
+    /// off and /yourls-api.php takes a username and password only.
+    #[arg(long, env = "LITELINK_YOURLS_SECRET_FILE", value_name = "PATH")]
+    pub yourls_secret_file: Option<PathBuf>,
+
+    /// Seconds a timed YOURLS signature's timestamp may be from now
+    /// (YOURLS's own is 43200, for clients that sign once).
+    #[arg(long, env = "LITELINK_YOURLS_SIGNATURE_WINDOW", value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..),
+          default_value_t = d().accounts.yourls_signature_window.as_secs())]
+    pub yourls_signature_window: u64,
+
     /// The OpenID Connect provider people sign in through (its issuer
     /// URL; discovery finds the rest). The redirect URI to register there
     /// is <public url>/auth/callback.
@@ -590,6 +604,8 @@ impl ServeArgs {
         s.accounts.session_idle = Duration::from_secs(accounts.session_idle);
         s.accounts.session_max = Duration::from_secs(accounts.session_max);
         s.accounts.local_login = accounts.local_login.is_on();
+        s.accounts.yourls_secret_file = accounts.yourls_secret_file.clone();
+        s.accounts.yourls_signature_window = Duration::from_secs(accounts.yourls_signature_window);
         let oidc = &mut s.accounts.oidc;
         let list = |values: &[String]| -> Vec<String> {
             values

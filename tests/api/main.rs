@@ -37,3 +37,4 @@ mod users;
 mod valkey_server;
 mod visits;
 mod web;
+mod yourls;

@@ -48,6 +48,9 @@ pub(crate) enum Via {
     /// A signed-in session's cookie; `must_change`: the user has only a
     /// one-time password, and may do nothing but change it.
     Session { must_change: bool },
+    /// A local account's name and password, sent with the request (the
+    /// YOURLS API's `username` and `password`).
+    Password,
 }
 
 impl Principal {
@@ -144,8 +147,115 @@ pub(crate) fn hash(secret: &str) -> [u8; 32] {
     Sha256::digest(secret.as_bytes()).into()
 }
 
+/// The secret of the YOURLS API's signature tokens
+/// (`--yourls-secret-file`). A key's token is an HMAC of its id and hash
+/// under it, as YOURLS derives its token from its cookie key and the user
+/// name: a secret of its own, apart from the key, and kept out of the
+/// store, so that a leaked database or backup signs nothing.
+#[derive(Clone)]
+pub struct YourlsSecret(Arc<[u8]>);
+
+/// Fewest bytes a YOURLS secret has.
+pub const MIN_YOURLS_SECRET_BYTES: usize = 16;
+
+impl std::fmt::Debug for YourlsSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("YourlsSecret(..)")
+    }
+}
+
+impl YourlsSecret {
+    /// The secret in `path`, without the white space around it.
+    pub fn read(path: &std::path::Path) -> Result<Self, String> {
+        let text = std::fs::read(path)
+            .map_err(|e| format!("cannot read the YOURLS secret {}: {e}", path.display()))?;
+        let secret = text.trim_ascii();
+        if secret.len() < MIN_YOURLS_SECRET_BYTES {
+            return Err(format!(
+                "the YOURLS secret {} is shorter than {MIN_YOURLS_SECRET_BYTES} bytes",
+                path.display()
+            ));
+        }
+        Ok(Self(secret.into()))
+    }
+
+    /// The signature token of the key `id`, whose secret hashes to `hash`:
+    /// 32 hex characters, as YOURLS's own. The hash is in it so that a
+    /// key made later under a reused id (a store rebuilt) gets a token of
+    /// its own.
+    pub fn token(&self, id: KeyId, hash: &[u8; 32]) -> String {
+        use hmac::{KeyInit, Mac};
+        let mut mac = <hmac::Hmac<Sha256> as KeyInit>::new_from_slice(&self.0)
+            .unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"));
+        mac.update(b"litelink yourls signature\0");
+        mac.update(&id.0.to_be_bytes());
+        mac.update(hash);
+        let tag = mac.finalize().into_bytes();
+        tag[..16].iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// The YOURLS API's signatures, when they are on.
+#[derive(Debug, Clone)]
+pub struct YourlsSigning {
+    pub secret: YourlsSecret,
+    /// How far from now a timed signature's timestamp may be.
+    pub window: Duration,
+}
+
+/// The digests the YOURLS API's timed signature may name (`hash=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::Display)]
+#[strum(serialize_all = "lowercase")]
+pub enum SignatureHash {
+    Md5,
+    Sha1,
+    Sha256,
+    Sha384,
+    Sha512,
+}
+
+impl SignatureHash {
+    /// The digest of `a` then `b`, in lower-case hex (PHP's `hash()`).
+    fn hex(self, a: &[u8], b: &[u8]) -> String {
+        fn run<D: Digest>(a: &[u8], b: &[u8]) -> String {
+            let mut d = D::new();
+            d.update(a);
+            d.update(b);
+            d.finalize().iter().map(|b| format!("{b:02x}")).collect()
+        }
+        match self {
+            Self::Md5 => run::<md5::Md5>(a, b),
+            Self::Sha1 => run::<sha1::Sha1>(a, b),
+            Self::Sha256 => run::<Sha256>(a, b),
+            Self::Sha384 => run::<sha2::Sha384>(a, b),
+            Self::Sha512 => run::<sha2::Sha512>(a, b),
+        }
+    }
+}
+
+/// The integer PHP's `(int)` reads at the start of `text` (0 for none).
+pub(crate) fn php_int(text: &str) -> i64 {
+    let text = text.trim_start();
+    let (sign, digits) = match text.as_bytes().first() {
+        Some(b'-') => (-1, &text[1..]),
+        Some(b'+') => (1, &text[1..]),
+        _ => (1, text),
+    };
+    let end = digits
+        .bytes()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(digits.len());
+    // PHP stops at the largest integer too.
+    digits[..end]
+        .parse::<i64>()
+        .map(|n| sign * n)
+        .unwrap_or(if end == 0 { 0 } else { sign * i64::MAX })
+}
+
 pub(crate) struct KeyRegistry {
     store: Arc<dyn LinkStore>,
+    /// Signature tokens are on when this is set.
+    yourls: Option<YourlsSigning>,
     keys: RwLock<Arc<Vec<ApiKey>>>,
     /// Keys used since their last use was written, and when.
     used: Mutex<HashMap<KeyId, Timestamp>>,
@@ -156,10 +266,14 @@ pub(crate) struct KeyRegistry {
 }
 
 impl KeyRegistry {
-    pub(crate) async fn load(store: Arc<dyn LinkStore>) -> Result<Self, StoreError> {
+    pub(crate) async fn load(
+        store: Arc<dyn LinkStore>,
+        yourls: Option<YourlsSigning>,
+    ) -> Result<Self, StoreError> {
         let keys = store.keys().await?;
         Ok(Self {
             store,
+            yourls,
             keys: RwLock::new(Arc::new(keys)),
             used: Mutex::default(),
             touched: Mutex::default(),
@@ -187,7 +301,65 @@ impl KeyRegistry {
                 found = Some(key);
             }
         }
-        let key = found.ok_or(AuthError::Unknown)?;
+        self.principal_of(found.ok_or(AuthError::Unknown)?)
+    }
+
+    /// Whether signature tokens are on (`--yourls-secret-file`).
+    pub(crate) fn signs(&self) -> bool {
+        self.yourls.is_some()
+    }
+
+    /// The signature token of `key`, when tokens are on.
+    pub(crate) fn token_of(&self, key: &ApiKey) -> Option<String> {
+        self.yourls
+            .as_ref()
+            .map(|s| s.secret.token(key.id, &key.hash))
+    }
+
+    /// The key whose signature token is `signature` (the YOURLS API's
+    /// `signature=`), or, with `timed` (a timestamp and a digest), whose
+    /// token hashed after or before the timestamp is, for a timestamp
+    /// within the window of now (read as PHP's `(int)` reads it). Every
+    /// key is checked, in constant time, whatever matches.
+    pub(crate) fn authenticate_signature(
+        &self,
+        signature: &str,
+        timed: Option<(&str, SignatureHash)>,
+    ) -> Result<Principal, AuthError> {
+        let Some(signing) = &self.yourls else {
+            return Err(AuthError::Unknown);
+        };
+        if let Some((at, _)) = timed {
+            let now = Timestamp::now().millis() / 1000;
+            let window = i64::try_from(signing.window.as_secs()).unwrap_or(i64::MAX);
+            if php_int(at).abs_diff(now) >= window.unsigned_abs() {
+                return Err(AuthError::Unknown);
+            }
+        }
+        let secret = &signing.secret;
+        let presented = signature.to_ascii_lowercase();
+        let presented = presented.as_bytes();
+        let keys = self.snapshot();
+        let mut found = None;
+        for key in keys.iter() {
+            let token = secret.token(key.id, &key.hash);
+            let matches = match timed {
+                None => token.as_bytes().ct_eq(presented),
+                Some((at, hash)) => {
+                    let after = hash.hex(at.as_bytes(), token.as_bytes());
+                    let before = hash.hex(token.as_bytes(), at.as_bytes());
+                    after.as_bytes().ct_eq(presented) | before.as_bytes().ct_eq(presented)
+                }
+            };
+            if bool::from(matches) {
+                found = Some(key);
+            }
+        }
+        self.principal_of(found.ok_or(AuthError::Unknown)?)
+    }
+
+    /// What a found key acts as, if it still works.
+    fn principal_of(&self, key: &ApiKey) -> Result<Principal, AuthError> {
         // A disabled user's keys stop with them.
         if key.revoked_at.is_some() || key.user_disabled {
             return Err(AuthError::Revoked);

@@ -306,6 +306,34 @@ impl Passwords {
     }
 }
 
+/// What wrong YOURLS signatures count under, among the accounts' guesses:
+/// the timed form names no key, so each try is one against every key. No
+/// account's folded name holds a NUL.
+const SIGNATURES: &str = "\0yourls signature";
+
+impl Passwords {
+    /// Whether `client` may try a YOURLS signature now, under the bounds
+    /// of sign-ins.
+    pub(crate) fn admit_signature(&self, client: Option<IpAddr>) -> Result<(), PasswordError> {
+        self.accounts
+            .admit(
+                &SIGNATURES.to_owned(),
+                client.map(client_block),
+                Instant::now(),
+            )
+            .map_err(|retry_after| PasswordError::TooManyGuesses { retry_after })
+    }
+
+    /// A wrong signature from `client`.
+    pub(crate) fn failed_signature(&self, client: Option<IpAddr>) {
+        self.accounts.failed(
+            &SIGNATURES.to_owned(),
+            client.map(client_block),
+            Instant::now(),
+        );
+    }
+}
+
 /// Whether `phc` is a hash this server could have made: Argon2id, version
 /// 19, its own costs and output length, with a salt. An imported hash
 /// with other costs could take gigabytes and minutes to check (and hold a

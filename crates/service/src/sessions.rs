@@ -40,6 +40,12 @@ pub struct AccountSettings {
     pub local_login: bool,
     /// Signing in through an identity provider (`--oidc-*`).
     pub oidc: crate::oidc::OidcSettings,
+    /// The secret of the YOURLS API's signature tokens
+    /// (`--yourls-secret-file`); without it, `signature=` is off.
+    pub yourls_secret_file: Option<std::path::PathBuf>,
+    /// How far from now a timed YOURLS signature may be
+    /// (`--yourls-signature-window`).
+    pub yourls_signature_window: Duration,
 }
 
 impl Default for AccountSettings {
@@ -49,6 +55,8 @@ impl Default for AccountSettings {
             session_max: Duration::from_secs(7 * 24 * 3600),
             local_login: true,
             oidc: crate::oidc::OidcSettings::default(),
+            yourls_secret_file: None,
+            yourls_signature_window: Duration::from_secs(900),
         }
     }
 }

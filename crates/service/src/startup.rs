@@ -58,6 +58,13 @@ impl Application {
         let oidc =
             crate::oidc::Oidc::new(&settings.accounts.oidc, settings.http.public_url.as_deref())?
                 .map(Arc::new);
+        let yourls = match &settings.accounts.yourls_secret_file {
+            Some(path) => Some(crate::keys::YourlsSigning {
+                secret: crate::keys::YourlsSecret::read(path).map_err(anyhow::Error::msg)?,
+                window: settings.accounts.yourls_signature_window,
+            }),
+            None => None,
+        };
         let codes = CodeGenerator::new(settings.codes)?;
         let store = store::open(&settings.store, codes, Purpose::Serve).await?;
         let cache = cache::build(&settings.cache)?;
@@ -70,7 +77,7 @@ impl Application {
                  --default-domain or --public-url"
             );
         }
-        let keys = Arc::new(KeyRegistry::load(Arc::clone(&store)).await?);
+        let keys = Arc::new(KeyRegistry::load(Arc::clone(&store), yourls).await?);
         let refresher = keys.spawn_refresher();
         let domains =
             Arc::new(DomainRegistry::load(Arc::clone(&store), settings.domains.clone()).await?);

@@ -193,6 +193,11 @@ pub struct CreatedKey {
     #[serde(flatten)]
     pub key: KeyView,
     pub secret: String,
+    /// The key's signature token for the YOURLS API, shown this once too;
+    /// absent where signatures are off (no `--yourls-secret-file`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[0-9a-f]{32}$")]
+    pub signature_token: Option<String>,
 }
 
 /// Most keys a user may have that are not revoked: the server keeps every

@@ -52,6 +52,23 @@ impl Timestamp {
     }
 }
 
+impl Timestamp {
+    /// `Y-m-d H:i:s` in UTC, to the second: how YOURLS writes a time.
+    pub(crate) fn ymd_hms(self) -> String {
+        let t = OffsetDateTime::from_unix_timestamp(self.0.div_euclid(1000))
+            .unwrap_or(OffsetDateTime::UNIX_EPOCH);
+        format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+            t.year(),
+            u8::from(t.month()),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second()
+        )
+    }
+}
+
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let t = OffsetDateTime::from_unix_timestamp_nanos(i128::from(self.0) * 1_000_000)

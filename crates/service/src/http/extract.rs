@@ -40,7 +40,7 @@ impl<T: serde::de::DeserializeOwned> FromRequest<AppState> for Json<T> {
 /// A body of at most `limit` bytes: refused from the declared length
 /// before a byte of it is read (and so before `100 Continue` is sent to a
 /// client that expects it), else as it comes.
-async fn read_body(
+pub(crate) async fn read_body(
     req: Request,
     limit: usize,
     too_large: fn(usize) -> String,

@@ -27,6 +27,7 @@ pub(crate) async fn account(State(state): State<AppState>, Key(caller): Key) -> 
         via: match caller.via {
             Via::Key(_) => "key",
             Via::Session { .. } => "session",
+            Via::Password => "password",
         },
     })
 }

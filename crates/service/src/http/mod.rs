@@ -26,6 +26,7 @@ pub(crate) mod server;
 pub mod shutdown;
 mod users;
 mod web;
+mod yourls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -305,6 +306,8 @@ fn routes() -> openapi::Routes {
         .get("/api/v1/users/{name}", users::get)
         .patch("/api/v1/users/{name}", users::update)
         .delete("/api/v1/users/{name}", users::remove)
+        .get("/yourls-api.php", yourls::api)
+        .post("/yourls-api.php", yourls::api_form)
         .get("/{code}", handlers::redirect)
         .post("/{code}", handlers::unlock)
         .get("/{code}/qr.svg", qr::svg)
@@ -356,7 +359,20 @@ pub(crate) fn app(links: Links, settings: &HttpSettings, listen: std::net::Socke
         .layer(finish::FinishLayer::new(requests))
         // No log line per failed request (the default logs every 5xx):
         // handlers log their errors, throttled.
-        .layer(TraceLayer::new_for_http().on_failure(()))
+        // Spans name the path only: query strings carry signatures and
+        // passwords (the YOURLS API's), which no log may keep.
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|req: &axum::http::Request<_>| {
+                    tracing::debug_span!(
+                        "request",
+                        method = %req.method(),
+                        path = %req.uri().path(),
+                        version = ?req.version(),
+                    )
+                })
+                .on_failure(()),
+        )
         // Outside the timeout, so that its 503 gets a JSON body too.
         .layer(axum::middleware::map_response(
             error::json_for_bodiless_errors,

@@ -17,7 +17,7 @@ use utoipa::{Modify, OpenApi};
 
 use super::AppState;
 use super::error::ErrorMessage;
-use super::{accounts, domains, handlers, keys, qr, users, web};
+use super::{accounts, domains, handlers, keys, qr, users, web, yourls};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -70,6 +70,8 @@ use super::{accounts, domains, handlers, keys, qr, users, web};
         users::get,
         users::update,
         users::remove,
+        yourls::api,
+        yourls::api_form,
         handlers::redirect,
         handlers::unlock,
         qr::svg,
@@ -85,6 +87,7 @@ use super::{accounts, domains, handlers, keys, qr, users, web};
         (name = "keys", description = "API keys: each person's own (an admin's: every key)"),
         (name = "users", description = "People and their roles: an admin's to manage"),
         (name = "redirect", description = "Short URLs and their QR codes"),
+        (name = "yourls", description = "The YOURLS 1.10.4 API, for the tools that speak it"),
         (name = "operations", description = "Health, metrics, statistics, this document"),
         (name = "web", description = "The web page"),
     )

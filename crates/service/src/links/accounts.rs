@@ -53,6 +53,22 @@ impl Links {
         client: Option<IpAddr>,
     ) -> Result<(User, SessionId), LinksError> {
         self.local_login()?;
+        let user = self
+            .checked_user(name, password, client)
+            .await?
+            .ok_or(LinksError::WrongCredentials)?;
+        let session = self.inner.sessions.start(&user).await?;
+        Ok((user, session))
+    }
+
+    /// The enabled user `name` names, if `password` is theirs: checked
+    /// through the sign-in bounds, and as long for an unknown name.
+    pub(super) async fn checked_user(
+        &self,
+        name: &str,
+        password: &str,
+        client: Option<IpAddr>,
+    ) -> Result<Option<User>, LinksError> {
         let account = fold_name(name);
         let user = self
             .inner
@@ -68,13 +84,7 @@ impl Links {
                 .passwords
                 .check_login(&account, client, hash, password.as_bytes())
                 .await?;
-        match user {
-            Some(user) if right => {
-                let session = self.inner.sessions.start(&user).await?;
-                Ok((user, session))
-            }
-            _ => Err(LinksError::WrongCredentials),
-        }
+        Ok(user.filter(|_| right))
     }
 
     /// Changes the signed-in caller's password, after checking the current

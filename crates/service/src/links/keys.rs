@@ -67,6 +67,7 @@ impl Links {
             .await?;
         self.reload_keys().await;
         Ok(CreatedKey {
+            signature_token: self.inner.keys.token_of(&key),
             key: self.key_view(key),
             secret,
         })

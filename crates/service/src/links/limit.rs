@@ -80,7 +80,7 @@ impl CreateLimiter {
             Some(p) => match &self.keys {
                 Some(limiter) => limiter.check_key(&match p.via {
                     Via::Key(key) => Actor::Key(key),
-                    Via::Session { .. } => Actor::User(p.user),
+                    Via::Session { .. } | Via::Password => Actor::User(p.user),
                 }),
                 None => return Ok(()),
             },

@@ -9,6 +9,7 @@ pub mod bodies;
 mod keys;
 pub(crate) mod limit;
 mod users;
+pub(crate) mod yourls;
 
 use std::sync::Arc;
 
@@ -595,7 +596,6 @@ impl Links {
         let caller = asker.caller;
         self.may_create(caller, body.code.is_some())?;
         self.inner.limiter.check(asker.client, caller)?;
-        self.check_target(None, &body.url, asker.host)?;
         let domain = match &body.domain {
             Some(name) => self.domain_named(name)?,
             None if route == CreateRoute::Api => {
@@ -603,6 +603,19 @@ impl Links {
             }
             None => DomainId::DEFAULT,
         };
+        self.store_new(asker, body, domain).await
+    }
+
+    /// The rest of a create, once who may create and the rate limit have
+    /// let it through: the checks on what it holds, then the store.
+    async fn store_new(
+        &self,
+        asker: &Asker<'_>,
+        body: NewLinkBody,
+        domain: DomainId,
+    ) -> Result<Link, LinksError> {
+        let caller = asker.caller;
+        self.check_target(None, &body.url, asker.host)?;
         if caller.is_some_and(|c| !on_domain(c, domain)) {
             return Err(LinksError::Forbidden(OTHER_DOMAIN));
         }
@@ -656,9 +669,19 @@ impl Links {
                 None => e.to_string(),
             })
         };
-        self.inner.targets.check(url, host).map_err(|e| named(&e))?;
+        self.target_problem(url, host).map_err(|e| named(&e))
+    }
+
+    /// What the server's policy refuses of a target, if anything; a
+    /// target on one of this server's domains is its own host.
+    fn target_problem(
+        &self,
+        url: &TargetUrl,
+        host: Option<&str>,
+    ) -> Result<(), crate::domain::TargetUrlError> {
+        self.inner.targets.check(url, host)?;
         if self.inner.domains.serves(url.host_str()) {
-            return Err(named(&crate::domain::TargetUrlError::OwnHost));
+            return Err(crate::domain::TargetUrlError::OwnHost);
         }
         Ok(())
     }
@@ -780,8 +803,20 @@ impl Links {
         };
         let _gate = self.inner.visits.read_gate().await;
         let mut counts = self.inner.store.visit_totals(scope).await?;
-        // A link counted since the last flush is summed only if it is in
-        // scope; only links visited within one flush interval wait here.
+        for (_, pending) in self.pending_in(scope).await? {
+            counts.merge(pending);
+        }
+        Ok(counts)
+    }
+
+    /// The visits counted since the last flush, of the links in `scope`;
+    /// only links visited within one flush interval wait here. Read under
+    /// the visits' read gate, with what is stored.
+    async fn pending_in(
+        &self,
+        scope: VisitScope,
+    ) -> Result<Vec<(LinkKey, VisitCounts)>, LinksError> {
+        let mut found = Vec::new();
         for (key, pending) in self.inner.visits.pending_all() {
             if scope.domain.is_some_and(|d| d != key.domain) {
                 continue;
@@ -793,9 +828,9 @@ impl Links {
                     continue;
                 }
             }
-            counts.merge(pending);
+            found.push((key, pending));
         }
-        Ok(counts)
+        Ok(found)
     }
 
     /// Changes a link; every cache tier forgets the old version before this

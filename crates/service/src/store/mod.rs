@@ -319,6 +319,44 @@ pub struct VisitScope {
     pub domain: Option<DomainId>,
 }
 
+/// A page of the live links in a scope, in an order of their own (the
+/// YOURLS API's `stats`): by offset, since its orders are not keysets.
+#[derive(Debug, Clone, Copy)]
+pub struct RankQuery {
+    pub scope: VisitScope,
+    pub rank: Rank,
+    pub offset: u64,
+    pub limit: usize,
+}
+
+/// How [`RankQuery`] orders links; ties go to the newest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rank {
+    /// Most visits (counted and imported) first.
+    MostVisited,
+    LeastVisited,
+    Newest,
+    Random,
+}
+
+/// How many live links a scope has, and their visits, counted and
+/// imported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkTotals {
+    pub links: u64,
+    pub visits: u64,
+}
+
+/// The SHA-256 of a target, by which links are found by their target: a
+/// target can outgrow an index entry, its hash cannot.
+pub(crate) fn target_hash(target: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(target.as_bytes()).into()
+}
+
+/// Most links [`LinkStore::links_to`] answers.
+pub(crate) const MAX_LINKS_TO: usize = 100;
+
 #[derive(Debug, Clone)]
 pub struct ListPage {
     pub links: Vec<Link>,
@@ -677,6 +715,18 @@ pub trait LinkStore: Send + Sync + 'static {
     /// Every tag that a live link in `scope` has, with how many do, most
     /// used first.
     async fn tags(&self, scope: VisitScope) -> Result<Vec<TagCount>, StoreError>;
+
+    /// The live links on `domain` whose target is exactly `target` (the
+    /// first [`MAX_LINKS_TO`], oldest first), found through an index on
+    /// its [`target_hash`], not a scan.
+    async fn links_to(&self, domain: DomainId, target: &TargetUrl)
+    -> Result<Vec<Link>, StoreError>;
+
+    /// How many live links `scope` has, and their stored visits.
+    async fn totals(&self, scope: VisitScope) -> Result<LinkTotals, StoreError>;
+
+    /// A page of live links in a scope, ranked.
+    async fn ranked(&self, query: RankQuery) -> Result<Vec<Link>, StoreError>;
 
     /// Every API key, revoked ones included, with its user.
     async fn keys(&self) -> Result<Vec<ApiKey>, StoreError>;

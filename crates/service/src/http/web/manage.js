@@ -444,7 +444,9 @@ async function newKey(event) {
   if (!name) return;
   try {
     const made = await api("POST", "/api/v1/keys", { name });
-    $("new-secret").textContent = `Your new key (shown this once): ${made.secret}`;
+    $("new-secret").textContent = made.signature_token
+      ? `Your new key (shown this once): ${made.secret}\nIts YOURLS API signature token (shown this once too): ${made.signature_token}`
+      : `Your new key (shown this once): ${made.secret}`;
     $("new-secret").hidden = false;
     $("key-name").value = "";
     await showKeys();

@@ -31,13 +31,13 @@ use serde::Serialize;
 use tokio_postgres::error::SqlState;
 
 use super::{
-    ApiKey, Existing, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, LoginFlow,
-    LoginFlowWrite, NewLink, Record, Session, SessionWrite, StorageFailure, StoreError,
+    ApiKey, Existing, ImportRow, LinkPatch, LinkStore, LinkTotals, ListPage, ListQuery, LoginFlow,
+    LoginFlowWrite, NewLink, RankQuery, Record, Session, SessionWrite, StorageFailure, StoreError,
     StoreMetrics, StoreStats, TagCount, User, UserWrite, VisitScope,
 };
 use crate::domain::{
     CodeGenerator, Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkKey, Resolved,
-    ShortCode, Timestamp, UserId, VisitCounts,
+    ShortCode, TargetUrl, Timestamp, UserId, VisitCounts,
 };
 
 /// The PostgreSQL store's settings; their defaults are the ones below and
@@ -547,6 +547,24 @@ impl LinkStore for PostgresStore {
 
     async fn tags(&self, scope: VisitScope) -> Result<Vec<TagCount>, StoreError> {
         read!(self, None, misses: replica, |c| ops::tags(&c, scope))
+    }
+
+    async fn links_to(
+        &self,
+        domain: DomainId,
+        target: &TargetUrl,
+    ) -> Result<Vec<Link>, StoreError> {
+        // From the primary: a link just made must be found, or a client
+        // that sends its URL twice gets two links.
+        with_client!(self, |c| ops::links_to(&c, domain, target))
+    }
+
+    async fn totals(&self, scope: VisitScope) -> Result<LinkTotals, StoreError> {
+        read!(self, None, misses: replica, |c| ops::totals(&c, scope))
+    }
+
+    async fn ranked(&self, query: RankQuery) -> Result<Vec<Link>, StoreError> {
+        read!(self, None, misses: replica, |c| ops::ranked(&c, &query))
     }
 
     async fn keys(&self) -> Result<Vec<ApiKey>, StoreError> {

@@ -17,9 +17,9 @@ use crate::domain::{
     VisitCounts,
 };
 use crate::store::{
-    ApiKey, Existing, ExtraColumns, FederatedUser, ImportRow, LinkPatch, ListPage, ListQuery,
-    LoginFlow, LoginFlowWrite, NewUser, Record, Session, SessionWrite, StorageFailure, StoreError,
-    TagCount, User, UserChange, UserWrite, VisitScope,
+    ApiKey, Existing, ExtraColumns, FederatedUser, ImportRow, LinkPatch, LinkTotals, ListPage,
+    ListQuery, LoginFlow, LoginFlowWrite, NewUser, Rank, RankQuery, Record, Session, SessionWrite,
+    StorageFailure, StoreError, TagCount, User, UserChange, UserWrite, VisitScope,
 };
 
 const LINK_COLUMNS: &str = "l.code, l.target, l.created_at, l.expires_at, l.owner, u.name, \
@@ -387,6 +387,83 @@ pub(super) async fn list(c: &Client, q: &ListQuery) -> Result<ListPage, StoreErr
         links: found.into_iter().map(|(_, l)| l).collect(),
         next,
     })
+}
+
+/// The live links on `domain` to exactly `target`, oldest first, by the
+/// index on the target's hash (migration 10).
+pub(super) async fn links_to(
+    c: &Client,
+    domain: DomainId,
+    target: &TargetUrl,
+) -> Result<Vec<Link>, StoreError> {
+    let sql = format!(
+        "SELECT {LINK_COLUMNS} FROM {LINK_FROM} WHERE l.domain = $1 \
+         AND litelink_target_hash(l.target) = $2 AND l.deleted_at IS NULL AND l.target = $3 \
+         ORDER BY l.id LIMIT $4"
+    );
+    let hash = crate::store::target_hash(target.as_str());
+    let stmt = c.prepare_cached(&sql).await.map_err(store_error)?;
+    c.query(
+        &stmt,
+        &[
+            &domain.0,
+            &&hash[..],
+            &target.as_str(),
+            &(crate::store::MAX_LINKS_TO as i64),
+        ],
+    )
+    .await
+    .map_err(store_error)?
+    .iter()
+    .map(|r| link_at(r, 0))
+    .collect()
+}
+
+/// How many live links `scope` has, and their stored visits.
+pub(super) async fn totals(c: &Client, scope: VisitScope) -> Result<LinkTotals, StoreError> {
+    // numeric sums cannot overflow; the answer stops at the largest BIGINT.
+    let row = query_opt(
+        c,
+        "SELECT count(*), least(coalesce(sum(l.visits::numeric + l.imported_visits), 0), \
+         9223372036854775807)::int8 FROM links l WHERE l.deleted_at IS NULL \
+         AND ($1::int8 IS NULL OR l.owner = $1) AND ($2::int8 IS NULL OR l.domain = $2)",
+        &[&scope.owner.map(|o| o.0), &scope.domain.map(|d| d.0)],
+    )
+    .await?;
+    Ok(row.map_or_else(LinkTotals::default, |r| LinkTotals {
+        links: count(&r, 0),
+        visits: count(&r, 1),
+    }))
+}
+
+/// A page of live links in a scope, ranked.
+pub(super) async fn ranked(c: &Client, q: &RankQuery) -> Result<Vec<Link>, StoreError> {
+    let order = match q.rank {
+        Rank::MostVisited => "l.visits + l.imported_visits DESC, l.id DESC",
+        Rank::LeastVisited => "l.visits + l.imported_visits ASC, l.id DESC",
+        Rank::Newest => "l.id DESC",
+        Rank::Random => "random()",
+    };
+    let sql = format!(
+        "SELECT {LINK_COLUMNS} FROM {LINK_FROM} WHERE l.deleted_at IS NULL \
+         AND ($1::int8 IS NULL OR l.owner = $1) AND ($2::int8 IS NULL OR l.domain = $2) \
+         ORDER BY {order} LIMIT $3 OFFSET $4"
+    );
+    let stmt = c.prepare_cached(&sql).await.map_err(store_error)?;
+    c.query(
+        &stmt,
+        &[
+            &q.scope.owner.map(|o| o.0),
+            &q.scope.domain.map(|d| d.0),
+            &(q.limit as i64),
+            &i64::try_from(q.offset).unwrap_or(i64::MAX),
+        ],
+    )
+    .await
+    .map_err(store_error)?
+    .iter()
+    .map(|r| link_at(r, 0))
+    .collect()
 }
 
 /// Adds counted visits to live links, all in one transaction (rolled back

@@ -160,6 +160,9 @@ const MIGRATIONS: &[Migration] = &[
     // 13: visits carried over from another shortener without a time:
     // counted in a report's total, never toward `max_visits`.
     Sql("ALTER TABLE links ADD COLUMN imported_visits INTEGER NOT NULL DEFAULT 0;"),
+    // 14: the SHA-256 of each live link's target, indexed per domain, to
+    // find a link by its target (the YOURLS API's duplicate check).
+    Code(target_hashes),
 ];
 
 fn sessions(tx: &Transaction<'_>) -> rusqlite::Result<()> {
@@ -317,6 +320,27 @@ pub(crate) fn code_key(conn: &Connection) -> rusqlite::Result<crate::domain::Cod
             "the code key is 16 bytes".into(),
         )
     })
+}
+
+fn target_hashes(tx: &Transaction<'_>) -> rusqlite::Result<()> {
+    tx.execute_batch("ALTER TABLE links ADD COLUMN target_hash BLOB;")?;
+    let mut hashed = Vec::new();
+    {
+        let mut rows = tx.prepare("SELECT id, target FROM links WHERE deleted_at IS NULL")?;
+        let mut rows = rows.query([])?;
+        while let Some(row) = rows.next()? {
+            let target = row.get_ref(1)?.as_str()?;
+            hashed.push((row.get::<_, i64>(0)?, crate::store::target_hash(target)));
+        }
+    }
+    let mut update = tx.prepare("UPDATE links SET target_hash = ?2 WHERE id = ?1")?;
+    for (id, hash) in &hashed {
+        update.execute((id, &hash[..]))?;
+    }
+    tx.execute_batch(
+        "CREATE INDEX links_target_hash ON links (domain, target_hash) \
+         WHERE deleted_at IS NULL;",
+    )
 }
 
 fn canonicalize_targets(tx: &Transaction<'_>) -> rusqlite::Result<()> {

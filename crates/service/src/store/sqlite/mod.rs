@@ -47,13 +47,13 @@ use self::replies::Done;
 use self::slots::Slots;
 use self::writer::{Hooks, Writer};
 use super::{
-    ApiKey, Existing, ImportRow, LinkPatch, LinkStore, ListPage, ListQuery, LoginFlow,
-    LoginFlowWrite, NewLink, Record, Session, SessionWrite, StorageFailure, StoreError,
+    ApiKey, Existing, ImportRow, LinkPatch, LinkStore, LinkTotals, ListPage, ListQuery, LoginFlow,
+    LoginFlowWrite, NewLink, RankQuery, Record, Session, SessionWrite, StorageFailure, StoreError,
     StoreMetrics, StoreStats, TagCount, User, UserWrite, VisitScope,
 };
 use crate::domain::{
     CodeGenerator, Codebook, Domain, DomainId, DomainRedirects, Host, KeyId, Link, LinkKey,
-    Resolved, ShortCode, Timestamp, UserId, VisitCounts,
+    Resolved, ShortCode, TargetUrl, Timestamp, UserId, VisitCounts,
 };
 use rusqlite::Connection;
 
@@ -632,6 +632,23 @@ impl LinkStore for SqliteStore {
 
     async fn tags(&self, scope: VisitScope) -> Result<Vec<TagCount>, StoreError> {
         self.read(move |r| r.tags(scope)).await
+    }
+
+    async fn links_to(
+        &self,
+        domain: DomainId,
+        target: &TargetUrl,
+    ) -> Result<Vec<Link>, StoreError> {
+        let target = target.clone();
+        self.read(move |r| r.links_to(domain, &target)).await
+    }
+
+    async fn totals(&self, scope: VisitScope) -> Result<LinkTotals, StoreError> {
+        self.read(move |r| r.totals(scope)).await
+    }
+
+    async fn ranked(&self, query: RankQuery) -> Result<Vec<Link>, StoreError> {
+        self.read(move |r| r.ranked(&query)).await
     }
 
     async fn keys(&self) -> Result<Vec<ApiKey>, StoreError> {

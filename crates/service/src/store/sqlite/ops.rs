@@ -165,6 +165,7 @@ fn update(
     let changed = conn
         .prepare_cached(
             "UPDATE links SET target = coalesce(?2, target), \
+             target_hash = coalesce(?15, target_hash), \
              expires_at = CASE WHEN ?3 THEN ?4 ELSE expires_at END, \
              max_visits = CASE WHEN ?5 THEN ?6 ELSE max_visits END, \
              password = CASE WHEN ?7 THEN ?8 ELSE password END, \
@@ -194,6 +195,10 @@ fn update(
                 .and_then(|u| u.as_ref().map(|u| u.as_str())),
             patch.title.is_some(),
             patch.title.as_ref().and_then(|t| t.as_deref()),
+            patch
+                .target
+                .as_ref()
+                .map(|t| crate::store::target_hash(t.as_str()).to_vec()),
         ))?;
     if changed == 0 {
         return Ok(applied(Done::MaybeLink(None)));
@@ -239,7 +244,7 @@ fn tombstone(conn: &Connection, id: i64, now: Timestamp) -> rusqlite::Result<boo
         .prepare_cached(
             "UPDATE links SET deleted_at = ?2, target = '', expires_at = NULL, \
              max_visits = NULL, visits = 0, password = NULL, rules = NULL, \
-             expired_url = NULL, title = NULL WHERE id = ?1",
+             expired_url = NULL, title = NULL, target_hash = NULL WHERE id = ?1",
         )?
         .execute((id, now.millis()))?;
     drop_tags(conn, id)?;
@@ -797,7 +802,8 @@ fn existing(
     let extra = crate::store::ExtraColumns::of(row.extra.as_deref());
     conn.prepare_cached(
         "UPDATE links SET target = ?2, expires_at = ?3, max_visits = ?4, password = ?5, \
-         rules = ?6, expired_url = ?7, title = ?8, imported_visits = ?9 WHERE id = ?1",
+         rules = ?6, expired_url = ?7, title = ?8, imported_visits = ?9, target_hash = ?10 \
+         WHERE id = ?1",
     )?
     .execute((
         id,
@@ -809,6 +815,9 @@ fn existing(
         extra.expired_url.as_deref(),
         row.labels.title.as_deref(),
         clamp(row.imported_visits),
+        row.target
+            .as_ref()
+            .map(|t| crate::store::target_hash(t.as_str()).to_vec()),
     ))?;
     set_tags(conn, id, &row.labels.tags)?;
     Ok((Existing::Overwritten, Some(id)))
@@ -824,8 +833,9 @@ fn import(
     let mut stmt = conn.prepare_cached(
         "INSERT INTO links (id, code, target, created_at, expires_at, owner, deleted_at, \
          max_visits, visits, named, domain, password, rules, expired_url, title, tags, \
-         imported_visits) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+         imported_visits, target_hash) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
+         ?18)",
     )?;
     let mut next_id = find::next_id(conn)?;
     let mut history = VisitStatements::prepare(conn)?;
@@ -899,6 +909,10 @@ fn import(
             row.labels.title.as_deref(),
             shown,
             clamp(row.imported_visits),
+            row.target
+                .as_ref()
+                .filter(|_| row.deleted_at.is_none())
+                .map(|t| crate::store::target_hash(t.as_str()).to_vec()),
         ]);
         match inserted {
             Ok(_) => {

@@ -21,9 +21,13 @@ use super::rows;
 use super::slots::{Found, Lookup, Slots};
 use super::{ConnectionMode, SqliteSettings};
 use crate::domain::{
-    Codebook, Domain, HourCount, Link, LinkKey, Resolved, TargetUrl, Timestamp, VisitCounts,
+    Codebook, Domain, DomainId, HourCount, Link, LinkKey, Resolved, TargetUrl, Timestamp,
+    VisitCounts,
 };
-use crate::store::{ApiKey, ListPage, ListQuery, Record, Session, TagCount, User, VisitScope};
+use crate::store::{
+    ApiKey, LinkTotals, ListPage, ListQuery, Rank, RankQuery, Record, Session, TagCount, User,
+    VisitScope,
+};
 
 /// What a redirect needs of a live link (find.rs).
 const SELECT_TARGET: Statements<&str> = Statements {
@@ -318,6 +322,85 @@ impl Readers {
                 links: found.into_iter().map(|(_, l)| l).collect(),
                 next,
             })
+        })
+    }
+
+    /// The live links on `domain` to exactly `target`, oldest first, by
+    /// the index on the target's hash.
+    pub(super) fn links_to(
+        &self,
+        domain: DomainId,
+        target: &TargetUrl,
+    ) -> rusqlite::Result<Vec<Link>> {
+        let hash = crate::store::target_hash(target.as_str());
+        self.with_connection(|conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {} FROM {} WHERE l.domain = ?1 AND l.target_hash = ?2 \
+                 AND l.deleted_at IS NULL AND l.target = ?3 ORDER BY l.id LIMIT ?4",
+                rows::LINK_COLUMNS,
+                rows::LINK_FROM
+            ))?
+            .query_map(
+                rusqlite::params![
+                    domain.0,
+                    &hash[..],
+                    target.as_str(),
+                    crate::store::MAX_LINKS_TO as i64
+                ],
+                rows::link,
+            )?
+            .collect()
+        })
+    }
+
+    /// How many live links `scope` has, and their stored visits.
+    pub(super) fn totals(&self, scope: VisitScope) -> rusqlite::Result<LinkTotals> {
+        let owner = scope.owner.map(|o| o.0);
+        let domain = scope.domain.map(|d| d.0);
+        self.with_connection(|conn| {
+            // total() sums as a float, so that imported counts cannot
+            // overflow the sum (see `visit_totals`).
+            conn.prepare_cached(
+                "SELECT count(*), CAST(total(l.visits) + total(l.imported_visits) AS INTEGER) \
+                 FROM links l WHERE l.deleted_at IS NULL \
+                 AND (?1 IS NULL OR l.owner = ?1) AND (?2 IS NULL OR l.domain = ?2)",
+            )?
+            .query_row((owner, domain), |r| {
+                Ok(LinkTotals {
+                    links: r.get::<_, i64>(0)?.max(0) as u64,
+                    visits: r.get::<_, i64>(1)?.max(0) as u64,
+                })
+            })
+        })
+    }
+
+    /// A page of live links in a scope, ranked.
+    pub(super) fn ranked(&self, q: &RankQuery) -> rusqlite::Result<Vec<Link>> {
+        let order = match q.rank {
+            Rank::MostVisited => "l.visits + l.imported_visits DESC, l.id DESC",
+            Rank::LeastVisited => "l.visits + l.imported_visits ASC, l.id DESC",
+            Rank::Newest => "l.id DESC",
+            Rank::Random => "random()",
+        };
+        let sql = format!(
+            "SELECT {} FROM {} WHERE l.deleted_at IS NULL \
+             AND (?1 IS NULL OR l.owner = ?1) AND (?2 IS NULL OR l.domain = ?2) \
+             ORDER BY {order} LIMIT ?3 OFFSET ?4",
+            rows::LINK_COLUMNS,
+            rows::LINK_FROM
+        );
+        self.with_connection(|conn| {
+            conn.prepare_cached(&sql)?
+                .query_map(
+                    rusqlite::params![
+                        q.scope.owner.map(|o| o.0),
+                        q.scope.domain.map(|d| d.0),
+                        q.limit as i64,
+                        i64::try_from(q.offset).unwrap_or(i64::MAX)
+                    ],
+                    rows::link,
+                )?
+                .collect()
         })
     }
 

@@ -34,8 +34,8 @@ use crate::store::{ExtraColumns, NewLink, StorageFailure, StoreError};
 use crate::throttled;
 
 const INSERT: &str = "INSERT INTO links (id, code, target, created_at, expires_at, owner, \
-                      max_visits, named, domain, password, rules, expired_url, title) \
-                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+                      max_visits, named, domain, password, rules, expired_url, title, target_hash) \
+                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
 
 enum Message {
     Create {
@@ -804,6 +804,7 @@ fn insert_one(
             extra.rules.as_deref(),
             extra.expired_url.as_deref(),
             new.labels.title.as_deref(),
+            &crate::store::target_hash(new.target.as_str())[..],
         ))?;
         Ok(inserted)
     };
