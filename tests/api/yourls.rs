@@ -355,6 +355,23 @@ crate::on_both_stores! {
         check(&app, "stats-no-limit", &values, &with(&[("action", "stats")])).await;
         let db = check(&app, "db-stats", &values, &with(&[("action", "db-stats")])).await;
         assert_eq!(db["db-stats"], json!({"total_links": 4, "total_clicks": 0}));
+
+        // A link found by its target follows a change of it, and a deleted
+        // one is found no more.
+        let r = app.api(Method::PATCH, &format!("/api/v1/links/{code}"), Some(&key),
+            Some(json!({"url": "https://example.com/moved"}))).await;
+        assert_eq!(r.status(), 200);
+        let (status, moved) = json_of(&app, &with(&[("action", "shorturl"), ("url", "https://example.com/moved")])).await;
+        assert_eq!((status, moved["code"].as_str(), moved["url"]["keyword"].as_str()),
+            (400, Some("error:url"), Some(code.as_str())), "{moved}");
+        let (status, fresh) = json_of(&app, &with(&[("action", "shorturl"), ("url", url)])).await;
+        assert_eq!((status, fresh["status"].as_str()), (200, Some("success")), "{fresh}");
+        let fresh_code = fresh["url"]["keyword"].as_str().expect("keyword").to_owned();
+        let r = app.api(Method::DELETE, &format!("/api/v1/links/{fresh_code}"), Some(&key), None).await;
+        assert_eq!(r.status(), 204);
+        let (status, again) = json_of(&app, &with(&[("action", "shorturl"), ("url", url)])).await;
+        assert_eq!((status, again["status"].as_str()), (200, Some("success")), "{again}");
+        assert_ne!(again["url"]["keyword"], fresh_code.as_str());
         app.stop().await;
     }
 }

@@ -463,6 +463,43 @@ mod tests {
     }
 
     #[test]
+    fn live_links_get_their_targets_hash_and_are_found_by_it_through_the_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("m.db")).unwrap();
+        migrate_to(&mut conn, 13).unwrap();
+        conn.execute_batch(
+            "INSERT INTO links (code, target, created_at) VALUES ('aaa', 'https://example.com/a', 0);
+             INSERT INTO links (code, target, created_at, deleted_at) VALUES ('bbb', '', 0, 1);",
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        let hashes: Vec<Option<Vec<u8>>> = conn
+            .prepare("SELECT target_hash FROM links ORDER BY code")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let want = crate::store::target_hash("https://example.com/a").to_vec();
+        assert_eq!(hashes, [Some(want), None]);
+        let plan: Vec<String> = conn
+            .prepare(&format!(
+                "EXPLAIN QUERY PLAN {}",
+                super::super::readers::links_to_sql()
+            ))
+            .unwrap()
+            .query_map(rusqlite::params![0, vec![0u8; 32], "x", 1], |r| r.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            plan.iter()
+                .any(|p| p.contains("USING INDEX links_target_hash")),
+            "{plan:?}"
+        );
+    }
+
+    #[test]
     fn rewrites_targets_to_their_canonical_form() {
         let dir = tempfile::tempdir().unwrap();
         let mut conn = Connection::open(dir.path().join("m.db")).unwrap();

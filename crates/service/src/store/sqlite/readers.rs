@@ -38,6 +38,16 @@ const SELECT_TARGET: Statements<&str> = Statements {
 };
 
 /// [`rows::link`] on a row whose first column is the id.
+/// [`Readers::links_to`]'s statement: domain, target hash, target, limit.
+pub(super) fn links_to_sql() -> String {
+    format!(
+        "SELECT {} FROM {} WHERE l.domain = ?1 AND l.target_hash = ?2 \
+         AND l.deleted_at IS NULL AND l.target = ?3 ORDER BY l.id LIMIT ?4",
+        rows::LINK_COLUMNS,
+        rows::LINK_FROM
+    )
+}
+
 fn rows_link_at(r: &rusqlite::Row<'_>) -> rusqlite::Result<Link> {
     rows::link_at(r, 1)
 }
@@ -334,22 +344,17 @@ impl Readers {
     ) -> rusqlite::Result<Vec<Link>> {
         let hash = crate::store::target_hash(target.as_str());
         self.with_connection(|conn| {
-            conn.prepare_cached(&format!(
-                "SELECT {} FROM {} WHERE l.domain = ?1 AND l.target_hash = ?2 \
-                 AND l.deleted_at IS NULL AND l.target = ?3 ORDER BY l.id LIMIT ?4",
-                rows::LINK_COLUMNS,
-                rows::LINK_FROM
-            ))?
-            .query_map(
-                rusqlite::params![
-                    domain.0,
-                    &hash[..],
-                    target.as_str(),
-                    crate::store::MAX_LINKS_TO as i64
-                ],
-                rows::link,
-            )?
-            .collect()
+            conn.prepare_cached(&links_to_sql())?
+                .query_map(
+                    rusqlite::params![
+                        domain.0,
+                        &hash[..],
+                        target.as_str(),
+                        crate::store::MAX_LINKS_TO as i64
+                    ],
+                    rows::link,
+                )?
+                .collect()
         })
     }
 
