@@ -443,6 +443,22 @@ fn failed(code: &str, message: String) -> Answer {
     )
 }
 
+/// A link as `shorturl` shows it under `url`: with its `clicks` when it
+/// existed already, as YOURLS shows a stored row.
+fn url_of(link: &Link, with_clicks: bool) -> Out {
+    let mut fields = vec![
+        ("keyword".into(), text(link.code.as_str())),
+        ("url".into(), text(link.target.as_str())),
+        ("title".into(), text(title_of(link))),
+        ("date".into(), text(link.created_at.ymd_hms())),
+        ("ip".into(), text("")),
+    ];
+    if with_clicks {
+        fields.push(("clicks".into(), Out::Int(clicks(link))));
+    }
+    Out::Map(fields)
+}
+
 fn title_of(link: &Link) -> String {
     link.labels.title.clone().unwrap_or_default()
 }
@@ -539,16 +555,7 @@ impl Call<'_> {
                         ),
                         ("errorCode", text("")),
                         ("statusCode", text("200")),
-                        (
-                            "url",
-                            Out::Map(vec![
-                                ("keyword".into(), text(link.code.as_str())),
-                                ("url".into(), text(url)),
-                                ("title".into(), text(title_of(&link))),
-                                ("date".into(), text(link.created_at.ymd_hms())),
-                                ("ip".into(), text("")),
-                            ]),
-                        ),
+                        ("url", url_of(&link, false)),
                         ("title", text(title_of(&link))),
                         ("shorturl", text(short_url.clone())),
                     ],
@@ -575,17 +582,7 @@ impl Call<'_> {
                         ),
                         ("errorCode", text("400")),
                         ("statusCode", text("400")),
-                        (
-                            "url",
-                            Out::Map(vec![
-                                ("keyword".into(), text(link.code.as_str())),
-                                ("url".into(), text(url)),
-                                ("title".into(), text(title_of(&link))),
-                                ("date".into(), text(link.created_at.ymd_hms())),
-                                ("ip".into(), text("")),
-                                ("clicks".into(), Out::Int(clicks(&link))),
-                            ]),
-                        ),
+                        ("url", url_of(&link, true)),
                         ("title", text(title_of(&link))),
                         ("shorturl", text(short_url.clone())),
                     ],

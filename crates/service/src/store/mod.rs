@@ -339,6 +339,18 @@ pub enum Rank {
     Random,
 }
 
+impl Rank {
+    /// Its `ORDER BY`, over `links l`, in SQL both stores speak.
+    pub(crate) fn order_by(self) -> &'static str {
+        match self {
+            Self::MostVisited => "l.visits + l.imported_visits DESC, l.id DESC",
+            Self::LeastVisited => "l.visits + l.imported_visits ASC, l.id DESC",
+            Self::Newest => "l.id DESC",
+            Self::Random => "random()",
+        }
+    }
+}
+
 /// How many live links a scope has, and their visits, counted and
 /// imported.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -18,7 +18,7 @@ use crate::domain::{
 };
 use crate::store::{
     ApiKey, Existing, ExtraColumns, FederatedUser, ImportRow, LinkPatch, LinkTotals, ListPage,
-    ListQuery, LoginFlow, LoginFlowWrite, NewUser, Rank, RankQuery, Record, Session, SessionWrite,
+    ListQuery, LoginFlow, LoginFlowWrite, NewUser, RankQuery, Record, Session, SessionWrite,
     StorageFailure, StoreError, TagCount, User, UserChange, UserWrite, VisitScope,
 };
 
@@ -438,12 +438,7 @@ pub(super) async fn totals(c: &Client, scope: VisitScope) -> Result<LinkTotals, 
 
 /// A page of live links in a scope, ranked.
 pub(super) async fn ranked(c: &Client, q: &RankQuery) -> Result<Vec<Link>, StoreError> {
-    let order = match q.rank {
-        Rank::MostVisited => "l.visits + l.imported_visits DESC, l.id DESC",
-        Rank::LeastVisited => "l.visits + l.imported_visits ASC, l.id DESC",
-        Rank::Newest => "l.id DESC",
-        Rank::Random => "random()",
-    };
+    let order = q.rank.order_by();
     let sql = format!(
         "SELECT {LINK_COLUMNS} FROM {LINK_FROM} WHERE l.deleted_at IS NULL \
          AND ($1::int8 IS NULL OR l.owner = $1) AND ($2::int8 IS NULL OR l.domain = $2) \

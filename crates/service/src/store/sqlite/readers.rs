@@ -25,8 +25,7 @@ use crate::domain::{
     VisitCounts,
 };
 use crate::store::{
-    ApiKey, LinkTotals, ListPage, ListQuery, Rank, RankQuery, Record, Session, TagCount, User,
-    VisitScope,
+    ApiKey, LinkTotals, ListPage, ListQuery, RankQuery, Record, Session, TagCount, User, VisitScope,
 };
 
 /// What a redirect needs of a live link (find.rs).
@@ -381,12 +380,7 @@ impl Readers {
 
     /// A page of live links in a scope, ranked.
     pub(super) fn ranked(&self, q: &RankQuery) -> rusqlite::Result<Vec<Link>> {
-        let order = match q.rank {
-            Rank::MostVisited => "l.visits + l.imported_visits DESC, l.id DESC",
-            Rank::LeastVisited => "l.visits + l.imported_visits ASC, l.id DESC",
-            Rank::Newest => "l.id DESC",
-            Rank::Random => "random()",
-        };
+        let order = q.rank.order_by();
         let sql = format!(
             "SELECT {} FROM {} WHERE l.deleted_at IS NULL \
              AND (?1 IS NULL OR l.owner = ?1) AND (?2 IS NULL OR l.domain = ?2) \
