@@ -404,18 +404,9 @@ fn digest(algo: &str, data: &str) -> String {
 /// `db-stats` with these credentials (and `X-Forwarded-For: client`):
 /// the status and the JSON.
 async fn db_stats(app: &TestApp, client: &str, auth: &[(&str, &str)]) -> (u16, Value) {
-    let mut params = vec![("action", "db-stats"), ("format", "json")];
+    let mut params = vec![("action", "db-stats")];
     params.extend_from_slice(auth);
-    let url = reqwest::Url::parse_with_params(&app.url("/yourls-api.php"), &params).expect("url");
-    let r = app
-        .client
-        .get(url)
-        .header("x-forwarded-for", client)
-        .send()
-        .await
-        .expect("db-stats");
-    let status = r.status().as_u16();
-    (status, r.json().await.expect("json"))
+    call_from(app, client, false, &params).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
