@@ -41,8 +41,18 @@ struct Nginx {
 }
 
 impl Nginx {
+    /// Retries on another port when nginx cannot bind the one picked (a
+    /// port released here may be taken by another test's server first).
     fn start(dir: &Path, upstreams: &[String]) -> Self {
-        let port = free_port();
+        for _ in 0..5 {
+            if let Some(nginx) = Self::try_start(dir, upstreams, free_port()) {
+                return nginx;
+            }
+        }
+        panic!("nginx did not start on any of five ports");
+    }
+
+    fn try_start(dir: &Path, upstreams: &[String], port: u16) -> Option<Self> {
         let mut conf = std::fs::read_to_string(format!("{DEPLOY}/nginx.conf")).expect("nginx.conf");
         conf = conf.replace(
             "listen 127.0.0.1:8080;",
@@ -67,7 +77,7 @@ impl Nginx {
         if unsafe { libc::geteuid() } == 0 {
             globals.push_str(" user root;");
         }
-        let child = Command::new(nginx_binary())
+        let mut child = Command::new(nginx_binary())
             .arg("-p")
             .arg(dir)
             .arg("-c")
@@ -79,12 +89,29 @@ impl Nginx {
             .expect("nginx");
         let url = format!("http://127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        // Asked by its Server header, so that another process on the port
+        // is not taken for nginx.
+        while !answers_as_nginx(port) {
+            if child.try_wait().expect("nginx status").is_some() {
+                return None;
+            }
             assert!(Instant::now() < deadline, "nginx did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Self { child, url }
+        Some(Self { child, url })
     }
+}
+
+fn answers_as_nginx(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut tcp) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = tcp.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut head = String::new();
+    tcp.write_all(b"GET /healthz HTTP/1.0\r\n\r\n").is_ok()
+        && tcp.take(4096).read_to_string(&mut head).is_ok()
+        && head.to_ascii_lowercase().contains("\r\nserver: nginx")
 }
 
 impl Drop for Nginx {

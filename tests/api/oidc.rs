@@ -78,33 +78,46 @@ impl MockProvider {
             );
             return None;
         };
-        let port = free_port();
-        let child = Command::new(command)
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--require-nonce", "true"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start oidc-provider-mock");
-        let provider = Self {
-            child,
-            issuer: format!("http://127.0.0.1:{port}"),
-            http: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .timeout(Duration::from_secs(30))
-                .build()
-                .expect("client"),
-        };
-        let discovery = format!("{}/.well-known/openid-configuration", provider.issuer);
-        for _ in 0..300 {
-            if let Ok(r) = provider.http.get(&discovery).send().await
-                && r.status() == 200
-            {
-                return Some(provider);
+        // Another port when the mock could not bind the one picked: a port
+        // released here may be taken by another test's server first.
+        for _ in 0..5 {
+            let port = free_port();
+            let child = Command::new(&command)
+                .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+                .args(["--require-nonce", "true"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start oidc-provider-mock");
+            let mut provider = Self {
+                child,
+                issuer: format!("http://127.0.0.1:{port}"),
+                http: reqwest::Client::builder()
+                    .redirect(reqwest::redirect::Policy::none())
+                    .timeout(Duration::from_secs(30))
+                    .build()
+                    .expect("client"),
+            };
+            let discovery = format!("{}/.well-known/openid-configuration", provider.issuer);
+            let mut exited = false;
+            for _ in 0..300 {
+                if let Ok(r) = provider.http.get(&discovery).send().await
+                    && r.status() == 200
+                {
+                    return Some(provider);
+                }
+                if provider.child.try_wait().expect("mock status").is_some() {
+                    exited = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert!(
+                exited,
+                "oidc-provider-mock did not answer on {discovery} within 30s"
+            );
         }
-        panic!("oidc-provider-mock did not answer on {discovery} within 30s");
+        panic!("oidc-provider-mock did not start on any of five ports");
     }
 
     /// Sets the claims the provider gives the person `sub`.

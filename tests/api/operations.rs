@@ -130,15 +130,25 @@ async fn metrics_count_what_happens_and_follow_the_stats_rule() {
 #[tokio::test]
 async fn metrics_listen_serves_them_elsewhere_without_a_key() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // Port 0, and the address read back from the log: a port picked here
+    // and released could be taken by the main listener first.
     let server = spawn_process(
         &dir.path().join("m.db"),
-        &["--metrics-listen", &format!("127.0.0.1:{port}")],
+        &["--metrics-listen", "127.0.0.1:0"],
     );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let port = loop {
+        let found = server.log().1.iter().find_map(|line| {
+            let line = line.split_once("serving metrics")?.1;
+            let addr = line.split_once("addr=")?.1.split_whitespace().next()?;
+            addr.parse::<std::net::SocketAddr>().ok()
+        });
+        if let Some(addr) = found {
+            break addr.port();
+        }
+        assert!(Instant::now() < deadline, "no metrics address in the log");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let r = client()
         .get(format!("{}/metrics", server.url()))
         .send()

@@ -196,7 +196,9 @@ impl Application {
         let metrics = self.metrics.map(|(listener, service)| {
             let http = self.http.clone();
             let mut stopped = stopped.clone();
-            tracing::info!(addr = ?listener.local_addr().ok(), "serving metrics");
+            if let Ok(addr) = listener.local_addr() {
+                tracing::info!(%addr, "serving metrics");
+            }
             tokio::spawn(async move {
                 let until = async move {
                     let _ = stopped.wait_for(|s| *s).await;
