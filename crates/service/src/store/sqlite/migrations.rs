@@ -160,7 +160,8 @@ const MIGRATIONS: &[Migration] = &[
     // 13: visits carried over from another shortener without a time:
     // counted in a report's total, never toward `max_visits`.
     Sql("ALTER TABLE links ADD COLUMN imported_visits INTEGER NOT NULL DEFAULT 0;"),
-    // 14: the SHA-256 of each live link's target, indexed per domain, to
+    // 14: the first 8 bytes of the SHA-256 of each live link's target,
+    // indexed per domain, to
     // find a link by its target (the YOURLS API's duplicate check).
     Code(target_hashes),
 ];
@@ -323,19 +324,19 @@ pub(crate) fn code_key(conn: &Connection) -> rusqlite::Result<crate::domain::Cod
 }
 
 fn target_hashes(tx: &Transaction<'_>) -> rusqlite::Result<()> {
-    tx.execute_batch("ALTER TABLE links ADD COLUMN target_hash BLOB;")?;
+    tx.execute_batch("ALTER TABLE links ADD COLUMN target_hash INTEGER;")?;
     let mut hashed = Vec::new();
     {
         let mut rows = tx.prepare("SELECT id, target FROM links WHERE deleted_at IS NULL")?;
         let mut rows = rows.query([])?;
         while let Some(row) = rows.next()? {
             let target = row.get_ref(1)?.as_str()?;
-            hashed.push((row.get::<_, i64>(0)?, crate::store::target_hash(target)));
+            hashed.push((row.get::<_, i64>(0)?, super::rows::target_key(target)));
         }
     }
     let mut update = tx.prepare("UPDATE links SET target_hash = ?2 WHERE id = ?1")?;
     for (id, hash) in &hashed {
-        update.execute((id, &hash[..]))?;
+        update.execute((id, hash))?;
     }
     tx.execute_batch(
         "CREATE INDEX links_target_hash ON links (domain, target_hash) \
@@ -473,14 +474,14 @@ mod tests {
         )
         .unwrap();
         migrate(&mut conn).unwrap();
-        let hashes: Vec<Option<Vec<u8>>> = conn
+        let hashes: Vec<Option<i64>> = conn
             .prepare("SELECT target_hash FROM links ORDER BY code")
             .unwrap()
             .query_map([], |r| r.get(0))
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
-        let want = crate::store::target_hash("https://example.com/a").to_vec();
+        let want = super::super::rows::target_key("https://example.com/a");
         assert_eq!(hashes, [Some(want), None]);
         let plan: Vec<String> = conn
             .prepare(&format!(
@@ -488,7 +489,7 @@ mod tests {
                 super::super::readers::links_to_sql()
             ))
             .unwrap()
-            .query_map(rusqlite::params![0, vec![0u8; 32], "x", 1], |r| r.get(3))
+            .query_map(rusqlite::params![0, 0i64, "x", 1], |r| r.get(3))
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();

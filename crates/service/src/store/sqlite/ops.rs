@@ -198,7 +198,7 @@ fn update(
             patch
                 .target
                 .as_ref()
-                .map(|t| crate::store::target_hash(t.as_str()).to_vec()),
+                .map(|t| super::rows::target_key(t.as_str())),
         ))?;
     if changed == 0 {
         return Ok(applied(Done::MaybeLink(None)));
@@ -817,7 +817,7 @@ fn existing(
         clamp(row.imported_visits),
         row.target
             .as_ref()
-            .map(|t| crate::store::target_hash(t.as_str()).to_vec()),
+            .map(|t| super::rows::target_key(t.as_str())),
     ))?;
     set_tags(conn, id, &row.labels.tags)?;
     Ok((Existing::Overwritten, Some(id)))
@@ -912,7 +912,7 @@ fn import(
             row.target
                 .as_ref()
                 .filter(|_| row.deleted_at.is_none())
-                .map(|t| crate::store::target_hash(t.as_str()).to_vec()),
+                .map(|t| super::rows::target_key(t.as_str())),
         ]);
         match inserted {
             Ok(_) => {

@@ -341,13 +341,13 @@ impl Readers {
         domain: DomainId,
         target: &TargetUrl,
     ) -> rusqlite::Result<Vec<Link>> {
-        let hash = crate::store::target_hash(target.as_str());
+        let key = super::rows::target_key(target.as_str());
         self.with_connection(|conn| {
             conn.prepare_cached(&links_to_sql())?
                 .query_map(
                     rusqlite::params![
                         domain.0,
-                        &hash[..],
+                        key,
                         target.as_str(),
                         crate::store::MAX_LINKS_TO as i64
                     ],

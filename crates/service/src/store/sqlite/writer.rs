@@ -804,7 +804,7 @@ fn insert_one(
             extra.rules.as_deref(),
             extra.expired_url.as_deref(),
             new.labels.title.as_deref(),
-            &crate::store::target_hash(new.target.as_str())[..],
+            super::rows::target_key(new.target.as_str()),
         ))?;
         Ok(inserted)
     };
