@@ -290,25 +290,54 @@ enum Answers {
     TooManyRequests,
 }
 
+/// The parameters of every action, as the OpenAPI document shows them for
+/// the query and for a form. They are PHP's request fields: text, which
+/// YOURLS reads as it needs (a number by PHP's `intval`).
+#[derive(utoipa::ToSchema, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // read by name through [`Params`], as PHP's `$_REQUEST`
+pub(crate) struct YourlsFields {
+    /// shorturl, expand, url-stats, stats, db-stats or version
+    action: String,
+    /// json, xml (the default) or simple; jsonp is refused
+    format: Option<String>,
+    /// A key's signature token, or its timed hash
+    signature: Option<String>,
+    /// Unix time of a timed signature
+    timestamp: Option<String>,
+    /// md5 (the default), sha1, sha256, sha384 or sha512
+    hash: Option<String>,
+    /// A local account's name
+    username: Option<String>,
+    /// Its password
+    password: Option<String>,
+    /// shorturl: the long URL
+    url: Option<String>,
+    /// shorturl: a custom code (needs credentials)
+    keyword: Option<String>,
+    /// shorturl: the title
+    title: Option<String>,
+    /// expand and url-stats: a code or a full short URL
+    shorturl: Option<String>,
+    /// stats: top (default), bottom, last or rand
+    filter: Option<String>,
+    /// stats: how many links (none when absent), at most 1,000
+    limit: Option<String>,
+    /// stats: how many to skip
+    start: Option<String>,
+    /// version: 1 adds the database version
+    db: Option<String>,
+}
+
 /// `GET /yourls-api.php`: the parameters in the query.
-#[utoipa::path(get, path = "/yourls-api.php", tag = "yourls", operation_id = "yourls_api",
-    params(
-        ("action" = String, Query, description = "shorturl, expand, url-stats, stats, db-stats or version"),
-        ("format" = Option<String>, Query, description = "json, xml (the default) or simple; jsonp is refused"),
-        ("signature" = Option<String>, Query, description = "A key's signature token, or its timed hash"),
-        ("timestamp" = Option<String>, Query, description = "Unix time of a timed signature"),
-        ("hash" = Option<String>, Query, description = "md5 (the default), sha1, sha256, sha384 or sha512"),
-        ("username" = Option<String>, Query, description = "A local account's name"),
-        ("password" = Option<String>, Query, description = "Its password"),
-        ("url" = Option<String>, Query, description = "shorturl: the long URL"),
-        ("keyword" = Option<String>, Query, description = "shorturl: a custom code (needs credentials)"),
-        ("title" = Option<String>, Query, description = "shorturl: the title"),
-        ("shorturl" = Option<String>, Query, description = "expand and url-stats: a code or a full short URL"),
-        ("filter" = Option<String>, Query, description = "stats: top (default), bottom, last or rand"),
-        ("limit" = Option<u32>, Query, description = "stats: how many links (none when absent), at most 1,000"),
-        ("start" = Option<u32>, Query, description = "stats: how many to skip"),
-    ),
-    responses(Answers))]
+#[utoipa::path(
+    get,
+    path = "/yourls-api.php",
+    tag = "yourls",
+    operation_id = "yourls_api",
+    params(YourlsFields),
+    responses(Answers)
+)]
 pub(crate) async fn api(
     State(state): State<AppState>,
     ClientAddr(peer): ClientAddr,
@@ -365,7 +394,7 @@ pub(crate) async fn api(
 /// `POST /yourls-api.php`: the same parameters, in the query or an
 /// `application/x-www-form-urlencoded` body (which wins, as in PHP).
 #[utoipa::path(post, path = "/yourls-api.php", tag = "yourls", operation_id = "yourls_api_form",
-    request_body(content = String, content_type = "application/x-www-form-urlencoded",
+    request_body(content = YourlsFields, content_type = "application/x-www-form-urlencoded",
         description = "The GET route's parameters, as a form"),
     responses(Answers))]
 pub(crate) async fn api_form(
