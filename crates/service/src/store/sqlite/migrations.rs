@@ -161,8 +161,8 @@ const MIGRATIONS: &[Migration] = &[
     // counted in a report's total, never toward `max_visits`.
     Sql("ALTER TABLE links ADD COLUMN imported_visits INTEGER NOT NULL DEFAULT 0;"),
     // 14: the first 8 bytes of the SHA-256 of each live link's target,
-    // indexed per domain, to
-    // find a link by its target (the YOURLS API's duplicate check).
+    // indexed per domain, to find a link by its target (the YOURLS API's
+    // duplicate check).
     Code(target_hashes),
 ];
 
