@@ -19,9 +19,9 @@ pub(super) const LINK_COLUMNS: &str = "l.code, l.target, l.created_at, l.expires
 pub(super) const LINK_FROM: &str = "links l LEFT JOIN users u ON u.id = l.owner";
 
 /// The key by which a live link is found by its target: the first 8 bytes
-/// of the target's SHA-256, as an integer. An index entry a third the size
-/// of the whole hash keeps inserts cheap; the query compares the target
-/// itself, so a collision costs a row read, never a wrong answer.
+/// of the target's SHA-256, as an integer. It keeps the index a third the
+/// size of one on the whole hash; the query compares the target itself,
+/// so a collision costs a row read, never a wrong answer.
 pub(super) fn target_key(target: &str) -> i64 {
     let hash = crate::store::target_hash(target);
     i64::from_be_bytes([
