@@ -45,6 +45,7 @@ fn main() -> ExitCode {
         Command::Keys(command) => litelink::manage::keys(command),
         Command::Users(command) => litelink::manage::users(command),
         Command::Domains(command) => litelink::manage::domains(command),
+        Command::Webhooks(command) => litelink::manage::webhooks(command),
         Command::Export(args) => litelink::manage::export(args),
         Command::Import(args) => litelink::manage::import(args),
         Command::Stress(args) => stress(args),

@@ -15,13 +15,18 @@ use litelink_service::domain::{DomainId, DomainRedirects, Host, TargetPolicy, Ta
 use litelink_service::domains::{DomainRegistry, DomainSettings};
 use litelink_service::keys;
 use litelink_service::startup::open_tool_store;
+use litelink_service::store::outbox::{EventKind, WebhookWrite};
 use litelink_service::store::{
     Existing, ImportRow, LinkStore, NewUser, Purpose, User, UserChange, UserWrite,
 };
 use litelink_service::transfer::{self, Checker};
 use litelink_service::users::{hash_password, one_time_password};
+use litelink_service::webhooks::{rotation, sign, url_problem};
 
-use crate::cli::{DomainsCommand, ExportArgs, ImportArgs, KeysCommand, RedirectArgs, UsersCommand};
+use crate::cli::{
+    DomainsCommand, ExportArgs, ImportArgs, KeysCommand, RedirectArgs, UsersCommand,
+    WebhooksCommand,
+};
 
 /// Rows per import transaction: large enough that a commit (and its sync)
 /// is a small share of the time, and that named codes landing at random
@@ -921,4 +926,135 @@ pub fn health(args: crate::cli::HealthArgs) -> anyhow::Result<ExitCode> {
             ExitCode::FAILURE
         }
     })
+}
+
+pub fn webhooks(command: WebhooksCommand) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async move {
+        let store_args = match &command {
+            WebhooksCommand::Add { store, .. }
+            | WebhooksCommand::List { store }
+            | WebhooksCommand::Remove { store, .. }
+            | WebhooksCommand::Enable { store, .. }
+            | WebhooksCommand::Disable { store, .. }
+            | WebhooksCommand::Rotate { store, .. } => store.clone(),
+        };
+        let store = open_tool_store(&store_args.settings(), Purpose::Tool).await?;
+        let done = run_webhooks(&store, command).await;
+        store.close().await;
+        done
+    })
+}
+
+async fn run_webhooks(
+    store: &Arc<dyn LinkStore>,
+    command: WebhooksCommand,
+) -> anyhow::Result<ExitCode> {
+    let no_such = |id: i64| anyhow::anyhow!("no webhook {id} (see `litelink webhooks list`)");
+    let set = |id: i64, enabled: bool| WebhookWrite::Set {
+        id,
+        url: None,
+        events: None,
+        domain: None,
+        enabled: Some(enabled),
+    };
+    match command {
+        WebhooksCommand::Add {
+            url,
+            events,
+            domain,
+            webhooks_allow_private,
+            targets,
+            ..
+        } => {
+            let url = TargetUrl::parse(&url).map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
+            if let Some(problem) = url_problem(&url, &targets.policy()?, webhooks_allow_private) {
+                anyhow::bail!("{url}: {problem}");
+            }
+            let events = events
+                .iter()
+                .map(|name| {
+                    EventKind::parse(name.trim())
+                        .ok_or_else(|| anyhow::anyhow!("--events: unknown event '{name}'"))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let domain = match domain {
+                Some(name) => Some(named_domain(&registry(store).await?, &name)?),
+                None => None,
+            };
+            let secret = sign::new_secret();
+            let added = store
+                .write_webhook(WebhookWrite::Add {
+                    url: url.as_str().to_owned(),
+                    events,
+                    domain,
+                    secret: secret.clone(),
+                })
+                .await?
+                .context("the new webhook was not read back")?;
+            eprintln!(
+                "webhook {} added; its signing secret, shown only now:",
+                added.id
+            );
+            println!("{secret}");
+        }
+        WebhooksCommand::List { .. } => {
+            let registry = registry(store).await?;
+            println!(
+                "{:<6} {:<8} {:<40} {:<20} url",
+                "id", "enabled", "events", "domain"
+            );
+            for w in store.webhooks().await? {
+                let events: Vec<&str> = w.events.iter().map(|e| e.as_str()).collect();
+                let domain = w.domain.map_or_else(
+                    || "all".to_owned(),
+                    |d| {
+                        registry
+                            .host_of(d)
+                            .filter(|_| !d.is_default())
+                            .map_or_else(|| "default".to_owned(), |h| h.to_string())
+                    },
+                );
+                println!(
+                    "{:<6} {:<8} {:<40} {:<20} {}",
+                    w.id,
+                    if w.enabled { "yes" } else { "no" },
+                    events.join(","),
+                    domain,
+                    w.url
+                );
+            }
+        }
+        WebhooksCommand::Remove { id, .. } => {
+            if !store.remove_webhook(id).await? {
+                return Err(no_such(id));
+            }
+            eprintln!("webhook {id} removed");
+        }
+        WebhooksCommand::Enable { id, .. } => {
+            store
+                .write_webhook(set(id, true))
+                .await?
+                .ok_or_else(|| no_such(id))?;
+            eprintln!("webhook {id} enabled");
+        }
+        WebhooksCommand::Disable { id, .. } => {
+            store
+                .write_webhook(set(id, false))
+                .await?
+                .ok_or_else(|| no_such(id))?;
+            eprintln!("webhook {id} disabled");
+        }
+        WebhooksCommand::Rotate { id, .. } => {
+            let (secret, write) = rotation(id);
+            store
+                .write_webhook(write)
+                .await?
+                .ok_or_else(|| no_such(id))?;
+            eprintln!(
+                "webhook {id}: a new signing secret, shown only now (the old one signs too for 24 hours):"
+            );
+            println!("{secret}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -266,3 +266,59 @@ pub enum DomainsCommand {
         store: StoreArgs,
     },
 }
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum WebhooksCommand {
+    /// Register a webhook (a running server sends to it within a second);
+    /// its signing secret is printed this once.
+    Add {
+        /// Where events are posted: https, unless --webhooks-allow-private.
+        url: String,
+        /// The events wanted, comma-separated: link.created, link.updated,
+        /// link.deleted.
+        #[arg(long, value_delimiter = ',', required = true)]
+        events: Vec<String>,
+        /// Only this domain's links (a host, or `default`).
+        #[arg(long)]
+        domain: Option<String>,
+        /// Allow a private or loopback address, or plain http, as `serve
+        /// --webhooks-allow-private` does.
+        #[arg(long, env = "LITELINK_WEBHOOKS_ALLOW_PRIVATE")]
+        webhooks_allow_private: bool,
+        #[command(flatten)]
+        targets: TargetArgs,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Every webhook, oldest first.
+    List {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Remove a webhook, with its pending events and history.
+    Remove {
+        id: i64,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Send a disabled webhook's events again.
+    Enable {
+        id: i64,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Stop sending a webhook's events (they wait, and new ones are not
+    /// kept).
+    Disable {
+        id: i64,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// A new signing secret, printed this once; for 24 hours deliveries
+    /// carry a signature by the old one too.
+    Rotate {
+        id: i64,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+}

@@ -15,6 +15,7 @@ use clap::{Parser, Subcommand};
 
 pub use manage::{
     DomainsCommand, ExportArgs, ImportArgs, KeysCommand, OnConflict, RedirectArgs, UsersCommand,
+    WebhooksCommand,
 };
 pub use serve::{DoctorArgs, ServeArgs, StoreArgs};
 pub use stress::StressArgs;
@@ -59,6 +60,10 @@ pub enum Command {
     /// server).
     #[command(subcommand)]
     Domains(DomainsCommand),
+    /// Register, list, change and remove webhooks (works beside a running
+    /// server).
+    #[command(subcommand)]
+    Webhooks(WebhooksCommand),
     /// Write every link, and deleted codes as tombstones, as JSON lines or CSV.
     Export(ExportArgs),
     /// Load links written by `export`, keeping their codes (not while a

@@ -42,6 +42,8 @@ pub struct ServeArgs {
     pub abuse: AbuseArgs,
     #[command(flatten)]
     pub accounts: AccountArgs,
+    #[command(flatten)]
+    pub webhooks: WebhookArgs,
     /// Print the effective configuration as TOML (passwords in URLs as
     /// `***`) and exit; `--config` reads it back.
     #[arg(long)]
@@ -172,6 +174,25 @@ pub struct DomainArgs {
     #[arg(long, env = "LITELINK_UNKNOWN_HOST", value_parser = keyword::<UnknownHost>(),
           default_value_t = d().domains.unknown_host)]
     pub unknown_host: UnknownHost,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Webhooks")]
+pub struct WebhookArgs {
+    /// Let webhooks post to private, loopback and link-local addresses, and
+    /// over plain http. Off: an admin key could otherwise reach the
+    /// internal network through a webhook.
+    #[arg(long, env = "LITELINK_WEBHOOKS_ALLOW_PRIVATE")]
+    pub webhooks_allow_private: bool,
+
+    /// Seconds between a webhook's attempts at one event, comma-separated;
+    /// once they are used up the event is failed and the webhook disabled.
+    #[arg(long, env = "LITELINK_WEBHOOKS_RETRY_DELAYS", value_name = "SECONDS,...",
+          value_delimiter = ',',
+          value_parser = clap::value_parser!(u64).range(1..=86_400),
+          default_value = d().webhooks.retry_delays.iter()
+              .map(|d| d.as_secs().to_string()).collect::<Vec<_>>().join(","))]
+    pub webhooks_retry_delays: Vec<u64>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -541,6 +562,7 @@ impl ServeArgs {
             abuse,
             domains,
             accounts,
+            webhooks,
             print_config: _,
         } = self;
         let mut s = Settings {
@@ -601,6 +623,12 @@ impl ServeArgs {
 
         s.domains.default_host = domains.default_domain.clone();
         s.domains.unknown_host = domains.unknown_host;
+        s.webhooks.allow_private = webhooks.webhooks_allow_private;
+        s.webhooks.retry_delays = webhooks
+            .webhooks_retry_delays
+            .iter()
+            .map(|s| Duration::from_secs(*s))
+            .collect();
         s.accounts.session_idle = Duration::from_secs(accounts.session_idle);
         s.accounts.session_max = Duration::from_secs(accounts.session_max);
         s.accounts.local_login = accounts.local_login.is_on();

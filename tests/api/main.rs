@@ -37,4 +37,5 @@ mod users;
 mod valkey_server;
 mod visits;
 mod web;
+mod webhooks;
 mod yourls;

@@ -187,7 +187,7 @@ impl DomainRegistry {
 
     /// The host a domain's short URLs are on: the configured one for the
     /// default domain.
-    pub(crate) fn host_of(&self, id: DomainId) -> Option<Host> {
+    pub fn host_of(&self, id: DomainId) -> Option<Host> {
         if id.is_default() {
             return self.settings.default_host.clone();
         }
@@ -382,6 +382,28 @@ impl HostIndex {
             Self::Many(map) => map.get(name).copied(),
         }
     }
+}
+
+/// A link's full short URL when the server's settings decide it: on an
+/// added domain, that host with the scheme of `public_url` (else https);
+/// on the default domain, under `public_url`, else on the default host over
+/// https. `None`: only a request's Host, or the listen address, can say.
+pub(crate) fn short_url(
+    domains: &DomainRegistry,
+    public_url: Option<&str>,
+    key: &crate::domain::LinkKey,
+) -> Option<String> {
+    let code = &key.code;
+    if (!key.domain.is_default() || public_url.is_none())
+        && let Some(host) = domains.host_of(key.domain)
+    {
+        let scheme = match public_url {
+            Some(url) if url.starts_with("http://") => "http",
+            _ => "https",
+        };
+        return Some(format!("{scheme}://{host}/{code}"));
+    }
+    public_url.map(|base| format!("{}/{code}", base.trim_end_matches('/')))
 }
 
 /// The body of `POST /api/v1/domains`: a host, and each redirect

@@ -51,6 +51,8 @@
 //!              tls: libpq's sslmode, sslrootcert, sslcert and sslkey)
 //! visits/      tally (counting a redirect), limits (max_visits), flush (to the store),
 //!              report (a link's visit report)
+//! webhooks/    webhook bodies and settings; sign (Standard Webhooks); deliver: claims
+//!              due events from the store's outbox, posts them signed, records each try
 //! tls          rustls client configurations for litelink's own connections (PostgreSQL,
 //!              Valkey): CA files, client certificates, how much of a certificate is checked
 //! transfer     export and import records (JSON lines, CSV)
@@ -100,6 +102,7 @@ pub mod tls;
 pub mod transfer;
 pub mod users;
 pub mod visits;
+pub mod webhooks;
 
 pub use settings::Settings;
 pub use startup::Application;

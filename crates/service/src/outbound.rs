@@ -33,6 +33,9 @@ pub enum HttpError {
     Connect(String, std::io::Error),
     #[error("{0}")]
     Http(String),
+    /// A destination this client may not reach.
+    #[error("{0}")]
+    Refused(String),
 }
 
 #[derive(Clone)]
@@ -41,6 +44,11 @@ pub struct HttpClient {
     tls: Option<tokio_rustls::TlsConnector>,
     timeout: Duration,
     max_body: usize,
+    /// Refuse a host any of whose addresses is private or loopback.
+    public_only: bool,
+    /// Read at most `max_body` of an answer and keep that, instead of
+    /// failing on a larger one.
+    cut_off: bool,
 }
 
 impl HttpClient {
@@ -50,6 +58,28 @@ impl HttpClient {
             tls: tls.map(|tls| tokio_rustls::TlsConnector::from(Arc::new(tls))),
             timeout: TIMEOUT,
             max_body: MAX_BODY,
+            public_only: false,
+            cut_off: false,
+        }
+    }
+
+    /// The same client for a destination an untrusted party chose (a
+    /// webhook's URL): the host is resolved at each request, every address
+    /// it has is checked, and the connection goes to a checked address, so
+    /// that a name cannot be made to point inside after it was checked.
+    pub fn public_only(self) -> Self {
+        Self {
+            public_only: true,
+            ..self
+        }
+    }
+
+    /// The same client, keeping the first `max_body` bytes of a larger
+    /// answer instead of failing.
+    pub fn cutting_off(self) -> Self {
+        Self {
+            cut_off: true,
+            ..self
         }
     }
 
@@ -85,9 +115,7 @@ impl HttpClient {
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_owned();
-        let tcp = TcpStream::connect((bare.as_str(), port))
-            .await
-            .map_err(|e| HttpError::Connect(format!("{host}:{port}"), e))?;
+        let tcp = self.connect(&bare, port).await?;
         let _ = tcp.set_nodelay(true);
 
         let (parts, body) = request.into_parts();
@@ -122,19 +150,65 @@ impl HttpClient {
                 .connect(name, tcp)
                 .await
                 .map_err(|e| HttpError::Connect(format!("{host}:{port}"), e))?;
-            round_trip(TokioIo::new(tls), outgoing, self.timeout, self.max_body).await?
+            round_trip(TokioIo::new(tls), outgoing, self.limits()).await?
         } else {
-            round_trip(TokioIo::new(tcp), outgoing, self.timeout, self.max_body).await?
+            round_trip(TokioIo::new(tcp), outgoing, self.limits()).await?
         };
         Ok(response)
     }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            timeout: self.timeout,
+            max_body: self.max_body,
+            cut_off: self.cut_off,
+        }
+    }
+
+    /// A connection to `host`, to an address checked first when only
+    /// public ones may be reached.
+    async fn connect(&self, host: &str, port: u16) -> Result<TcpStream, HttpError> {
+        let failed = |e| HttpError::Connect(format!("{host}:{port}"), e);
+        if !self.public_only {
+            return TcpStream::connect((host, port)).await.map_err(failed);
+        }
+        let addresses: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host, port))
+            .await
+            .map_err(failed)?
+            .collect();
+        if let Some(private) = addresses
+            .iter()
+            .find(|a| crate::domain::is_private_ip(a.ip()))
+        {
+            return Err(HttpError::Refused(format!(
+                "{host} has a private or loopback address ({})",
+                private.ip()
+            )));
+        }
+        let mut last = None;
+        for address in &addresses {
+            match TcpStream::connect(address).await {
+                Ok(tcp) => return Ok(tcp),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(failed(last.unwrap_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::NotFound, "no address")
+        })))
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Limits {
+    timeout: Duration,
+    max_body: usize,
+    cut_off: bool,
 }
 
 async fn round_trip<T>(
     io: T,
     request: hyper::Request<Full<Bytes>>,
-    timeout: Duration,
-    max_body: usize,
+    limits: Limits,
 ) -> Result<HttpResponse, HttpError>
 where
     T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
@@ -145,9 +219,30 @@ where
         .map_err(http)?;
     // The connection ends with this request; a peer that holds it open
     // is let go of after the timeout.
+    let Limits {
+        timeout,
+        max_body,
+        cut_off,
+    } = limits;
     tokio::spawn(tokio::time::timeout(timeout, connection));
     let response = sender.send_request(request).await.map_err(http)?;
-    let (parts, body) = response.into_parts();
+    let (parts, mut body) = response.into_parts();
+    if cut_off {
+        let mut kept = Vec::new();
+        while kept.len() < max_body {
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        let room = max_body - kept.len();
+                        kept.extend_from_slice(&data[..data.len().min(room)]);
+                    }
+                }
+                Some(Err(e)) => return Err(http(e)),
+                None => break,
+            }
+        }
+        return Ok(HttpResponse::from_parts(parts, kept));
+    }
     let body = Limited::new(body, max_body)
         .collect()
         .await
@@ -158,4 +253,26 @@ where
         })?
         .to_bytes();
     Ok(HttpResponse::from_parts(parts, body.to_vec()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_public_only_client_never_connects_to_a_private_address() {
+        let client = HttpClient::new(None).public_only();
+        for url in [
+            "http://localhost:9/",
+            "http://127.0.0.1:9/",
+            "http://[::ffff:127.0.0.1]:9/",
+            "http://[::1]:9/",
+        ] {
+            let request = hyper::Request::post(url).body(Vec::new()).expect("request");
+            match client.send(request).await {
+                Err(HttpError::Refused(why)) => assert!(why.contains("private"), "{why}"),
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+    }
 }

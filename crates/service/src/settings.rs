@@ -25,6 +25,7 @@ pub struct Settings {
     pub invalidations: InvalidationSettings,
     pub domains: DomainSettings,
     pub accounts: AccountSettings,
+    pub webhooks: crate::webhooks::WebhookSettings,
 }
 
 impl Settings {
@@ -67,6 +68,7 @@ impl Default for Settings {
             invalidations: InvalidationSettings::default(),
             domains: DomainSettings::default(),
             accounts: AccountSettings::default(),
+            webhooks: crate::webhooks::WebhookSettings::default(),
         }
     }
 }

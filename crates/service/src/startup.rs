@@ -36,6 +36,8 @@ pub struct Application {
     /// Reads `--deny-hosts` again on SIGHUP.
     reloader: Option<tokio::task::JoinHandle<()>>,
     flusher: Flusher,
+    /// Sends webhook events from the outbox.
+    deliverer: tokio::task::JoinHandle<()>,
 }
 
 impl Application {
@@ -135,7 +137,9 @@ impl Application {
             let oidc = Arc::clone(oidc);
             tokio::spawn(async move { oidc.discover().await });
         }
+        let outbox = Arc::clone(&store);
         let links = Links::new(links::Parts {
+            webhooks: settings.webhooks.clone(),
             sessions,
             oidc,
             cache,
@@ -165,8 +169,17 @@ impl Application {
             )),
             None => None,
         };
+        let deliverer = crate::webhooks::deliver::Deliverer::new(
+            outbox,
+            links.clone(),
+            settings.webhooks.clone(),
+            listener.local_addr()?,
+            settings.http.public_url.clone(),
+        )?;
+        let deliverer = tokio::spawn(deliverer.run());
         let service = http::app(links.clone(), &settings.http, listener.local_addr()?);
         Ok(Self {
+            deliverer,
             listener,
             links,
             service,
@@ -213,6 +226,9 @@ impl Application {
         }
         self.refresher.abort();
         self.domain_refresher.abort();
+        // An event being sent is claimed, not lost: it goes again once its
+        // lease runs out.
+        self.deliverer.abort();
         if let Some(r) = self.reloader {
             r.abort();
         }

@@ -26,6 +26,7 @@ pub(crate) mod server;
 pub mod shutdown;
 mod users;
 mod web;
+mod webhooks;
 mod yourls;
 
 use std::sync::Arc;
@@ -203,19 +204,12 @@ impl AppState {
     /// under the request's Host when that is a plain `host[:port]`; else
     /// under the listen address.
     fn short_url(&self, headers: &HeaderMap, key: &LinkKey) -> String {
-        let code = &key.code;
-        if (!key.domain.is_default() || self.public_url.is_none())
-            && let Some(host) = self.links.domains().host_of(key.domain)
+        if let Some(url) =
+            crate::domains::short_url(self.links.domains(), self.public_url.as_deref(), key)
         {
-            let scheme = match &self.public_url {
-                Some(url) if url.starts_with("http://") => "http",
-                _ => "https",
-            };
-            return format!("{scheme}://{host}/{code}");
+            return url;
         }
-        if let Some(base) = &self.public_url {
-            return format!("{}/{code}", base.trim_end_matches('/'));
-        }
+        let code = &key.code;
         match self.host(headers) {
             Some(host) => format!("http://{host}/{code}"),
             None => format!("http://{}/{code}", self.listen),
@@ -290,6 +284,17 @@ fn routes() -> openapi::Routes {
         .get("/api/v1/domains/{host}", domains::get)
         .patch("/api/v1/domains/{host}", domains::update)
         .delete("/api/v1/domains/{host}", domains::remove)
+        .get("/api/v1/webhooks", webhooks::list)
+        .post("/api/v1/webhooks", webhooks::create)
+        .get("/api/v1/webhooks/{id}", webhooks::get)
+        .patch("/api/v1/webhooks/{id}", webhooks::update)
+        .delete("/api/v1/webhooks/{id}", webhooks::remove)
+        .post("/api/v1/webhooks/{id}/rotate-secret", webhooks::rotate)
+        .get("/api/v1/webhooks/{id}/deliveries", webhooks::deliveries)
+        .post(
+            "/api/v1/webhooks/{id}/deliveries/{event}/retry",
+            webhooks::retry,
+        )
         .get("/login", accounts::show_login)
         .post("/login", accounts::login)
         .get("/login/oidc", accounts::oidc_login)

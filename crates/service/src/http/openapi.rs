@@ -17,7 +17,7 @@ use utoipa::{Modify, OpenApi};
 
 use super::AppState;
 use super::error::ErrorMessage;
-use super::{accounts, domains, handlers, keys, qr, users, web, yourls};
+use super::{accounts, domains, handlers, keys, qr, users, web, webhooks, yourls};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -54,6 +54,14 @@ use super::{accounts, domains, handlers, keys, qr, users, web, yourls};
         domains::get,
         domains::update,
         domains::remove,
+        webhooks::list,
+        webhooks::create,
+        webhooks::get,
+        webhooks::update,
+        webhooks::remove,
+        webhooks::rotate,
+        webhooks::deliveries,
+        webhooks::retry,
         accounts::show_login,
         accounts::login,
         accounts::oidc_login,
@@ -87,6 +95,7 @@ use super::{accounts, domains, handlers, keys, qr, users, web, yourls};
         (name = "keys", description = "API keys: each person's own (an admin's: every key)"),
         (name = "users", description = "People and their roles: an admin's to manage"),
         (name = "redirect", description = "Short URLs and their QR codes"),
+        (name = "webhooks", description = "Signed deliveries of link events: an admin's to manage"),
         (name = "yourls", description = "The YOURLS 1.10.4 API, for the tools that speak it"),
         (name = "operations", description = "Health, metrics, statistics, this document"),
         (name = "web", description = "The web page"),

@@ -9,6 +9,7 @@ pub mod bodies;
 mod keys;
 pub(crate) mod limit;
 mod users;
+pub(crate) mod webhooks;
 pub(crate) mod yourls;
 
 use std::sync::Arc;
@@ -203,6 +204,8 @@ pub(crate) struct Parts {
     pub sessions: Arc<crate::sessions::Sessions>,
     /// Signing in through an identity provider, when one is set up.
     pub oidc: Option<Arc<crate::oidc::Oidc>>,
+    /// Which destinations webhooks may have.
+    pub webhooks: crate::webhooks::WebhookSettings,
 }
 
 /// Who asks, and from where: what the rules of the game read of a request

@@ -22,6 +22,7 @@ macro_rules! saturating_add {
     };
 }
 
+pub mod outbox;
 pub mod postgres;
 pub(crate) mod queue;
 pub mod sqlite;
@@ -821,6 +822,44 @@ pub trait LinkStore: Send + Sync + 'static {
         rows: Vec<ImportRow>,
         overwrite: bool,
     ) -> Result<Vec<(u64, Existing)>, StoreError>;
+
+    /// Every webhook, secrets included, read fresh (one added beside the
+    /// server is seen).
+    async fn webhooks(&self) -> Result<Vec<outbox::Webhook>, StoreError>;
+
+    /// Adds, changes or rotates a webhook: the webhook as it is afterwards;
+    /// `None` when there is no such webhook (a removal always answers
+    /// `None`: [`Self::remove_webhook`] says whether there was one).
+    async fn write_webhook(
+        &self,
+        write: outbox::WebhookWrite,
+    ) -> Result<Option<outbox::Webhook>, StoreError>;
+
+    /// Removes a webhook with its events and history; `false` when there
+    /// was none.
+    async fn remove_webhook(&self, id: i64) -> Result<bool, StoreError>;
+
+    /// Leases up to `limit` events due now for `lease`: each the oldest
+    /// undelivered event of its webhook and link, of an enabled webhook,
+    /// and claimed by no other instance.
+    async fn claim_events(
+        &self,
+        limit: usize,
+        lease: std::time::Duration,
+    ) -> Result<Vec<outbox::OutboxEvent>, StoreError>;
+
+    /// Records delivery attempts and moves their events on.
+    async fn settle_events(&self, outcomes: Vec<outbox::Outcome>) -> Result<(), StoreError>;
+
+    /// A webhook's last attempts, newest first.
+    async fn attempts(&self, webhook: i64) -> Result<Vec<outbox::AttemptRow>, StoreError>;
+
+    /// Makes one of a webhook's events due now; `false` when it has none
+    /// with that id.
+    async fn retry_event(&self, webhook: i64, event: i64) -> Result<bool, StoreError>;
+
+    /// How many events wait for delivery, and when the oldest was made.
+    async fn pending_events(&self) -> Result<(u64, Option<Timestamp>), StoreError>;
 
     /// Facts and counters for `/stats`. Cheap: no query runs for it.
     fn stats(&self) -> StoreStats;

@@ -141,6 +141,46 @@ const MIGRATIONS: &[Migration] = &[
     CREATE INDEX links_target_hash ON links (domain, litelink_target_hash(target))
         WHERE deleted_at IS NULL;",
     ),
+    // 11: webhooks and the outbox of their events, as SQLite's schema 15.
+    Sql("CREATE TABLE webhooks (
+        id              BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        url             TEXT     NOT NULL,
+        events          TEXT     NOT NULL,
+        domain          BIGINT,
+        enabled         BOOLEAN  NOT NULL,
+        created_at      BIGINT   NOT NULL,
+        secret          TEXT     NOT NULL,
+        previous_secret TEXT,
+        previous_until  BIGINT
+    );
+    CREATE TABLE webhook_events (
+        id           BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        webhook      BIGINT   NOT NULL,
+        kind         TEXT     NOT NULL,
+        domain       BIGINT   NOT NULL,
+        code         TEXT     NOT NULL,
+        data         TEXT     NOT NULL,
+        at           BIGINT   NOT NULL,
+        state        SMALLINT NOT NULL DEFAULT 0,
+        attempts     INTEGER  NOT NULL DEFAULT 0,
+        due          BIGINT   NOT NULL,
+        leased_until BIGINT   NOT NULL DEFAULT 0
+    );
+    CREATE INDEX webhook_events_due ON webhook_events (due) WHERE state = 0;
+    CREATE INDEX webhook_events_link ON webhook_events (webhook, domain, code, id)
+        WHERE state = 0;
+    CREATE INDEX webhook_events_webhook ON webhook_events (webhook, state);
+    CREATE TABLE webhook_attempts (
+        id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        webhook     BIGINT  NOT NULL,
+        event       BIGINT  NOT NULL,
+        at          BIGINT  NOT NULL,
+        status      INTEGER,
+        duration_ms BIGINT  NOT NULL,
+        error       TEXT
+    );
+    CREATE INDEX webhook_attempts_webhook ON webhook_attempts (webhook, id);
+    CREATE INDEX webhook_attempts_event ON webhook_attempts (event);"),
 ];
 
 async fn users(tx: &tokio_postgres::Transaction<'_>) -> Result<(), tokio_postgres::Error> {

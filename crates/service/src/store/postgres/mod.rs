@@ -15,6 +15,7 @@ pub mod migrations;
 mod ops;
 mod replica;
 mod tls;
+mod webhooks;
 mod writer;
 
 pub(crate) use backend::Backend;
@@ -30,6 +31,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use serde::Serialize;
 use tokio_postgres::error::SqlState;
 
+use super::outbox;
 use super::{
     ApiKey, Existing, ImportRow, LinkPatch, LinkStore, LinkTotals, ListPage, ListQuery, LoginFlow,
     LoginFlowWrite, NewLink, RankQuery, Record, Session, SessionWrite, StorageFailure, StoreError,
@@ -510,7 +512,7 @@ impl LinkStore for PostgresStore {
 
     async fn delete(&self, code: &LinkKey) -> Result<bool, StoreError> {
         let deleted = with_client!(self, |c| async {
-            let deleted = ops::delete(&c, code).await?;
+            let deleted = ops::delete(&mut c, code).await?;
             self.inner.positions.after_write(&c, [code]).await;
             Ok(deleted)
         })?;
@@ -641,6 +643,46 @@ impl LinkStore for PostgresStore {
             self.inner.writer.live.add(-(gone.len() as i64));
         }
         Ok(removed)
+    }
+
+    async fn webhooks(&self) -> Result<Vec<outbox::Webhook>, StoreError> {
+        with_client!(self, |c| webhooks::list(&c))
+    }
+
+    async fn write_webhook(
+        &self,
+        write: outbox::WebhookWrite,
+    ) -> Result<Option<outbox::Webhook>, StoreError> {
+        with_client!(self, |c| webhooks::write(&mut c, write))
+    }
+
+    async fn remove_webhook(&self, id: i64) -> Result<bool, StoreError> {
+        with_client!(self, |c| webhooks::remove(&mut c, id))
+    }
+
+    async fn claim_events(
+        &self,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Vec<outbox::OutboxEvent>, StoreError> {
+        let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+        with_client!(self, |c| webhooks::claim(&c, limit, lease_ms))
+    }
+
+    async fn settle_events(&self, outcomes: Vec<outbox::Outcome>) -> Result<(), StoreError> {
+        with_client!(self, |c| webhooks::settle(&mut c, outcomes))
+    }
+
+    async fn attempts(&self, webhook: i64) -> Result<Vec<outbox::AttemptRow>, StoreError> {
+        with_client!(self, |c| webhooks::attempts(&c, webhook))
+    }
+
+    async fn retry_event(&self, webhook: i64, event: i64) -> Result<bool, StoreError> {
+        with_client!(self, |c| webhooks::retry(&c, webhook, event))
+    }
+
+    async fn pending_events(&self) -> Result<(u64, Option<Timestamp>), StoreError> {
+        with_client!(self, |c| webhooks::pending(&c))
     }
 
     async fn revoke_key(&self, name: &str) -> Result<bool, StoreError> {

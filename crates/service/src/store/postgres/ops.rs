@@ -16,6 +16,7 @@ use crate::domain::{
     LinkKey, LinkRules, Owner, Resolved, Role, ShortCode, TargetUrl, Timestamp, UserId,
     VisitCounts,
 };
+use crate::store::outbox::EventKind;
 use crate::store::{
     ApiKey, Existing, ExtraColumns, FederatedUser, ImportRow, LinkPatch, LinkTotals, ListPage,
     ListQuery, LoginFlow, LoginFlowWrite, NewUser, RankQuery, Record, Session, SessionWrite,
@@ -254,7 +255,10 @@ pub(super) async fn get(c: &Client, key: &LinkKey) -> Result<Option<Resolved>, S
     .transpose()
 }
 
-pub(super) async fn link(c: &Client, key: &LinkKey) -> Result<Option<Link>, StoreError> {
+pub(super) async fn link(
+    c: &impl GenericClient,
+    key: &LinkKey,
+) -> Result<Option<Link>, StoreError> {
     let sql = format!(
         "SELECT {LINK_COLUMNS} FROM {LINK_FROM} \
          WHERE l.code = $1 AND l.domain = $2 AND l.deleted_at IS NULL"
@@ -313,15 +317,30 @@ pub(super) async fn update(
     if let Some(tags) = &patch.tags {
         set_tags(&tx, changed.get(0), tags).await?;
     }
+    if super::webhooks::listening(&tx).await? {
+        // The event holds the link as this transaction left it.
+        if let Some(now) = link(&tx, key).await? {
+            super::webhooks::fan_out(&tx, EventKind::LinkUpdated, &[&now], Timestamp::now())
+                .await?;
+        }
+    }
     tx.commit().await.map_err(store_error)?;
     link(c, key).await
 }
 
-pub(super) async fn delete(c: &Client, key: &LinkKey) -> Result<bool, StoreError> {
+pub(super) async fn delete(c: &mut Client, key: &LinkKey) -> Result<bool, StoreError> {
+    let tx = c.transaction().await.map_err(store_error)?;
+    if super::webhooks::listening(&tx).await? {
+        // The event shows the link as it was.
+        if let Some(was) = link(&tx, key).await? {
+            super::webhooks::fan_out(&tx, EventKind::LinkDeleted, &[&was], Timestamp::now())
+                .await?;
+        }
+    }
     // The row stays as a tombstone, without its target, so that the code
     // is never issued again; its visits go with it.
     let row = query_opt(
-        c,
+        &tx,
         "WITH old AS (SELECT id, tags FROM links \
            WHERE code = $1 AND domain = $3 AND deleted_at IS NULL), \
          gone AS (UPDATE links l SET deleted_at = $2, target = '', expires_at = NULL, \
@@ -342,6 +361,7 @@ pub(super) async fn delete(c: &Client, key: &LinkKey) -> Result<bool, StoreError
         ],
     )
     .await?;
+    tx.commit().await.map_err(store_error)?;
     Ok(row.is_some())
 }
 

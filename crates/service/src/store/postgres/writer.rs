@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::replica::Positions;
 use super::{PostgresSettings, pool_error, store_error};
 use crate::domain::{CodeGenerator, Link, ShortCode, Timestamp};
+use crate::store::outbox::EventKind;
 use crate::store::queue::{MAX_CODE_ATTEMPTS, Reply, WriteCounters, WriteCounts, WriteQueue};
 use crate::store::{ExtraColumns, NewLink, StoreError};
 
@@ -311,6 +312,10 @@ async fn insert_batch(
             }
         }
         pending = retry;
+    }
+    if super::webhooks::listening(&tx).await? {
+        let links: Vec<&Link> = out.iter().flatten().flatten().collect();
+        super::webhooks::fan_out(&tx, EventKind::LinkCreated, &links, now).await?;
     }
     let stored = out.iter().filter(|r| matches!(r, Some(Ok(_)))).count() as i64;
     super::ops::count_live(&tx, stored).await?;

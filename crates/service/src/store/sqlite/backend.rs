@@ -61,6 +61,11 @@ impl crate::store::Backend for Backend {
                 return Err(e);
             }
         };
+        if purpose == Purpose::Serve {
+            // Only one server holds the file: what an earlier one claimed
+            // and never settled (it stopped, or was killed) is due now.
+            store.release_claims().await?;
+        }
         log_opened(&store, &codes);
         Ok(Arc::new(store))
     }

@@ -164,6 +164,48 @@ const MIGRATIONS: &[Migration] = &[
     // indexed per domain, to find a link by its target (the YOURLS API's
     // duplicate check).
     Code(target_hashes),
+    // 15: webhooks, and the outbox of their events: one row for each event
+    // and webhook, written in the transaction of the change it reports,
+    // and each delivery attempt (a webhook's last 100 are kept).
+    Sql("CREATE TABLE webhooks (
+        id              INTEGER PRIMARY KEY AUTOINCREMENT,
+        url             TEXT    NOT NULL,
+        events          TEXT    NOT NULL, -- event types, comma-separated
+        domain          INTEGER,          -- NULL: every domain
+        enabled         INTEGER NOT NULL,
+        created_at      INTEGER NOT NULL,
+        secret          TEXT    NOT NULL, -- whsec_<base64>: it signs, so it is kept
+        previous_secret TEXT,             -- the secret before a rotation,
+        previous_until  INTEGER           -- which signs too until then
+    ) STRICT;
+    CREATE TABLE webhook_events (
+        id           INTEGER PRIMARY KEY AUTOINCREMENT,
+        webhook      INTEGER NOT NULL,
+        kind         TEXT    NOT NULL,
+        domain       INTEGER NOT NULL,
+        code         TEXT    NOT NULL,
+        data         TEXT    NOT NULL, -- the link at the change, as JSON
+        at           INTEGER NOT NULL,
+        state        INTEGER NOT NULL DEFAULT 0, -- 0 pending, 1 delivered, 2 failed
+        attempts     INTEGER NOT NULL DEFAULT 0,
+        due          INTEGER NOT NULL,
+        leased_until INTEGER NOT NULL DEFAULT 0
+    ) STRICT;
+    CREATE INDEX webhook_events_due ON webhook_events (due) WHERE state = 0;
+    CREATE INDEX webhook_events_link ON webhook_events (webhook, domain, code, id)
+        WHERE state = 0;
+    CREATE INDEX webhook_events_webhook ON webhook_events (webhook, state);
+    CREATE TABLE webhook_attempts (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        webhook     INTEGER NOT NULL,
+        event       INTEGER NOT NULL,
+        at          INTEGER NOT NULL,
+        status      INTEGER, -- NULL: no answer
+        duration_ms INTEGER NOT NULL,
+        error       TEXT
+    ) STRICT;
+    CREATE INDEX webhook_attempts_webhook ON webhook_attempts (webhook, id);
+    CREATE INDEX webhook_attempts_event ON webhook_attempts (event);"),
 ];
 
 fn sessions(tx: &Transaction<'_>) -> rusqlite::Result<()> {

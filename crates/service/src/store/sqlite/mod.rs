@@ -28,6 +28,7 @@ mod replies;
 mod rows;
 mod slots;
 mod walsync;
+mod webhooks;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -46,6 +47,7 @@ use self::readers::{Epoch, Readers};
 use self::replies::Done;
 use self::slots::Slots;
 use self::writer::{Hooks, Writer};
+use super::outbox::{AttemptRow, OutboxEvent, Outcome, Webhook, WebhookWrite};
 use super::{
     ApiKey, Existing, ImportRow, LinkPatch, LinkStore, LinkTotals, ListPage, ListQuery, LoginFlow,
     LoginFlowWrite, NewLink, RankQuery, Record, Session, SessionWrite, StorageFailure, StoreError,
@@ -537,6 +539,11 @@ impl SqliteStore {
 
 impl SqliteStore {
     /// Runs a read on the configured thread: here, or on the blocking pool.
+    /// Lets every outbox event claimed by an earlier server go again.
+    pub(crate) async fn release_claims(&self) -> Result<(), StoreError> {
+        self.inner.writer.apply(Op::ReleaseClaims).await.map(drop)
+    }
+
     async fn read<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Readers) -> rusqlite::Result<T> + Send + 'static,
@@ -709,6 +716,75 @@ impl LinkStore for SqliteStore {
 
     async fn domains(&self) -> Result<Vec<Domain>, StoreError> {
         self.read(|r| r.domains()).await
+    }
+
+    async fn webhooks(&self) -> Result<Vec<Webhook>, StoreError> {
+        self.read(|r| r.webhooks()).await
+    }
+
+    async fn write_webhook(&self, write: WebhookWrite) -> Result<Option<Webhook>, StoreError> {
+        match self.inner.writer.apply(Op::Webhook(write)).await? {
+            Done::Webhook(webhook) => Ok(webhook),
+            Done::Found(_) => Ok(None),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn remove_webhook(&self, id: i64) -> Result<bool, StoreError> {
+        match self
+            .inner
+            .writer
+            .apply(Op::Webhook(WebhookWrite::Remove { id }))
+            .await?
+        {
+            Done::Found(found) => Ok(found),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn claim_events(
+        &self,
+        limit: usize,
+        lease: std::time::Duration,
+    ) -> Result<Vec<OutboxEvent>, StoreError> {
+        let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+        match self
+            .inner
+            .writer
+            .apply(Op::ClaimEvents { limit, lease_ms })
+            .await?
+        {
+            Done::Events(events) => Ok(events),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn settle_events(&self, outcomes: Vec<Outcome>) -> Result<(), StoreError> {
+        self.inner
+            .writer
+            .apply(Op::SettleEvents(outcomes))
+            .await
+            .map(drop)
+    }
+
+    async fn attempts(&self, webhook: i64) -> Result<Vec<AttemptRow>, StoreError> {
+        self.read(move |r| r.attempts(webhook)).await
+    }
+
+    async fn retry_event(&self, webhook: i64, event: i64) -> Result<bool, StoreError> {
+        match self
+            .inner
+            .writer
+            .apply(Op::RetryEvent { webhook, event })
+            .await?
+        {
+            Done::Found(found) => Ok(found),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn pending_events(&self) -> Result<(u64, Option<Timestamp>), StoreError> {
+        self.read(|r| r.pending_events()).await
     }
 
     async fn add_domain(

@@ -7,6 +7,7 @@ use super::find::{self, Rows};
 use super::is_unique_violation;
 use super::replies::Done;
 use super::rows;
+use super::webhooks;
 use crate::domain::label::fold_tag;
 use crate::domain::user::fold_name;
 use crate::domain::visit::{OTHER_HOST, REFERRER_HOSTS_PER_DAY, VALUES_PER_DAY};
@@ -14,6 +15,7 @@ use crate::domain::{
     Codebook, Domain, DomainId, DomainRedirects, Host, KeyId, LinkKey, ShortCode, Timestamp,
     UserId, VisitCounts,
 };
+use crate::store::outbox::{EventKind, Outcome, WebhookWrite};
 use crate::store::{
     Existing, FederatedUser, ImportRow, LinkPatch, LoginFlow, LoginFlowWrite, NewUser,
     SessionWrite, StoreError, UserChange, UserWrite,
@@ -54,6 +56,17 @@ pub(super) enum Op {
         overwrite: bool,
     },
     RecordVisits(std::sync::Arc<[(LinkKey, VisitCounts)]>),
+    Webhook(WebhookWrite),
+    ClaimEvents {
+        limit: usize,
+        lease_ms: i64,
+    },
+    SettleEvents(Vec<Outcome>),
+    RetryEvent {
+        webhook: i64,
+        event: i64,
+    },
+    ReleaseClaims,
 }
 
 impl Op {
@@ -63,7 +76,12 @@ impl Op {
     /// next checkpoint) instead of adding syncs that creates would wait
     /// behind. Only a power cut can take them, never an acknowledged link.
     pub(super) fn waits_for_sync(&self) -> bool {
-        !matches!(self, Op::RecordVisits(_))
+        // A lost claim only runs out; a lost settlement only sends an
+        // event again, which at-least-once delivery allows.
+        !matches!(
+            self,
+            Op::RecordVisits(_) | Op::ClaimEvents { .. } | Op::SettleEvents(_) | Op::ReleaseClaims
+        )
     }
 }
 
@@ -150,6 +168,11 @@ fn run(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError
             overwrite,
         } => import(conn, book, rows, generated, overwrite),
         Op::RecordVisits(visits) => record_visits(conn, book, visits),
+        Op::Webhook(write) => webhooks::write(conn, write, now),
+        Op::ClaimEvents { limit, lease_ms } => webhooks::claim(conn, now, limit, lease_ms),
+        Op::SettleEvents(outcomes) => webhooks::settle(conn, outcomes),
+        Op::RetryEvent { webhook, event } => webhooks::retry(conn, webhook, event, now),
+        Op::ReleaseClaims => webhooks::release(conn),
     }
 }
 
@@ -214,6 +237,11 @@ fn update(
         ))?
         .query_row([id], rows::link)
         .optional()?;
+    if let Some(link) = &link
+        && webhooks::listening(conn)?
+    {
+        webhooks::fan_out(conn, EventKind::LinkUpdated, link, Timestamp::now())?;
+    }
     Ok(Applied {
         changed: Changed::Rows(vec![id]),
         ..applied(Done::MaybeLink(link))
@@ -229,6 +257,17 @@ fn delete(
     let Some(id) = find::id(conn, book, &key, Rows::Live)? else {
         return Ok(applied(Done::Found(false)));
     };
+    if webhooks::listening(conn)? {
+        // The event shows the link as it was.
+        let link = conn
+            .prepare_cached(&format!(
+                "SELECT {} FROM {} WHERE l.id = ?1",
+                rows::LINK_COLUMNS,
+                rows::LINK_FROM
+            ))?
+            .query_row([id], rows::link)?;
+        webhooks::fan_out(conn, EventKind::LinkDeleted, &link, now)?;
+    }
     let deleted = tombstone(conn, id, now)?;
     Ok(Applied {
         done: Done::Found(deleted),

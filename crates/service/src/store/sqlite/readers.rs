@@ -457,6 +457,25 @@ impl Readers {
         })
     }
 
+    /// Every webhook, read fresh.
+    pub(super) fn webhooks(&self) -> rusqlite::Result<Vec<crate::store::outbox::Webhook>> {
+        self.with_fresh_connection(super::webhooks::list)
+    }
+
+    /// A webhook's last attempts, read fresh.
+    pub(super) fn attempts(
+        &self,
+        webhook: i64,
+    ) -> rusqlite::Result<Vec<crate::store::outbox::AttemptRow>> {
+        self.with_fresh_connection(|conn| super::webhooks::attempts(conn, webhook))
+    }
+
+    pub(super) fn pending_events(
+        &self,
+    ) -> rusqlite::Result<(u64, Option<crate::domain::Timestamp>)> {
+        self.with_fresh_connection(super::webhooks::pending)
+    }
+
     /// The visit counts of every live link in `scope`, summed, in one
     /// snapshot.
     /// The tags of the live links in `scope`, with how many have each.

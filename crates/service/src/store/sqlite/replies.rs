@@ -32,6 +32,10 @@ pub(super) enum Done {
     /// Import: the lines whose code existed already, and what became of
     /// each.
     Imported(Vec<(u64, crate::store::Existing)>),
+    /// A webhook as written (`None`: there was no such webhook).
+    Webhook(Option<crate::store::outbox::Webhook>),
+    /// Outbox events claimed for delivery.
+    Events(Vec<crate::store::outbox::OutboxEvent>),
     Nothing,
 }
 

@@ -26,9 +26,11 @@ use super::readers::Epoch;
 use super::replies::{Done, Replies, Reply};
 use super::slots::{self, Image, Slots};
 use super::walsync::{self, SyncCounts, SyncStats, WalSync};
+use super::webhooks;
 use super::{SqliteSettings, is_unique_violation};
 use crate::domain::{CodeGenerator, Codebook, Link, LinkKey, ShortCode, Timestamp};
 use crate::observability::logging::Throttle;
+use crate::store::outbox::EventKind;
 use crate::store::queue::{MAX_CODE_ATTEMPTS, WriteCounters, WriteCounts, WriteQueue};
 use crate::store::{ExtraColumns, NewLink, StorageFailure, StoreError};
 use crate::throttled;
@@ -750,6 +752,11 @@ fn insert_all(
             )?);
         }
         drop(stmt);
+        if webhooks::listening(conn)? {
+            for stored in out.iter().flatten() {
+                webhooks::fan_out(conn, EventKind::LinkCreated, &stored.link, now)?;
+            }
+        }
         let stored = out.iter().filter(|row| row.is_ok()).count();
         ops::count_live(conn, stored as i64)?;
         conn.prepare_cached("COMMIT")?.execute([])?;

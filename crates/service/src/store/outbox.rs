@@ -1,0 +1,317 @@
+//! Webhooks as a store keeps them, and the outbox of their events: each
+//! event is written in the transaction of the change it reports, one row
+//! for each webhook that wants it, and leaves only once delivered.
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{DomainId, LinkKey, Owner, ShortCode, TargetUrl, Timestamp, UserId};
+use crate::domain::{Labels, Link};
+use crate::store::ExtraColumns;
+
+/// What a webhook can be told of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EventKind {
+    LinkCreated,
+    LinkUpdated,
+    LinkDeleted,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 3] = [
+        EventKind::LinkCreated,
+        EventKind::LinkUpdated,
+        EventKind::LinkDeleted,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::LinkCreated => "link.created",
+            EventKind::LinkUpdated => "link.updated",
+            EventKind::LinkDeleted => "link.deleted",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+}
+
+impl Serialize for EventKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for EventKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Self::parse(&name).ok_or_else(|| {
+            let known: Vec<&str> = Self::ALL.iter().map(|k| k.as_str()).collect();
+            serde::de::Error::custom(format!(
+                "unknown event '{name}' (events: {})",
+                known.join(", ")
+            ))
+        })
+    }
+}
+
+/// A registered webhook, its secrets included (they sign, so they are
+/// kept as they are, never shown after the answer that made them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Webhook {
+    pub id: i64,
+    pub url: String,
+    pub events: Vec<EventKind>,
+    /// Only this domain's links; `None`: every domain's.
+    pub domain: Option<DomainId>,
+    pub enabled: bool,
+    pub created_at: Timestamp,
+    /// `whsec_<base64>`.
+    pub secret: String,
+    /// The secret before the last rotation, and until when it still signs.
+    pub previous: Option<(String, Timestamp)>,
+}
+
+/// The events column: their names, comma-separated, in a fixed order.
+pub(crate) fn events_column(events: &[EventKind]) -> String {
+    let mut sorted = events.to_vec();
+    sorted.sort();
+    sorted.dedup();
+    sorted
+        .iter()
+        .map(|e| e.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+pub(crate) fn events_of(column: &str) -> Vec<EventKind> {
+    column.split(',').filter_map(EventKind::parse).collect()
+}
+
+/// A change to the webhooks.
+#[derive(Debug, Clone)]
+pub enum WebhookWrite {
+    Add {
+        url: String,
+        events: Vec<EventKind>,
+        domain: Option<DomainId>,
+        secret: String,
+    },
+    /// Each field that is `Some` is set.
+    Set {
+        id: i64,
+        url: Option<String>,
+        events: Option<Vec<EventKind>>,
+        domain: Option<Option<DomainId>>,
+        enabled: Option<bool>,
+    },
+    /// A new secret; the current one signs too until `overlap_until`.
+    Rotate {
+        id: i64,
+        secret: String,
+        overlap_until: Timestamp,
+    },
+    Remove {
+        id: i64,
+    },
+}
+
+/// What an event's delivery came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    Delivered,
+    /// Tried again at this time.
+    Retry(Timestamp),
+    /// Out of tries: kept as failed, and its webhook disabled.
+    Failed,
+    /// The receiver answered 410: its webhook is disabled, the event kept
+    /// pending for when it is enabled again.
+    Gone,
+}
+
+/// One attempt at one event, as the history shows it.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub webhook: i64,
+    pub event: i64,
+    pub at: Timestamp,
+    /// The HTTP status, when an answer came.
+    pub status: Option<u16>,
+    pub duration_ms: u64,
+    pub error: Option<String>,
+}
+
+/// An attempt and what it came to, for the store to record.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub attempt: Attempt,
+    pub settled: Settled,
+}
+
+/// An attempt as the history lists it, with its event.
+#[derive(Debug, Clone)]
+pub struct AttemptRow {
+    pub id: i64,
+    pub attempt: Attempt,
+    pub kind: String,
+    /// `pending`, `delivered` or `failed`: where the event is now.
+    pub state: EventState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventState {
+    Pending,
+    Delivered,
+    Failed,
+}
+
+impl EventState {
+    pub(crate) fn of(n: i64) -> Self {
+        match n {
+            1 => EventState::Delivered,
+            2 => EventState::Failed,
+            _ => EventState::Pending,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventState::Pending => "pending",
+            EventState::Delivered => "delivered",
+            EventState::Failed => "failed",
+        }
+    }
+}
+
+/// An event claimed for delivery: no other instance sends it until its
+/// lease runs out or it is settled.
+#[derive(Debug, Clone)]
+pub struct OutboxEvent {
+    pub id: i64,
+    pub webhook: i64,
+    pub kind: String,
+    pub key: LinkKey,
+    /// The link as it was at the change ([`snapshot`]).
+    pub data: String,
+    pub at: Timestamp,
+    /// Attempts made before this one.
+    pub attempts: u32,
+}
+
+/// How many attempts the history keeps for each webhook.
+pub const HISTORY: i64 = 100;
+
+/// A link as the outbox keeps it: the store's own columns, so that the
+/// service can show it later as the API shows links.
+#[derive(Serialize, Deserialize)]
+struct Snapshot {
+    domain: i64,
+    code: String,
+    target: String,
+    created_at: i64,
+    expires_at: Option<i64>,
+    owner: Option<(i64, String)>,
+    max_visits: Option<u64>,
+    visits: u64,
+    imported_visits: u64,
+    password: Option<String>,
+    rules: Option<String>,
+    expired_url: Option<String>,
+    title: Option<String>,
+    tags: Vec<String>,
+}
+
+/// `link` as the outbox's data column holds it.
+pub(crate) fn snapshot(link: &Link) -> String {
+    let extra = ExtraColumns::of(link.extra.as_deref());
+    let snapshot = Snapshot {
+        domain: link.domain.0,
+        code: link.code.as_str().to_owned(),
+        target: link.target.as_str().to_owned(),
+        created_at: link.created_at.millis(),
+        expires_at: link.expires_at.map(Timestamp::millis),
+        owner: link.owner.as_ref().map(|o| (o.id.0, o.name.clone())),
+        max_visits: link.max_visits,
+        visits: link.visits,
+        imported_visits: link.imported_visits,
+        password: extra.password,
+        rules: extra.rules,
+        expired_url: extra.expired_url,
+        title: link.labels.title.clone(),
+        tags: link.labels.tags.clone(),
+    };
+    serde_json::to_string(&snapshot).unwrap_or_default()
+}
+
+/// The link a [`snapshot`] holds; an error for data that is not one.
+pub fn link_of(data: &str) -> Result<Link, String> {
+    let s: Snapshot = serde_json::from_str(data).map_err(|e| format!("an outbox event: {e}"))?;
+    Ok(Link {
+        domain: DomainId(s.domain),
+        code: ShortCode::from_trusted(&s.code),
+        target: TargetUrl::parse(&s.target).map_err(|e| e.to_string())?,
+        created_at: Timestamp::from_millis(s.created_at),
+        expires_at: s.expires_at.map(Timestamp::from_millis),
+        owner: s.owner.map(|(id, name)| Owner {
+            id: UserId(id),
+            name,
+        }),
+        max_visits: s.max_visits,
+        visits: s.visits,
+        imported_visits: s.imported_visits,
+        extra: ExtraColumns::read(
+            s.password.as_deref(),
+            s.rules.as_deref(),
+            s.expired_url.as_deref(),
+        )?,
+        labels: Labels {
+            title: s.title,
+            tags: s.tags,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_gives_back_the_link() {
+        let link = Link {
+            domain: DomainId(3),
+            code: ShortCode::from_trusted("abc"),
+            target: TargetUrl::parse("https://example.com/a?b=c").expect("url"),
+            created_at: Timestamp::from_millis(1_700_000_000_123),
+            expires_at: Some(Timestamp::from_millis(1_800_000_000_000)),
+            owner: Some(Owner {
+                id: UserId(7),
+                name: "ann".into(),
+            }),
+            max_visits: Some(9),
+            visits: 4,
+            imported_visits: 2,
+            extra: None,
+            labels: Labels {
+                title: Some("T".into()),
+                tags: vec!["a".into(), "B".into()],
+            },
+        };
+        let back = link_of(&snapshot(&link)).expect("parsed");
+        assert_eq!(format!("{back:?}"), format!("{link:?}"));
+        assert!(link_of("{}").is_err());
+    }
+
+    #[test]
+    fn events_are_written_once_in_a_fixed_order() {
+        let column = events_column(&[
+            EventKind::LinkDeleted,
+            EventKind::LinkCreated,
+            EventKind::LinkDeleted,
+        ]);
+        assert_eq!(column, "link.created,link.deleted");
+        assert_eq!(
+            events_of(&column),
+            vec![EventKind::LinkCreated, EventKind::LinkDeleted]
+        );
+    }
+}

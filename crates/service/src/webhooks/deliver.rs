@@ -1,0 +1,215 @@
+//! The delivery loop: claim due events, post each, record what came of it.
+//! One loop per instance; on PostgreSQL several instances share the outbox,
+//! each event leased to one of them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{LEASE, MAX_ANSWER, TIMEOUT, WebhookSettings, sign};
+use crate::domain::Timestamp;
+use crate::links::Links;
+use crate::outbound::HttpClient;
+use crate::store::LinkStore;
+use crate::store::outbox::{Attempt, OutboxEvent, Outcome, Settled, Webhook, link_of};
+
+/// Events claimed at once; they are sent side by side.
+const BATCH: usize = 32;
+
+pub(crate) struct Deliverer {
+    store: Arc<dyn LinkStore>,
+    links: Links,
+    settings: WebhookSettings,
+    http: HttpClient,
+    /// Where the default domain's short URLs are when no host names it.
+    listen: std::net::SocketAddr,
+    public_url: Option<String>,
+}
+
+impl Deliverer {
+    pub(crate) fn new(
+        store: Arc<dyn LinkStore>,
+        links: Links,
+        settings: WebhookSettings,
+        listen: std::net::SocketAddr,
+        public_url: Option<String>,
+    ) -> anyhow::Result<Self> {
+        let roots = crate::tls::system_roots().ok();
+        let tls = roots
+            .map(|r| crate::tls::client_config("a webhook", crate::tls::Verify::Full(r), None))
+            .transpose()?;
+        let mut http = HttpClient::new(tls)
+            .with_limits(TIMEOUT, MAX_ANSWER)
+            .cutting_off();
+        if !settings.allow_private {
+            http = http.public_only();
+        }
+        Ok(Self {
+            store,
+            links,
+            settings,
+            http,
+            listen,
+            public_url,
+        })
+    }
+
+    /// Runs until the task is aborted.
+    pub(crate) async fn run(self) {
+        let failing = crate::observability::logging::Throttle::new(Duration::from_secs(60));
+        loop {
+            match self.round().await {
+                Ok(0) => tokio::time::sleep(self.settings.poll).await,
+                Ok(_) => {}
+                Err(e) => {
+                    if failing.allow().is_some() {
+                        tracing::warn!(error = %e, "webhook deliveries: the outbox cannot be read");
+                    }
+                    tokio::time::sleep(self.settings.poll).await;
+                }
+            }
+        }
+    }
+
+    /// One claim and its deliveries: how many events were claimed.
+    async fn round(&self) -> Result<usize, crate::store::StoreError> {
+        self.gauges().await;
+        let events = self.store.claim_events(BATCH, LEASE).await?;
+        if events.is_empty() {
+            return Ok(0);
+        }
+        let webhooks: HashMap<i64, Webhook> = self
+            .store
+            .webhooks()
+            .await?
+            .into_iter()
+            .map(|w| (w.id, w))
+            .collect();
+        let n = events.len();
+        let sends = events.into_iter().filter_map(|event| {
+            let webhook = webhooks.get(&event.webhook)?.clone();
+            Some(async move { self.deliver(&webhook, event).await })
+        });
+        let outcomes = futures_util::future::join_all(sends).await;
+        self.store.settle_events(outcomes).await?;
+        Ok(n)
+    }
+
+    async fn gauges(&self) {
+        if let Ok((pending, oldest)) = self.store.pending_events().await {
+            metrics::gauge!("litelink_webhook_events_pending").set(pending as f64);
+            let age = oldest.map_or(0, |at| (Timestamp::now().millis() - at.millis()).max(0));
+            metrics::gauge!("litelink_webhook_oldest_pending_seconds").set(age as f64 / 1000.0);
+        }
+    }
+
+    /// The event's body: `{"type", "timestamp", "data"}`.
+    fn body(&self, event: &OutboxEvent) -> Result<Vec<u8>, String> {
+        let link = link_of(&event.data)?;
+        let short_url = crate::domains::short_url(
+            self.links.domains(),
+            self.public_url.as_deref(),
+            &link.key(),
+        )
+        .unwrap_or_else(|| format!("http://{}/{}", self.listen, link.code));
+        let data = self.links.view(link, short_url, true);
+        serde_json::to_vec(&serde_json::json!({
+            "type": event.kind,
+            "timestamp": event.at,
+            "data": data,
+        }))
+        .map_err(|e| e.to_string())
+    }
+
+    async fn deliver(&self, webhook: &Webhook, event: OutboxEvent) -> Outcome {
+        let started = Instant::now();
+        let at = Timestamp::now();
+        let (status, error) = match self.post(webhook, &event, at).await {
+            Ok(status) => (Some(status), None),
+            Err(e) => (None, Some(e)),
+        };
+        let settled = match status {
+            Some(s) if (200..300).contains(&s) => Settled::Delivered,
+            Some(410) => Settled::Gone,
+            _ => match self.settings.retry_delays.get(event.attempts as usize) {
+                Some(delay) => Settled::Retry(later(at, jittered(*delay))),
+                None => Settled::Failed,
+            },
+        };
+        let attempt = Attempt {
+            webhook: webhook.id,
+            event: event.id,
+            at,
+            status,
+            duration_ms: started.elapsed().as_millis() as u64,
+            error: error.or_else(|| {
+                status
+                    .filter(|s| !(200..300).contains(s))
+                    .map(|s| format!("the receiver answered {s}"))
+            }),
+        };
+        let outcome = match settled {
+            Settled::Delivered => "delivered",
+            Settled::Retry(_) => "retried",
+            Settled::Failed => "failed",
+            Settled::Gone => "gone",
+        };
+        metrics::counter!("litelink_webhook_deliveries_total", "outcome" => outcome).increment(1);
+        match settled {
+            Settled::Failed => tracing::warn!(
+                webhook = webhook.id,
+                event = event.id,
+                error = attempt.error.as_deref().unwrap_or(""),
+                "a webhook event failed every attempt: the webhook is disabled"
+            ),
+            Settled::Gone => tracing::warn!(
+                webhook = webhook.id,
+                "a webhook's receiver answered 410 Gone: the webhook is disabled"
+            ),
+            _ => {}
+        }
+        Outcome { attempt, settled }
+    }
+
+    /// Posts the event, signed; the receiver's status.
+    async fn post(
+        &self,
+        webhook: &Webhook,
+        event: &OutboxEvent,
+        at: Timestamp,
+    ) -> Result<u16, String> {
+        let body = self.body(event)?;
+        let id = format!("msg_{}", event.id);
+        let timestamp = at.millis() / 1000;
+        let mut signatures = vec![sign::signature(&webhook.secret, &id, timestamp, &body)];
+        if let Some((previous, until)) = &webhook.previous
+            && until.millis() > at.millis()
+        {
+            signatures.push(sign::signature(previous, &id, timestamp, &body));
+        }
+        let signatures: Vec<String> = signatures.into_iter().flatten().collect();
+        let request = hyper::Request::post(webhook.url.as_str())
+            .header("content-type", "application/json")
+            .header("webhook-id", &id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signatures.join(" "))
+            .body(body)
+            .map_err(|e| e.to_string())?;
+        self.http
+            .send(request)
+            .await
+            .map(|response| response.status().as_u16())
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// `delay`, give or take a tenth, so that the retries of many events that
+/// failed together do not all come back at once.
+fn jittered(delay: Duration) -> Duration {
+    let factor = 0.9 + rand::random::<f64>() * 0.2;
+    delay.mul_f64(factor)
+}
+
+fn later(at: Timestamp, delay: Duration) -> Timestamp {
+    Timestamp::from_millis(at.millis().saturating_add(delay.as_millis() as i64))
+}
