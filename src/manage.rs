@@ -660,7 +660,23 @@ pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
                 checker = checker.default_host(host);
             }
             let unit = args.from.unit(csv);
-            import_into(&store, items, checker, args.create_domains, overwrite, unit).await
+            let s = import_into(&store, items, checker, args.create_domains, overwrite, unit)
+                .await?;
+            // One event for the whole import, not one for each link.
+            let counts = serde_json::json!({
+                "source": args.from.to_string(),
+                "imported": s.links,
+                "tombstones": s.tombstones,
+                "unchanged": s.unchanged.count,
+                "skipped": s.skipped.count,
+                "conflicts": s.conflicts.count,
+                "overwritten": s.overwritten.count,
+                "invalid": s.invalid.count,
+            });
+            store
+                .record_event(EventKind::LinksImported, counts.to_string())
+                .await?;
+            anyhow::Ok(s)
         }
         .await;
         store.close().await;

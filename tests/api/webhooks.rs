@@ -886,3 +886,100 @@ async fn two_instances_deliver_each_event_once() {
         .collect();
     assert_eq!(heard, codes);
 }
+
+on_both_stores! {
+    async fn expiries_imports_and_domain_removals_are_told(store: Store) {
+        let receiver = Receiver::start().await;
+        let args = ["--webhooks-allow-private", "--webhooks-expiry-scan-ms", "200"];
+        let app = spawn_app_in(&store, &args).await;
+        let admin = app.new_key("root", true).await;
+        let r = app
+            .api(Method::POST, "/api/v1/domains", Some(&admin), Some(json!({"host": "go.example"})))
+            .await;
+        assert_eq!(r.status(), 201);
+        register(
+            &app,
+            &admin,
+            json!({"url": receiver.url(), "events": ["link.expired", "link.deleted", "links.imported"]}),
+        )
+        .await;
+
+        // Used up by its second visit: told by the flush that stores it.
+        let r = app
+            .api(Method::POST, "/api/v1/links", Some(&admin),
+                Some(json!({"url": "https://example.com/capped", "code": "capped", "max_visits": 2})))
+            .await;
+        assert_eq!(r.status(), 201);
+        for _ in 0..2 {
+            let r = app.client.get(app.url("/capped")).send().await.unwrap();
+            assert_eq!(r.status(), 302);
+        }
+        // Its time runs out in two seconds: told by the scan.
+        let soon = time::OffsetDateTime::now_utc() + time::Duration::seconds(2);
+        let soon = soon.format(&time::format_description::well_known::Rfc3339).unwrap();
+        let r = app
+            .api(Method::POST, "/api/v1/links", Some(&admin),
+                Some(json!({"url": "https://example.com/timed", "code": "timed", "expires_at": soon})))
+            .await;
+        assert_eq!(r.status(), 201);
+        // Deleted with its domain.
+        let r = app
+            .api(Method::POST, "/api/v1/links", Some(&admin),
+                Some(json!({"url": "https://example.com/on", "code": "ondomain", "domain": "go.example"})))
+            .await;
+        assert_eq!(r.status(), 201);
+        let r = app
+            .api(Method::DELETE, "/api/v1/domains/go.example?force=true", Some(&admin), None)
+            .await;
+        assert_eq!(r.status(), 204);
+
+        let got = receiver.wait_for(3).await;
+        let mut told: Vec<(String, String)> = got
+            .iter()
+            .map(|d| {
+                (
+                    d.json["type"].as_str().unwrap().to_owned(),
+                    d.json["data"]["code"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        told.sort();
+        assert_eq!(
+            told,
+            [
+                ("link.deleted".to_owned(), "ondomain".to_owned()),
+                ("link.expired".to_owned(), "capped".to_owned()),
+                ("link.expired".to_owned(), "timed".to_owned()),
+            ]
+        );
+        let capped = got.iter().find(|d| d.json["data"]["code"] == "capped").unwrap();
+        assert_eq!(capped.json["data"]["visits"], 2);
+        assert_eq!(capped.json["data"]["max_visits"], 2);
+        let timed = got.iter().find(|d| d.json["data"]["code"] == "timed").unwrap();
+        assert_eq!(timed.json["data"]["expired"], true);
+        let on = got.iter().find(|d| d.json["data"]["code"] == "ondomain").unwrap();
+        assert_eq!(on.json["data"]["domain"], "go.example");
+
+        // An import is one event with its counts.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("links.jsonl");
+        let path = file.to_str().unwrap();
+        let db = app.db.clone();
+        let source = app.store.clone();
+        run_on(&source, &db, &["export", "--out", path], true);
+        let _kept = app.stop().await;
+        let (ok, said) = run_on(&source, &db, &["import", path], false);
+        assert!(ok, "{said}");
+        let again = spawn_app_like(&db, &source, &args).await;
+        let got = receiver.wait_for(4).await;
+        let imported = &got[3].json;
+        assert_eq!(imported["type"], "links.imported", "{imported}");
+        assert_eq!(imported["data"]["source"], "litelink");
+        assert_eq!(imported["data"]["imported"], 0);
+        assert!(imported["data"]["unchanged"].as_u64().unwrap() >= 2, "{imported}");
+        drop(again);
+        // Nothing more: each expiry was told once.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(receiver.got().len(), 4);
+    }
+}

@@ -125,6 +125,13 @@ pub struct LabArgs {
     #[arg(long, env = "LITELINK_CODE_LOCALITY", value_enum,
           default_value = on_off(d().codes.locality))]
     pub code_locality: OnOff,
+
+    /// Milliseconds between looks for links whose time ran out (the
+    /// `link.expired` webhook event); tests shorten it.
+    #[arg(long, env = "LITELINK_WEBHOOKS_EXPIRY_SCAN_MS", value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(1..),
+          default_value_t = d().webhooks.expiry_scan.as_millis() as u64)]
+    pub webhooks_expiry_scan_ms: u64,
 }
 
 impl LabArgs {
@@ -132,6 +139,7 @@ impl LabArgs {
     pub fn apply(&self, s: &mut Settings) {
         s.http.hot_path = self.hot_path.is_on();
         s.codes.locality = self.code_locality.is_on();
+        s.webhooks.expiry_scan = std::time::Duration::from_millis(self.webhooks_expiry_scan_ms);
         let sqlite = &mut s.store.sqlite;
         sqlite.memstatus = self.sqlite_memstatus.is_on();
         sqlite.connections = self.sqlite_connections;

@@ -397,13 +397,19 @@ pub(crate) fn short_url(
     if (!key.domain.is_default() || public_url.is_none())
         && let Some(host) = domains.host_of(key.domain)
     {
-        let scheme = match public_url {
-            Some(url) if url.starts_with("http://") => "http",
-            _ => "https",
-        };
-        return Some(format!("{scheme}://{host}/{code}"));
+        return Some(short_url_on(&host.to_string(), public_url, code.as_str()));
     }
     public_url.map(|base| format!("{}/{code}", base.trim_end_matches('/')))
+}
+
+/// `code`'s short URL on `host`, with the scheme of `public_url` (else
+/// https).
+pub(crate) fn short_url_on(host: &str, public_url: Option<&str>, code: &str) -> String {
+    let scheme = match public_url {
+        Some(url) if url.starts_with("http://") => "http",
+        _ => "https",
+    };
+    format!("{scheme}://{host}/{code}")
 }
 
 /// The body of `POST /api/v1/domains`: a host, and each redirect

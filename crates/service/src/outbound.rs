@@ -224,7 +224,12 @@ where
         max_body,
         cut_off,
     } = limits;
-    tokio::spawn(tokio::time::timeout(timeout, connection));
+    // A second longer than the request's own timeout, so that a request
+    // that runs out is told so, not that its connection went.
+    tokio::spawn(tokio::time::timeout(
+        timeout + Duration::from_secs(1),
+        connection,
+    ));
     let response = sender.send_request(request).await.map_err(http)?;
     let (parts, mut body) = response.into_parts();
     if cut_off {

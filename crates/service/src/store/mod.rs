@@ -858,6 +858,14 @@ pub trait LinkStore: Send + Sync + 'static {
     /// with that id.
     async fn retry_event(&self, webhook: i64, event: i64) -> Result<bool, StoreError>;
 
+    /// Writes an event that is about no one link (`links.imported`), with
+    /// its JSON `data`, for each webhook that wants it.
+    async fn record_event(&self, kind: outbox::EventKind, data: String) -> Result<(), StoreError>;
+
+    /// Writes `link.expired` for each live link whose time ran out since
+    /// the last scan (by any instance); the first scan starts from now.
+    async fn scan_expiries(&self) -> Result<(), StoreError>;
+
     /// How many events wait for delivery, and when the oldest was made.
     async fn pending_events(&self) -> Result<(u64, Option<Timestamp>), StoreError>;
 

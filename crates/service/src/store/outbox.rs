@@ -14,13 +14,19 @@ pub enum EventKind {
     LinkCreated,
     LinkUpdated,
     LinkDeleted,
+    /// Its time ran out, or a visit used up its `max_visits`.
+    LinkExpired,
+    /// One for each import, with its counts, instead of one for each link.
+    LinksImported,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 3] = [
+    pub const ALL: [EventKind; 5] = [
         EventKind::LinkCreated,
         EventKind::LinkUpdated,
         EventKind::LinkDeleted,
+        EventKind::LinkExpired,
+        EventKind::LinksImported,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -28,6 +34,8 @@ impl EventKind {
             EventKind::LinkCreated => "link.created",
             EventKind::LinkUpdated => "link.updated",
             EventKind::LinkDeleted => "link.deleted",
+            EventKind::LinkExpired => "link.expired",
+            EventKind::LinksImported => "links.imported",
         }
     }
 
@@ -52,6 +60,14 @@ impl<'de> Deserialize<'de> for EventKind {
                 known.join(", ")
             ))
         })
+    }
+}
+
+impl EventKind {
+    /// Whether the event's data is a link ([`snapshot`]); else it is the
+    /// JSON it was recorded with.
+    pub fn is_about_a_link(self) -> bool {
+        self != EventKind::LinksImported
     }
 }
 
@@ -206,6 +222,10 @@ pub const HISTORY: i64 = 100;
 #[derive(Serialize, Deserialize)]
 struct Snapshot {
     domain: i64,
+    /// The domain's host at the change: the event names it even once the
+    /// domain is gone.
+    #[serde(default)]
+    host: Option<String>,
     code: String,
     target: String,
     created_at: i64,
@@ -221,11 +241,12 @@ struct Snapshot {
     tags: Vec<String>,
 }
 
-/// `link` as the outbox's data column holds it.
-pub(crate) fn snapshot(link: &Link) -> String {
+/// `link`, on the domain of `host`, as the outbox's data column holds it.
+pub(crate) fn snapshot(link: &Link, host: Option<&str>) -> String {
     let extra = ExtraColumns::of(link.extra.as_deref());
     let snapshot = Snapshot {
         domain: link.domain.0,
+        host: host.map(str::to_owned),
         code: link.code.as_str().to_owned(),
         target: link.target.as_str().to_owned(),
         created_at: link.created_at.millis(),
@@ -243,10 +264,11 @@ pub(crate) fn snapshot(link: &Link) -> String {
     serde_json::to_string(&snapshot).unwrap_or_default()
 }
 
-/// The link a [`snapshot`] holds; an error for data that is not one.
-pub fn link_of(data: &str) -> Result<Link, String> {
+/// The link a [`snapshot`] holds, and its domain's host then; an error
+/// for data that is not one.
+pub fn link_of(data: &str) -> Result<(Link, Option<String>), String> {
     let s: Snapshot = serde_json::from_str(data).map_err(|e| format!("an outbox event: {e}"))?;
-    Ok(Link {
+    let link = Link {
         domain: DomainId(s.domain),
         code: ShortCode::from_trusted(&s.code),
         target: TargetUrl::parse(&s.target).map_err(|e| e.to_string())?,
@@ -268,7 +290,8 @@ pub fn link_of(data: &str) -> Result<Link, String> {
             title: s.title,
             tags: s.tags,
         },
-    })
+    };
+    Ok((link, s.host))
 }
 
 #[cfg(test)]
@@ -296,8 +319,9 @@ mod tests {
                 tags: vec!["a".into(), "B".into()],
             },
         };
-        let back = link_of(&snapshot(&link)).expect("parsed");
+        let (back, host) = link_of(&snapshot(&link, Some("go.example"))).expect("parsed");
         assert_eq!(format!("{back:?}"), format!("{link:?}"));
+        assert_eq!(host.as_deref(), Some("go.example"));
         assert!(link_of("{}").is_err());
     }
 

@@ -11,7 +11,7 @@ use crate::domain::Timestamp;
 use crate::links::Links;
 use crate::outbound::HttpClient;
 use crate::store::LinkStore;
-use crate::store::outbox::{Attempt, OutboxEvent, Outcome, Settled, Webhook, link_of};
+use crate::store::outbox::{Attempt, EventKind, OutboxEvent, Outcome, Settled, Webhook, link_of};
 
 /// Events claimed at once; they are sent side by side.
 const BATCH: usize = 32;
@@ -57,7 +57,16 @@ impl Deliverer {
     /// Runs until the task is aborted.
     pub(crate) async fn run(self) {
         let failing = crate::observability::logging::Throttle::new(Duration::from_secs(60));
+        let mut next_scan = Instant::now();
         loop {
+            if Instant::now() >= next_scan {
+                next_scan = Instant::now() + self.settings.expiry_scan;
+                if let Err(e) = self.store.scan_expiries().await
+                    && failing.allow().is_some()
+                {
+                    tracing::warn!(error = %e, "webhook events: expired links cannot be looked for");
+                }
+            }
             match self.round().await {
                 Ok(0) => tokio::time::sleep(self.settings.poll).await,
                 Ok(_) => {}
@@ -105,14 +114,36 @@ impl Deliverer {
 
     /// The event's body: `{"type", "timestamp", "data"}`.
     fn body(&self, event: &OutboxEvent) -> Result<Vec<u8>, String> {
-        let link = link_of(&event.data)?;
-        let short_url = crate::domains::short_url(
-            self.links.domains(),
-            self.public_url.as_deref(),
-            &link.key(),
-        )
-        .unwrap_or_else(|| format!("http://{}/{}", self.listen, link.code));
-        let data = self.links.view(link, short_url, true);
+        let about_a_link = EventKind::parse(&event.kind).is_none_or(EventKind::is_about_a_link);
+        if !about_a_link {
+            let data: serde_json::Value =
+                serde_json::from_str(&event.data).map_err(|e| e.to_string())?;
+            return serde_json::to_vec(&serde_json::json!({
+                "type": event.kind,
+                "timestamp": event.at,
+                "data": data,
+            }))
+            .map_err(|e| e.to_string());
+        }
+        let (link, host) = link_of(&event.data)?;
+        // An added domain's host as it was at the change: the domain may
+        // be gone (removed with its links) by the time this is sent.
+        let host = host.filter(|_| !link.domain.is_default());
+        let short_url = match &host {
+            Some(host) => {
+                crate::domains::short_url_on(host, self.public_url.as_deref(), link.code.as_str())
+            }
+            None => crate::domains::short_url(
+                self.links.domains(),
+                self.public_url.as_deref(),
+                &link.key(),
+            )
+            .unwrap_or_else(|| format!("http://{}/{}", self.listen, link.code)),
+        };
+        let mut data = self.links.view(link, short_url, true);
+        if host.is_some() {
+            data.domain = host;
+        }
         serde_json::to_vec(&serde_json::json!({
             "type": event.kind,
             "timestamp": event.at,

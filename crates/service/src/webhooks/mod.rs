@@ -31,6 +31,8 @@ pub struct WebhookSettings {
     pub retry_delays: Vec<Duration>,
     /// How often the outbox is looked at when nothing was due.
     pub poll: Duration,
+    /// How often links whose time ran out are looked for (`link.expired`).
+    pub expiry_scan: Duration,
 }
 
 impl Default for WebhookSettings {
@@ -42,6 +44,7 @@ impl Default for WebhookSettings {
                 .map(Duration::from_secs)
                 .collect(),
             poll: Duration::from_millis(500),
+            expiry_scan: Duration::from_secs(60),
         }
     }
 }
@@ -102,7 +105,8 @@ pub(crate) struct NewWebhookBody {
     /// destinations.
     #[serde(deserialize_with = "crate::domain::wire::required")]
     pub url: TargetUrl,
-    /// The events wanted: `link.created`, `link.updated`, `link.deleted`.
+    /// The events wanted: `link.created`, `link.updated`, `link.deleted`,
+    /// `link.expired`, `links.imported`.
     #[serde(deserialize_with = "crate::domain::wire::required")]
     #[schema(value_type = Vec<String>, example = json!(["link.created"]))]
     pub events: Vec<EventKind>,

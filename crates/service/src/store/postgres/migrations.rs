@@ -141,7 +141,8 @@ const MIGRATIONS: &[Migration] = &[
     CREATE INDEX links_target_hash ON links (domain, litelink_target_hash(target))
         WHERE deleted_at IS NULL;",
     ),
-    // 11: webhooks and the outbox of their events, as SQLite's schema 15.
+    // 11: webhooks and the outbox of their events, as SQLite's schema 15;
+    // where the expiry scan got to, which instances take turns at.
     Sql("CREATE TABLE webhooks (
         id              BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
         url             TEXT     NOT NULL,
@@ -180,7 +181,13 @@ const MIGRATIONS: &[Migration] = &[
         error       TEXT
     );
     CREATE INDEX webhook_attempts_webhook ON webhook_attempts (webhook, id);
-    CREATE INDEX webhook_attempts_event ON webhook_attempts (event);"),
+    CREATE INDEX webhook_attempts_event ON webhook_attempts (event);
+    CREATE INDEX links_expiring ON links (expires_at)
+        WHERE expires_at IS NOT NULL AND deleted_at IS NULL;
+    CREATE TABLE webhook_scans (
+        name  TEXT   PRIMARY KEY,
+        until BIGINT NOT NULL
+    );"),
 ];
 
 async fn users(tx: &tokio_postgres::Transaction<'_>) -> Result<(), tokio_postgres::Error> {

@@ -681,6 +681,14 @@ impl LinkStore for PostgresStore {
         with_client!(self, |c| webhooks::retry(&c, webhook, event))
     }
 
+    async fn record_event(&self, kind: outbox::EventKind, data: String) -> Result<(), StoreError> {
+        with_client!(self, |c| webhooks::record_event(&c, kind, data))
+    }
+
+    async fn scan_expiries(&self) -> Result<(), StoreError> {
+        with_client!(self, |c| webhooks::scan_expiries(&mut c))
+    }
+
     async fn pending_events(&self) -> Result<(u64, Option<Timestamp>), StoreError> {
         with_client!(self, |c| webhooks::pending(&c))
     }

@@ -488,32 +488,66 @@ pub(super) async fn record_visits(
     visits: &[(LinkKey, VisitCounts)],
 ) -> Result<(), StoreError> {
     let tx = c.transaction().await.map_err(store_error)?;
+    let mut exhausted = Vec::new();
     for (key, counts) in visits {
-        record_one(&tx, key, counts).await?;
+        if record_one(&tx, key, counts).await? {
+            exhausted.push(key);
+        }
+    }
+    // The flush that stores the visit that used a link up tells of it.
+    for key in exhausted {
+        if let Some(link) = link(&tx, key).await? {
+            super::webhooks::fan_out(&tx, EventKind::LinkExpired, &[&link], Timestamp::now())
+                .await?;
+        }
     }
     tx.commit().await.map_err(store_error)
 }
 
+/// Adds one link's visits; whether they used up its `max_visits`.
 async fn record_one(
     c: &impl GenericClient,
     key: &LinkKey,
     counts: &VisitCounts,
-) -> Result<(), StoreError> {
+) -> Result<bool, StoreError> {
+    let total = clamp(counts.total());
     // Only a live link: one deleted since these were counted keeps none.
     let Some(row) = query_opt(
         c,
         concat!(
             "UPDATE links SET visits = ",
             saturating_add!("visits", "$2"),
-            " WHERE code = $1 AND domain = $3 AND deleted_at IS NULL RETURNING id"
+            " WHERE code = $1 AND domain = $3 AND deleted_at IS NULL \
+             RETURNING id, visits, max_visits"
         ),
-        &[&key.code.as_str(), &clamp(counts.total()), &key.domain.0],
+        &[&key.code.as_str(), &total, &key.domain.0],
     )
     .await?
     else {
-        return Ok(());
+        return Ok(false);
     };
-    add_counts(c, row.get(0), counts).await
+    let (visits, max): (i64, Option<i64>) = (row.get(1), row.get(2));
+    add_counts(c, row.get(0), counts).await?;
+    Ok(max.is_some_and(|max| visits >= max && visits - total < max))
+}
+
+/// The live links whose expiry is in `(from, until]`, soonest first.
+pub(super) async fn expiring(
+    c: &impl GenericClient,
+    from: i64,
+    until: i64,
+) -> Result<Vec<Link>, StoreError> {
+    let sql = format!(
+        "SELECT {LINK_COLUMNS} FROM {LINK_FROM} WHERE l.expires_at > $1 \
+         AND l.expires_at <= $2 AND l.expires_at IS NOT NULL AND l.deleted_at IS NULL \
+         ORDER BY l.expires_at"
+    );
+    let stmt = c.prepare_cached(&sql).await.map_err(store_error)?;
+    let rows = c
+        .query(&stmt, &[&from, &until])
+        .await
+        .map_err(store_error)?;
+    rows.iter().map(|r| link_at(r, 0)).collect()
 }
 
 /// Adds counts to the row `id`'s hours, referrers and facets (not to its
@@ -1284,6 +1318,21 @@ pub(super) async fn remove_domain(
     .map_or(0, |r| r.get(0));
     if live > 0 && !force {
         return Err(StoreError::DomainHasLinks(live as u64));
+    }
+    if live > 0 && super::webhooks::listening(&tx).await? {
+        // Each link deleted with its domain is told of as it was.
+        let sql = format!(
+            "SELECT {LINK_COLUMNS} FROM {LINK_FROM} WHERE l.domain = $1 \
+             AND l.deleted_at IS NULL ORDER BY l.id"
+        );
+        let stmt = tx.prepare_cached(&sql).await.map_err(store_error)?;
+        let rows = tx.query(&stmt, &[&id.0]).await.map_err(store_error)?;
+        let links = rows
+            .iter()
+            .map(|r| link_at(r, 0))
+            .collect::<Result<Vec<_>, _>>()?;
+        let links: Vec<&Link> = links.iter().collect();
+        super::webhooks::fan_out(&tx, EventKind::LinkDeleted, &links, Timestamp::now()).await?;
     }
     let now = Timestamp::now().millis();
     let stmt = tx

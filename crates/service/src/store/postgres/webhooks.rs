@@ -68,9 +68,33 @@ pub(super) async fn fan_out(
     }
     let domains: Vec<i64> = links.iter().map(|l| l.domain.0).collect();
     let codes: Vec<&str> = links.iter().map(|l| l.code.as_str()).collect();
-    let data: Vec<String> = links.iter().map(|l| outbox::snapshot(l)).collect();
-    // One statement for the whole batch; rows go in in the links' order,
-    // which is the order their events are sent in.
+    let stmt = prepared(c, "SELECT id, host FROM domains WHERE id = ANY($1)").await?;
+    let hosts: std::collections::HashMap<i64, Option<String>> = c
+        .query(&stmt, &[&domains])
+        .await
+        .map_err(store_error)?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let data: Vec<String> = links
+        .iter()
+        .map(|l| outbox::snapshot(l, hosts.get(&l.domain.0).and_then(|h| h.as_deref())))
+        .collect();
+    fan_out_data(c, kind, &domains, &codes, &data, now).await
+}
+
+/// [`fan_out`] of any data, each for the link (domain, code) its order is
+/// kept with (`(0, "")` for an event about no one link). One statement
+/// for the whole batch; rows go in in the given order, which is the order
+/// their events are sent in.
+async fn fan_out_data(
+    c: &impl GenericClient,
+    kind: EventKind,
+    domains: &[i64],
+    codes: &[&str],
+    data: &[String],
+    now: Timestamp,
+) -> Result<(), StoreError> {
     let stmt = prepared(
         c,
         "INSERT INTO webhook_events (webhook, kind, domain, code, data, at, due) \
@@ -78,7 +102,7 @@ pub(super) async fn fan_out(
          FROM unnest($2::BIGINT[], $3::TEXT[], $4::TEXT[]) WITH ORDINALITY \
            AS l(domain, code, data, n) \
          JOIN webhooks w ON w.enabled AND $1 = ANY(string_to_array(w.events, ',')) \
-           AND (w.domain IS NULL OR w.domain = l.domain) \
+           AND (w.domain IS NULL OR w.domain = l.domain OR l.code = '') \
          ORDER BY l.n, w.id",
     )
     .await?;
@@ -89,6 +113,51 @@ pub(super) async fn fan_out(
     .await
     .map_err(store_error)?;
     Ok(())
+}
+
+pub(super) async fn record_event(
+    c: &Client,
+    kind: EventKind,
+    data: String,
+) -> Result<(), StoreError> {
+    fan_out_data(c, kind, &[0], &[""], &[data], Timestamp::now()).await
+}
+
+/// `link.expired` for the live links whose time ran out since the last
+/// scan. Instances take turns: the scan's row is locked for the whole
+/// transaction, so a window is scanned once.
+pub(super) async fn scan_expiries(c: &mut Client) -> Result<(), StoreError> {
+    let now = Timestamp::now();
+    let tx = c.transaction().await.map_err(store_error)?;
+    let start = prepared(
+        &tx,
+        "INSERT INTO webhook_scans (name, until) VALUES ('expiries', $1) \
+         ON CONFLICT (name) DO NOTHING",
+    )
+    .await?;
+    tx.execute(&start, &[&now.millis()])
+        .await
+        .map_err(store_error)?;
+    let read = prepared(
+        &tx,
+        "SELECT until FROM webhook_scans WHERE name = 'expiries' FOR UPDATE",
+    )
+    .await?;
+    let from: i64 = tx.query_one(&read, &[]).await.map_err(store_error)?.get(0);
+    if from < now.millis() && listening(&tx).await? {
+        let links = super::ops::expiring(&tx, from, now.millis()).await?;
+        let links: Vec<&Link> = links.iter().collect();
+        fan_out(&tx, EventKind::LinkExpired, &links, now).await?;
+    }
+    let done = prepared(
+        &tx,
+        "UPDATE webhook_scans SET until = greatest(until, $1) WHERE name = 'expiries'",
+    )
+    .await?;
+    tx.execute(&done, &[&now.millis()])
+        .await
+        .map_err(store_error)?;
+    tx.commit().await.map_err(store_error)
 }
 
 /// Whether any webhook is listening: writers build events only then.

@@ -166,7 +166,8 @@ const MIGRATIONS: &[Migration] = &[
     Code(target_hashes),
     // 15: webhooks, and the outbox of their events: one row for each event
     // and webhook, written in the transaction of the change it reports,
-    // and each delivery attempt (a webhook's last 100 are kept).
+    // and each delivery attempt (a webhook's last 100 are kept); live
+    // links by expiry, for the scan that tells of those whose time ran out.
     Sql("CREATE TABLE webhooks (
         id              INTEGER PRIMARY KEY AUTOINCREMENT,
         url             TEXT    NOT NULL,
@@ -205,7 +206,9 @@ const MIGRATIONS: &[Migration] = &[
         error       TEXT
     ) STRICT;
     CREATE INDEX webhook_attempts_webhook ON webhook_attempts (webhook, id);
-    CREATE INDEX webhook_attempts_event ON webhook_attempts (event);"),
+    CREATE INDEX webhook_attempts_event ON webhook_attempts (event);
+    CREATE INDEX links_expiring ON links (expires_at)
+        WHERE expires_at IS NOT NULL AND deleted_at IS NULL;"),
 ];
 
 fn sessions(tx: &Transaction<'_>) -> rusqlite::Result<()> {

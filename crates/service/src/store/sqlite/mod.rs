@@ -47,7 +47,7 @@ use self::readers::{Epoch, Readers};
 use self::replies::Done;
 use self::slots::Slots;
 use self::writer::{Hooks, Writer};
-use super::outbox::{AttemptRow, OutboxEvent, Outcome, Webhook, WebhookWrite};
+use super::outbox::{AttemptRow, EventKind, OutboxEvent, Outcome, Webhook, WebhookWrite};
 use super::{
     ApiKey, Existing, ImportRow, LinkPatch, LinkStore, LinkTotals, ListPage, ListQuery, LoginFlow,
     LoginFlowWrite, NewLink, RankQuery, Record, Session, SessionWrite, StorageFailure, StoreError,
@@ -781,6 +781,18 @@ impl LinkStore for SqliteStore {
             Done::Found(found) => Ok(found),
             other => Err(unexpected(other)),
         }
+    }
+
+    async fn record_event(&self, kind: EventKind, data: String) -> Result<(), StoreError> {
+        self.inner
+            .writer
+            .apply(Op::RecordEvent { kind, data })
+            .await
+            .map(drop)
+    }
+
+    async fn scan_expiries(&self) -> Result<(), StoreError> {
+        self.inner.writer.apply(Op::ScanExpiries).await.map(drop)
     }
 
     async fn pending_events(&self) -> Result<(u64, Option<Timestamp>), StoreError> {

@@ -67,6 +67,11 @@ pub(super) enum Op {
         event: i64,
     },
     ReleaseClaims,
+    RecordEvent {
+        kind: EventKind,
+        data: String,
+    },
+    ScanExpiries,
 }
 
 impl Op {
@@ -173,6 +178,8 @@ fn run(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError
         Op::SettleEvents(outcomes) => webhooks::settle(conn, outcomes),
         Op::RetryEvent { webhook, event } => webhooks::retry(conn, webhook, event, now),
         Op::ReleaseClaims => webhooks::release(conn),
+        Op::RecordEvent { kind, data } => webhooks::record_event(conn, kind, &data, now),
+        Op::ScanExpiries => webhooks::scan_expiries(conn, now),
     }
 }
 
@@ -766,7 +773,18 @@ fn remove_domain(
     if !live.is_empty() && !force {
         return Err(StoreError::DomainHasLinks(live.len() as u64));
     }
+    let listening = webhooks::listening(conn)?;
     for (link, _) in &live {
+        if listening {
+            let was = conn
+                .prepare_cached(&format!(
+                    "SELECT {} FROM {} WHERE l.id = ?1",
+                    rows::LINK_COLUMNS,
+                    rows::LINK_FROM
+                ))?
+                .query_row([*link], rows::link)?;
+            webhooks::fan_out(conn, EventKind::LinkDeleted, &was, now)?;
+        }
         tombstone(conn, *link, now)?;
     }
     conn.prepare_cached("DELETE FROM domains WHERE id = ?1")?
@@ -992,9 +1010,27 @@ fn record_visits(
     visits: std::sync::Arc<[(LinkKey, VisitCounts)]>,
 ) -> Result<Applied, StoreError> {
     let mut added = Vec::with_capacity(visits.len());
+    let mut exhausted = Vec::new();
     let mut statements = VisitStatements::prepare(conn)?;
     for (key, counts) in visits.iter() {
-        added.extend(statements.record(book, key, counts)?);
+        if let Some(recorded) = statements.record(book, key, counts)? {
+            added.push((recorded.id, recorded.added));
+            if recorded.exhausted {
+                exhausted.push(recorded.id);
+            }
+        }
+    }
+    drop(statements);
+    // The flush that stores the visit that used a link up tells of it.
+    for id in exhausted {
+        let link = conn
+            .prepare_cached(&format!(
+                "SELECT {} FROM {} WHERE l.id = ?1",
+                rows::LINK_COLUMNS,
+                rows::LINK_FROM
+            ))?
+            .query_row([id], rows::link)?;
+        webhooks::fan_out(conn, EventKind::LinkExpired, &link, Timestamp::now())?;
     }
     Ok(Applied {
         changed: Changed::Visits(added),
@@ -1017,6 +1053,14 @@ struct VisitStatements<'c> {
     new_value: CachedStatement<'c>,
 }
 
+/// One link's visits as recorded: its row, the visits added to its total,
+/// and whether they used up its `max_visits`.
+struct Recorded {
+    id: i64,
+    added: i64,
+    exhausted: bool,
+}
+
 impl<'c> VisitStatements<'c> {
     fn prepare(conn: &'c Connection) -> rusqlite::Result<Self> {
         Ok(Self {
@@ -1025,7 +1069,7 @@ impl<'c> VisitStatements<'c> {
             add_total: conn.prepare_cached(concat!(
                 "UPDATE links SET visits = ",
                 saturating_add!("visits", "?2"),
-                " WHERE id = ?1"
+                " WHERE id = ?1 RETURNING visits, max_visits"
             ))?,
             hourly: conn.prepare_cached(concat!(
                 "INSERT INTO visits_hourly (link, hour, humans, bots, browsers) \
@@ -1068,21 +1112,27 @@ impl<'c> VisitStatements<'c> {
 
     /// Adds one link's counts to its total and its aggregates: three
     /// statements for a link with one hour and one referrer already seen.
-    /// The row's id and the visits added to its total, if it is live.
+    /// What was recorded, if the link is live.
     fn record(
         &mut self,
         book: &Codebook,
         key: &LinkKey,
         counts: &VisitCounts,
-    ) -> Result<Option<(i64, i64)>, StoreError> {
+    ) -> Result<Option<Recorded>, StoreError> {
         let total = clamp(counts.total());
         // Only a live link: one deleted since these were counted keeps none.
         let Some(id) = self.live_id(book, key)? else {
             return Ok(None);
         };
-        self.add_total.execute((id, total))?;
+        let (visits, max): (i64, Option<i64>) = self
+            .add_total
+            .query_row((id, total), |r| Ok((r.get(0)?, r.get(1)?)))?;
         self.add(id, counts)?;
-        Ok(Some((id, total)))
+        Ok(Some(Recorded {
+            id,
+            added: total,
+            exhausted: max.is_some_and(|max| visits >= max && visits - total < max),
+        }))
     }
 
     /// Adds counts to the row `id`'s hours, referrers and facets (not to

@@ -62,20 +62,79 @@ pub(super) fn fan_out(
     link: &Link,
     now: Timestamp,
 ) -> rusqlite::Result<()> {
+    let host: Option<String> = conn
+        .prepare_cached("SELECT host FROM domains WHERE id = ?1")?
+        .query_row([link.domain.0], |r| r.get(0))
+        .optional()?
+        .flatten();
+    fan_out_data(
+        conn,
+        kind,
+        (link.domain.0, link.code.as_str()),
+        &outbox::snapshot(link, host.as_deref()),
+        now,
+    )
+}
+
+/// [`fan_out`] of any data, for the link (domain, code) its order is
+/// kept with (`(0, "")` for an event about no one link).
+fn fan_out_data(
+    conn: &Connection,
+    kind: EventKind,
+    (domain, code): (i64, &str),
+    data: &str,
+    now: Timestamp,
+) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "INSERT INTO webhook_events (webhook, kind, domain, code, data, at, due) \
          SELECT id, ?1, ?2, ?3, ?4, ?5, ?5 FROM webhooks WHERE enabled = 1 \
          AND instr(',' || events || ',', ',' || ?1 || ',') > 0 \
-         AND (domain IS NULL OR domain = ?2)",
+         AND (domain IS NULL OR domain = ?2 OR ?3 = '')",
     )?
-    .execute((
-        kind.as_str(),
-        link.domain.0,
-        link.code.as_str(),
-        outbox::snapshot(link),
-        now.millis(),
-    ))?;
+    .execute((kind.as_str(), domain, code, data, now.millis()))?;
     Ok(())
+}
+
+pub(super) fn record_event(
+    conn: &Connection,
+    kind: EventKind,
+    data: &str,
+    now: Timestamp,
+) -> Result<Applied, StoreError> {
+    fan_out_data(conn, kind, (0, ""), data, now)?;
+    Ok(applied(Done::Nothing))
+}
+
+/// `link.expired` for the live links whose time ran out since the last
+/// scan; the scan's end is kept in `meta`, so no link is told of twice.
+pub(super) fn scan_expiries(conn: &Connection, now: Timestamp) -> Result<Applied, StoreError> {
+    let from: Option<i64> = conn
+        .prepare_cached("SELECT value FROM meta WHERE name = 'expiries_scanned_until'")?
+        .query_row([], |r| r.get(0))
+        .optional()?;
+    if let Some(from) = from
+        && from < now.millis()
+        && listening(conn)?
+    {
+        let expired = conn
+            .prepare_cached(&format!(
+                "SELECT {} FROM {} WHERE l.expires_at > ?1 AND l.expires_at <= ?2 \
+                 AND l.deleted_at IS NULL ORDER BY l.expires_at",
+                super::rows::LINK_COLUMNS,
+                super::rows::LINK_FROM
+            ))?
+            .query_map((from, now.millis()), super::rows::link)?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        for link in &expired {
+            fan_out(conn, EventKind::LinkExpired, link, now)?;
+        }
+    }
+    conn.prepare_cached(
+        "INSERT INTO meta (name, value) VALUES ('expiries_scanned_until', ?1) \
+         ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+    )?
+    .execute([now.millis()])?;
+    Ok(applied(Done::Nothing))
 }
 
 fn applied(done: Done) -> Applied {
