@@ -188,11 +188,18 @@ pub struct WebhookArgs {
     /// Seconds between a webhook's attempts at one event, comma-separated;
     /// once they are used up the event is failed and the webhook disabled.
     #[arg(long, env = "LITELINK_WEBHOOKS_RETRY_DELAYS", value_name = "SECONDS,...",
-          value_delimiter = ',',
-          value_parser = clap::value_parser!(u64).range(1..=86_400),
+          value_delimiter = ',', value_parser = retry_delay,
           default_value = d().webhooks.retry_delays.iter()
               .map(|d| d.as_secs().to_string()).collect::<Vec<_>>().join(","))]
-    pub webhooks_retry_delays: Vec<u64>,
+    pub webhooks_retry_delays: Vec<Duration>,
+}
+
+/// One wait of `--webhooks-retry-delays`: whole seconds, up to a day.
+fn retry_delay(v: &str) -> Result<Duration, String> {
+    match v.trim().parse::<u64>() {
+        Ok(s) if (1..=86_400).contains(&s) => Ok(Duration::from_secs(s)),
+        _ => Err(format!("'{v}': each delay is whole seconds from 1 to 86400")),
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -624,11 +631,7 @@ impl ServeArgs {
         s.domains.default_host = domains.default_domain.clone();
         s.domains.unknown_host = domains.unknown_host;
         s.webhooks.allow_private = webhooks.webhooks_allow_private;
-        s.webhooks.retry_delays = webhooks
-            .webhooks_retry_delays
-            .iter()
-            .map(|s| Duration::from_secs(*s))
-            .collect();
+        s.webhooks.retry_delays = webhooks.webhooks_retry_delays.clone();
         s.accounts.session_idle = Duration::from_secs(accounts.session_idle);
         s.accounts.session_max = Duration::from_secs(accounts.session_max);
         s.accounts.local_login = accounts.local_login.is_on();

@@ -57,7 +57,7 @@ impl Deliverer {
     /// Runs until the task is aborted.
     pub(crate) async fn run(self) {
         let failing = crate::observability::logging::Throttle::new(Duration::from_secs(60));
-        let mut next_scan = Instant::now();
+        let mut next_scan = Instant::now() + self.settings.expiry_scan;
         loop {
             if Instant::now() >= next_scan {
                 next_scan = Instant::now() + self.settings.expiry_scan;
@@ -82,7 +82,10 @@ impl Deliverer {
 
     /// One claim and its deliveries: how many events were claimed.
     async fn round(&self) -> Result<usize, crate::store::StoreError> {
-        self.gauges().await;
+        // A read first: with nothing pending, the writer is not asked.
+        if self.gauges().await? == 0 {
+            return Ok(0);
+        }
         let events = self.store.claim_events(BATCH, LEASE).await?;
         if events.is_empty() {
             return Ok(0);
@@ -104,12 +107,13 @@ impl Deliverer {
         Ok(n)
     }
 
-    async fn gauges(&self) {
-        if let Ok((pending, oldest)) = self.store.pending_events().await {
-            metrics::gauge!("litelink_webhook_events_pending").set(pending as f64);
-            let age = oldest.map_or(0, |at| (Timestamp::now().millis() - at.millis()).max(0));
-            metrics::gauge!("litelink_webhook_oldest_pending_seconds").set(age as f64 / 1000.0);
-        }
+    /// Sets the outbox's gauges: how many events are pending.
+    async fn gauges(&self) -> Result<u64, crate::store::StoreError> {
+        let (pending, oldest) = self.store.pending_events().await?;
+        metrics::gauge!("litelink_webhook_events_pending").set(pending as f64);
+        let age = oldest.map_or(0, |at| (Timestamp::now().millis() - at.millis()).max(0));
+        metrics::gauge!("litelink_webhook_oldest_pending_seconds").set(age as f64 / 1000.0);
+        Ok(pending)
     }
 
     /// The event's body: `{"type", "timestamp", "data"}`.

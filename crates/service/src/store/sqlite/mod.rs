@@ -541,6 +541,10 @@ impl SqliteStore {
     /// Runs a read on the configured thread: here, or on the blocking pool.
     /// Lets every outbox event claimed by an earlier server go again.
     pub(crate) async fn release_claims(&self) -> Result<(), StoreError> {
+        // Read first: most starts find none, and then write nothing.
+        if !self.read(|r| r.claimed_events()).await? {
+            return Ok(());
+        }
         self.inner.writer.apply(Op::ReleaseClaims).await.map(drop)
     }
 

@@ -470,6 +470,16 @@ impl Readers {
         self.with_fresh_connection(|conn| super::webhooks::attempts(conn, webhook))
     }
 
+    /// Whether any outbox event is claimed.
+    pub(super) fn claimed_events(&self) -> rusqlite::Result<bool> {
+        self.with_fresh_connection(|conn| {
+            conn.prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM webhook_events WHERE state = 0 AND leased_until <> 0)",
+            )?
+            .query_row([], |r| r.get(0))
+        })
+    }
+
     pub(super) fn pending_events(
         &self,
     ) -> rusqlite::Result<(u64, Option<crate::domain::Timestamp>)> {
