@@ -96,6 +96,24 @@ pub fn url_problem(url: &TargetUrl, policy: &TargetPolicy, allow_private: bool) 
     })
 }
 
+/// The events a webhook can want, as the OpenAPI document names them
+/// (the bodies read them as `store::outbox::EventKind`).
+#[derive(ToSchema)]
+#[schema(as = WebhookEvent)]
+#[allow(dead_code)]
+pub(crate) enum EventName {
+    #[schema(rename = "link.created")]
+    LinkCreated,
+    #[schema(rename = "link.updated")]
+    LinkUpdated,
+    #[schema(rename = "link.deleted")]
+    LinkDeleted,
+    #[schema(rename = "link.expired")]
+    LinkExpired,
+    #[schema(rename = "links.imported")]
+    LinksImported,
+}
+
 /// The body of `POST /api/v1/webhooks`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -108,7 +126,7 @@ pub(crate) struct NewWebhookBody {
     /// The events wanted: `link.created`, `link.updated`, `link.deleted`,
     /// `link.expired`, `links.imported`.
     #[serde(deserialize_with = "crate::domain::wire::required")]
-    #[schema(value_type = Vec<String>, example = json!(["link.created"]))]
+    #[schema(value_type = Vec<EventName>, min_items = 1, example = json!(["link.created"]))]
     pub events: Vec<EventKind>,
     /// Only this domain's links (a host, or `default`); all when absent.
     #[serde(default)]
@@ -124,7 +142,7 @@ pub(crate) struct WebhookPatchBody {
     #[serde(default, deserialize_with = "crate::domain::wire::not_null")]
     pub url: Option<TargetUrl>,
     #[serde(default, deserialize_with = "crate::domain::wire::not_null")]
-    #[schema(value_type = Option<Vec<String>>)]
+    #[schema(value_type = Option<Vec<EventName>>, min_items = 1)]
     pub events: Option<Vec<EventKind>>,
     #[serde(default)]
     #[schema(value_type = Option<String>)]
@@ -139,7 +157,7 @@ pub(crate) struct WebhookPatchBody {
 pub(crate) struct WebhookView {
     pub id: i64,
     pub url: String,
-    #[schema(value_type = Vec<String>)]
+    #[schema(value_type = Vec<EventName>)]
     pub events: Vec<EventKind>,
     /// Its domain's host (`default` for the default domain); null: all.
     pub domain: Option<String>,
