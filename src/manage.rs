@@ -21,6 +21,7 @@ use litelink_service::store::{
 };
 use litelink_service::transfer::{self, Checker};
 use litelink_service::users::{hash_password, one_time_password};
+use litelink_service::webhooks::streams::is_stream;
 use litelink_service::webhooks::{rotation, sign, url_problem};
 
 use crate::cli::{
@@ -966,6 +967,22 @@ async fn run_webhooks(
     command: WebhooksCommand,
 ) -> anyhow::Result<ExitCode> {
     let no_such = |id: i64| anyhow::anyhow!("no webhook {id} (see `litelink webhooks list`)");
+    // The event streams' rows are the server options' to make and change.
+    let streams: Vec<i64> = store
+        .webhooks()
+        .await?
+        .iter()
+        .filter(|w| is_stream(&w.url))
+        .map(|w| w.id)
+        .collect();
+    if let WebhooksCommand::Remove { id, .. }
+    | WebhooksCommand::Enable { id, .. }
+    | WebhooksCommand::Disable { id, .. }
+    | WebhooksCommand::Rotate { id, .. } = &command
+        && streams.contains(id)
+    {
+        return Err(no_such(*id));
+    }
     let set = |id: i64, enabled: bool| WebhookWrite::Set {
         id,
         url: None,
@@ -1019,7 +1036,12 @@ async fn run_webhooks(
                 "{:<6} {:<8} {:<40} {:<20} url",
                 "id", "enabled", "events", "domain"
             );
-            for w in store.webhooks().await? {
+            for w in store
+                .webhooks()
+                .await?
+                .into_iter()
+                .filter(|w| !is_stream(&w.url))
+            {
                 let events: Vec<&str> = w.events.iter().map(|e| e.as_str()).collect();
                 let domain = w.domain.map_or_else(
                     || "all".to_owned(),

@@ -177,7 +177,7 @@ pub struct DomainArgs {
 }
 
 #[derive(Debug, Clone, Args)]
-#[command(next_help_heading = "Webhooks")]
+#[command(next_help_heading = "Webhooks and event streams")]
 pub struct WebhookArgs {
     /// Let webhooks post to private, loopback and link-local addresses, and
     /// over plain http. Off: an admin key could otherwise reach the
@@ -192,13 +192,37 @@ pub struct WebhookArgs {
           default_value = d().webhooks.retry_delays.iter()
               .map(|d| d.as_secs().to_string()).collect::<Vec<_>>().join(","))]
     pub webhooks_retry_delays: Vec<Duration>,
+
+    /// RabbitMQ to publish every event to as well (amqp://user:pass@host/vhost),
+    /// with publisher confirms: an event leaves the outbox once confirmed.
+    #[arg(long, env = "LITELINK_EVENTS_AMQP_URL", value_name = "URL")]
+    pub events_amqp_url: Option<String>,
+
+    /// The durable topic exchange events go to, with their type as the
+    /// routing key (made if missing).
+    #[arg(long, env = "LITELINK_EVENTS_AMQP_EXCHANGE", value_name = "NAME",
+          default_value_t = d().webhooks.streams.amqp_exchange)]
+    pub events_amqp_exchange: String,
+
+    /// NATS with JetStream to publish every event to as well
+    /// (nats://host:4222), on subjects litelink.<type>, acknowledged.
+    #[arg(long, env = "LITELINK_EVENTS_NATS_URL", value_name = "URL")]
+    pub events_nats_url: Option<String>,
+
+    /// The JetStream stream events go into (made if missing, taking the
+    /// subjects litelink.>).
+    #[arg(long, env = "LITELINK_EVENTS_NATS_STREAM", value_name = "NAME",
+          default_value_t = d().webhooks.streams.nats_stream)]
+    pub events_nats_stream: String,
 }
 
 /// One wait of `--webhooks-retry-delays`: whole seconds, up to a day.
 fn retry_delay(v: &str) -> Result<Duration, String> {
     match v.trim().parse::<u64>() {
         Ok(s) if (1..=86_400).contains(&s) => Ok(Duration::from_secs(s)),
-        _ => Err(format!("'{v}': each delay is whole seconds from 1 to 86400")),
+        _ => Err(format!(
+            "'{v}': each delay is whole seconds from 1 to 86400"
+        )),
     }
 }
 
@@ -632,6 +656,11 @@ impl ServeArgs {
         s.domains.unknown_host = domains.unknown_host;
         s.webhooks.allow_private = webhooks.webhooks_allow_private;
         s.webhooks.retry_delays = webhooks.webhooks_retry_delays.clone();
+        let streams = &mut s.webhooks.streams;
+        streams.amqp_url = webhooks.events_amqp_url.clone();
+        streams.amqp_exchange = webhooks.events_amqp_exchange.clone();
+        streams.nats_url = webhooks.events_nats_url.clone();
+        streams.nats_stream = webhooks.events_nats_stream.clone();
         s.accounts.session_idle = Duration::from_secs(accounts.session_idle);
         s.accounts.session_max = Duration::from_secs(accounts.session_max);
         s.accounts.local_login = accounts.local_login.is_on();

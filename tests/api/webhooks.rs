@@ -983,3 +983,263 @@ on_both_stores! {
         assert_eq!(receiver.got().len(), 4);
     }
 }
+
+/// Runs tests/fixtures/webhooks/streams.py with `args`: its output.
+async fn streams_py(python: &std::ffi::OsStr, args: Vec<String>) -> String {
+    let python = python.to_owned();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/webhooks/streams.py"
+            ))
+            .args(args)
+            .output()
+            .expect("python")
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "streams.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+async fn create_links(app: &TestApp, key: &str, label: &str, n: usize) -> Vec<String> {
+    let mut codes = Vec::new();
+    for i in 0..n {
+        let r = app
+            .api(
+                Method::POST,
+                "/api/v1/links",
+                Some(key),
+                Some(json!({"url": format!("https://example.com/{label}/{i}")})),
+            )
+            .await;
+        assert_eq!(r.status(), 201);
+        let link: Value = r.json().await.unwrap();
+        codes.push(link["code"].as_str().unwrap().to_owned());
+    }
+    codes
+}
+
+/// Events reach RabbitMQ through a relay that is cut while some are
+/// pending: every one arrives once the relay is back, each once, in order.
+#[tokio::test(flavor = "multi_thread")]
+async fn events_go_to_rabbitmq_and_wait_out_an_outage() {
+    let Some(python) = verifier() else { return };
+    let name = format!("litelink_test_{}", std::process::id());
+    let direct = "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned();
+    let said = streams_py(
+        &python,
+        vec![
+            "amqp-bind".into(),
+            direct.clone(),
+            name.clone(),
+            name.clone(),
+        ],
+    )
+    .await;
+    assert_eq!(said, "bound");
+    let mut relay = Relay::start("127.0.0.1:5672".parse().unwrap()).await;
+    let via = format!("amqp://guest:guest@127.0.0.1:{}/%2f", relay.port);
+    let app = spawn_app(&[
+        "--events-amqp-url",
+        &via,
+        "--events-amqp-exchange",
+        &name,
+        "--webhooks-retry-delays",
+        "1",
+    ])
+    .await;
+    let admin = app.new_key("root", true).await;
+    let r = app
+        .api(Method::GET, "/api/v1/webhooks", Some(&admin), None)
+        .await;
+    let list: Value = r.json().await.unwrap();
+    assert_eq!(list["webhooks"], json!([]), "the stream is not a webhook");
+    let mut codes = create_links(&app, &admin, "before", 2).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    relay.cut();
+    codes.extend(create_links(&app, &admin, "during", 3).await);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    relay.restore().await;
+    let out = streams_py(
+        &python,
+        vec![
+            "amqp-drain".into(),
+            direct,
+            name.clone(),
+            name,
+            codes.len().to_string(),
+        ],
+    )
+    .await;
+    let got: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let heard: Vec<&str> = got
+        .iter()
+        .map(|m| m["body"]["data"]["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(heard.len(), codes.len(), "each event once: {out}");
+    let mut sorted = heard.clone();
+    sorted.sort();
+    let mut want: Vec<&str> = codes.iter().map(String::as_str).collect();
+    want.sort();
+    assert_eq!(sorted, want);
+    for m in &got {
+        assert_eq!(m["key"], "link.created");
+        assert_eq!(m["body"]["type"], "link.created");
+        assert_eq!(m["content_type"], "application/json");
+        assert_eq!(m["headers"]["webhook-id"], m["message_id"]);
+        assert!(
+            m["headers"]["webhook-signature"]
+                .as_str()
+                .unwrap()
+                .starts_with("v1,")
+        );
+    }
+}
+
+/// A private nats-server on a free port, with JetStream, kept in `dir`.
+struct NatsServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl NatsServer {
+    fn start(dir: &std::path::Path, port: u16) -> Self {
+        let child = std::process::Command::new("nats-server")
+            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+            .arg(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("nats-server");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "nats-server did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self { child, port }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Events reach JetStream, on a private server that is killed while some
+/// are pending and started again: each arrives, once.
+#[tokio::test(flavor = "multi_thread")]
+async fn events_go_to_nats_jetstream_and_wait_out_an_outage() {
+    let Some(python) = verifier() else { return };
+    if std::process::Command::new("nats-server")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        missing("no nats-server");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut nats = NatsServer::start(dir.path(), port);
+    let url = format!("nats://127.0.0.1:{}", nats.port);
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        - 1.0;
+    let app = spawn_app(&["--events-nats-url", &url, "--webhooks-retry-delays", "1"]).await;
+    let admin = app.new_key("root", true).await;
+    let mut codes = create_links(&app, &admin, "before", 2).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    nats.kill();
+    codes.extend(create_links(&app, &admin, "during", 3).await);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let nats = NatsServer::start(dir.path(), port);
+    let mut args = vec![
+        "nats-read".to_owned(),
+        url,
+        since.to_string(),
+        codes.len().to_string(),
+    ];
+    args.extend(codes.iter().cloned());
+    let out = streams_py(&python, args).await;
+    let got: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let mut heard: Vec<&str> = got
+        .iter()
+        .map(|m| m["body"]["data"]["code"].as_str().unwrap())
+        .collect();
+    heard.sort();
+    let mut want: Vec<&str> = codes.iter().map(String::as_str).collect();
+    want.sort();
+    assert_eq!(heard, want, "each event once: {out}");
+    for m in &got {
+        assert_eq!(m["subject"], "litelink.link.created");
+        assert_eq!(m["headers"]["Nats-Msg-Id"], m["headers"]["webhook-id"]);
+    }
+    drop(nats);
+}
+
+/// The NATS this project's machines run: the stream is made if missing,
+/// and the events of this test are on it.
+#[tokio::test(flavor = "multi_thread")]
+async fn events_go_to_the_machines_nats() {
+    let Some(python) = verifier() else { return };
+    let url = "nats://127.0.0.1:4222".to_owned();
+    if std::net::TcpStream::connect("127.0.0.1:4222").is_err() {
+        missing("no NATS on 127.0.0.1:4222");
+        return;
+    }
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        - 1.0;
+    let app = spawn_app(&["--events-nats-url", &url]).await;
+    let admin = app.new_key("root", true).await;
+    let codes = create_links(&app, &admin, "shared", 2).await;
+    let r = app
+        .api(
+            Method::DELETE,
+            &format!("/api/v1/links/{}", codes[0]),
+            Some(&admin),
+            None,
+        )
+        .await;
+    assert_eq!(r.status(), 204);
+    let mut args = vec!["nats-read".to_owned(), url, since.to_string(), "3".into()];
+    args.extend(codes.iter().cloned());
+    let out = streams_py(&python, args).await;
+    let got: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let told: Vec<(String, String)> = got
+        .iter()
+        .map(|m| {
+            (
+                m["subject"].as_str().unwrap().to_owned(),
+                m["body"]["data"]["code"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(told.len(), 3, "{out}");
+    // In order for each link: created, then deleted.
+    let first: Vec<&str> = told
+        .iter()
+        .filter(|(_, c)| *c == codes[0])
+        .map(|(s, _)| s.as_str())
+        .collect();
+    assert_eq!(first, ["litelink.link.created", "litelink.link.deleted"]);
+}

@@ -169,6 +169,7 @@ impl Application {
             )),
             None => None,
         };
+        crate::webhooks::streams::ensure(&outbox, &settings.webhooks.streams).await?;
         let deliverer = crate::webhooks::deliver::Deliverer::new(
             outbox,
             links.clone(),

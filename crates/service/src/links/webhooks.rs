@@ -46,12 +46,27 @@ impl Links {
         .transpose()
     }
 
+    /// The webhooks the API shows: every one but the event streams' rows,
+    /// which the server's options make.
+    async fn registered(&self) -> Result<Vec<Webhook>, LinksError> {
+        let all = self.inner.store.webhooks().await?;
+        Ok(all
+            .into_iter()
+            .filter(|w| !crate::webhooks::streams::is_stream(&w.url))
+            .collect())
+    }
+
+    /// Whether `id` is a webhook the API shows.
+    async fn is_registered(&self, id: i64) -> Result<bool, LinksError> {
+        Ok(self.registered().await?.iter().any(|w| w.id == id))
+    }
+
     pub(crate) async fn webhooks(
         &self,
         caller: &Principal,
     ) -> Result<Vec<WebhookView>, LinksError> {
         admin(caller)?;
-        let all = self.inner.store.webhooks().await?;
+        let all = self.registered().await?;
         Ok(all.into_iter().map(|w| self.webhook_view(w)).collect())
     }
 
@@ -61,7 +76,7 @@ impl Links {
         id: i64,
     ) -> Result<Option<WebhookView>, LinksError> {
         admin(caller)?;
-        let all = self.inner.store.webhooks().await?;
+        let all = self.registered().await?;
         Ok(all
             .into_iter()
             .find(|w| w.id == id)
@@ -104,6 +119,9 @@ impl Links {
         body: WebhookPatchBody,
     ) -> Result<Option<WebhookView>, LinksError> {
         admin(caller)?;
+        if !self.is_registered(id).await? {
+            return Ok(None);
+        }
         if let Some(url) = &body.url {
             self.check_webhook_url(url)?;
         }
@@ -135,6 +153,9 @@ impl Links {
         id: i64,
     ) -> Result<bool, LinksError> {
         admin(caller)?;
+        if !self.is_registered(id).await? {
+            return Ok(false);
+        }
         Ok(self.inner.store.remove_webhook(id).await?)
     }
 
@@ -145,6 +166,9 @@ impl Links {
         id: i64,
     ) -> Result<Option<CreatedWebhook>, LinksError> {
         admin(caller)?;
+        if !self.is_registered(id).await? {
+            return Ok(None);
+        }
         let (secret, write) = crate::webhooks::rotation(id);
         let written = self.inner.store.write_webhook(write).await?;
         Ok(written.map(|w| CreatedWebhook {
@@ -188,6 +212,9 @@ impl Links {
         event: i64,
     ) -> Result<bool, LinksError> {
         admin(caller)?;
+        if !self.is_registered(id).await? {
+            return Ok(false);
+        }
         Ok(self.inner.store.retry_event(id, event).await?)
     }
 }

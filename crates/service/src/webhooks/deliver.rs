@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{LEASE, MAX_ANSWER, TIMEOUT, WebhookSettings, sign};
+use super::{LEASE, MAX_ANSWER, TIMEOUT, WebhookSettings, sign, streams};
 use crate::domain::Timestamp;
 use crate::links::Links;
 use crate::outbound::HttpClient;
@@ -16,11 +16,15 @@ use crate::store::outbox::{Attempt, EventKind, OutboxEvent, Outcome, Settled, We
 /// Events claimed at once; they are sent side by side.
 const BATCH: usize = 32;
 
+/// The longest wait between tries at a stream's broker.
+const STREAM_RETRY_CAP: Duration = Duration::from_secs(60);
+
 pub(crate) struct Deliverer {
     store: Arc<dyn LinkStore>,
     links: Links,
     settings: WebhookSettings,
     http: HttpClient,
+    streams: streams::Streams,
     /// Where the default domain's short URLs are when no host names it.
     listen: std::net::SocketAddr,
     public_url: Option<String>,
@@ -45,6 +49,7 @@ impl Deliverer {
             http = http.public_only();
         }
         Ok(Self {
+            streams: streams::Streams::new(&settings.streams),
             store,
             links,
             settings,
@@ -159,14 +164,24 @@ impl Deliverer {
     async fn deliver(&self, webhook: &Webhook, event: OutboxEvent) -> Outcome {
         let started = Instant::now();
         let at = Timestamp::now();
+        let stream = streams::is_stream(&webhook.url);
         let (status, error) = match self.post(webhook, &event, at).await {
-            Ok(status) => (Some(status), None),
+            Ok(status) => (status, None),
             Err(e) => (None, Some(e)),
         };
+        let delay = self.settings.retry_delays.get(event.attempts as usize);
         let settled = match status {
             Some(s) if (200..300).contains(&s) => Settled::Delivered,
+            None if stream && error.is_none() => Settled::Delivered,
+            // A broker that is away is waited for, never given up on: the
+            // events stay in order until it is back.
+            _ if stream => {
+                let last = self.settings.retry_delays.last().copied();
+                let wait = delay.copied().or(last).unwrap_or(STREAM_RETRY_CAP);
+                Settled::Retry(later(at, jittered(wait.min(STREAM_RETRY_CAP))))
+            }
             Some(410) => Settled::Gone,
-            _ => match self.settings.retry_delays.get(event.attempts as usize) {
+            _ => match delay {
                 Some(delay) => Settled::Retry(later(at, jittered(*delay))),
                 None => Settled::Failed,
             },
@@ -206,15 +221,18 @@ impl Deliverer {
         Outcome { attempt, settled }
     }
 
-    /// Posts the event, signed; the receiver's status.
+    /// Sends the event, signed: the receiver's status, or `None` from a
+    /// stream's broker that took it.
     async fn post(
         &self,
         webhook: &Webhook,
         event: &OutboxEvent,
         at: Timestamp,
-    ) -> Result<u16, String> {
+    ) -> Result<Option<u16>, String> {
         let body = self.body(event)?;
-        let id = format!("msg_{}", event.id);
+        // Unique beyond this database too (a stream may hear several, or
+        // one made again), with the same id on every attempt.
+        let id = format!("msg_{:x}_{}", event.at.millis(), event.id);
         let timestamp = at.millis() / 1000;
         let mut signatures = vec![sign::signature(&webhook.secret, &id, timestamp, &body)];
         if let Some((previous, until)) = &webhook.previous
@@ -223,6 +241,20 @@ impl Deliverer {
             signatures.push(sign::signature(previous, &id, timestamp, &body));
         }
         let signatures: Vec<String> = signatures.into_iter().flatten().collect();
+        if streams::is_stream(&webhook.url) {
+            let message = streams::Message {
+                kind: &event.kind,
+                id: &id,
+                timestamp,
+                signature: &signatures.join(" "),
+                body: &body,
+            };
+            return self
+                .streams
+                .send(&webhook.url, &message)
+                .await
+                .map(|()| None);
+        }
         let request = hyper::Request::post(webhook.url.as_str())
             .header("content-type", "application/json")
             .header("webhook-id", &id)
@@ -233,7 +265,7 @@ impl Deliverer {
         self.http
             .send(request)
             .await
-            .map(|response| response.status().as_u16())
+            .map(|response| Some(response.status().as_u16()))
             .map_err(|e| e.to_string())
     }
 }

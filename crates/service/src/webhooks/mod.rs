@@ -9,6 +9,7 @@
 
 pub mod deliver;
 pub mod sign;
+pub mod streams;
 
 use std::time::Duration;
 
@@ -33,6 +34,34 @@ pub struct WebhookSettings {
     pub poll: Duration,
     /// How often links whose time ran out are looked for (`link.expired`).
     pub expiry_scan: Duration,
+    /// The brokers that get every event too.
+    pub streams: StreamSettings,
+}
+
+/// Event streams: the same events, from the same outbox, to the brokers
+/// operators already run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamSettings {
+    /// RabbitMQ (`--events-amqp-url`): each event is published to a durable
+    /// topic exchange with its type as the routing key, and leaves the
+    /// outbox once the broker confirms it.
+    pub amqp_url: Option<String>,
+    pub amqp_exchange: String,
+    /// NATS JetStream (`--events-nats-url`): each event on the subject
+    /// `litelink.<type>`, into a stream made if missing, acknowledged.
+    pub nats_url: Option<String>,
+    pub nats_stream: String,
+}
+
+impl Default for StreamSettings {
+    fn default() -> Self {
+        Self {
+            amqp_url: None,
+            amqp_exchange: "litelink".into(),
+            nats_url: None,
+            nats_stream: "litelink".into(),
+        }
+    }
 }
 
 impl Default for WebhookSettings {
@@ -45,6 +74,7 @@ impl Default for WebhookSettings {
                 .collect(),
             poll: Duration::from_millis(500),
             expiry_scan: Duration::from_secs(60),
+            streams: StreamSettings::default(),
         }
     }
 }
