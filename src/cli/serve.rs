@@ -193,6 +193,14 @@ pub struct WebhookArgs {
               .map(|d| d.as_secs().to_string()).collect::<Vec<_>>().join(","))]
     pub webhooks_retry_delays: Vec<Duration>,
 
+    /// The most events the outbox keeps while receivers are away; past
+    /// it, the oldest link.visited events are dropped (and counted in
+    /// /metrics), never a change event.
+    #[arg(long, env = "LITELINK_WEBHOOKS_MAX_PENDING", value_name = "EVENTS",
+          value_parser = clap::value_parser!(u64).range(1..),
+          default_value_t = d().webhooks.max_pending)]
+    pub webhooks_max_pending: u64,
+
     /// RabbitMQ to publish every event to as well (amqp://user:pass@host/vhost),
     /// with publisher confirms: an event leaves the outbox once confirmed.
     #[arg(long, env = "LITELINK_EVENTS_AMQP_URL", value_name = "URL")]
@@ -656,6 +664,7 @@ impl ServeArgs {
         s.domains.unknown_host = domains.unknown_host;
         s.webhooks.allow_private = webhooks.webhooks_allow_private;
         s.webhooks.retry_delays = webhooks.webhooks_retry_delays.clone();
+        s.webhooks.max_pending = webhooks.webhooks_max_pending;
         let streams = &mut s.webhooks.streams;
         streams.amqp_url = webhooks.events_amqp_url.clone();
         streams.amqp_exchange = webhooks.events_amqp_exchange.clone();

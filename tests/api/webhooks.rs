@@ -1243,3 +1243,171 @@ async fn events_go_to_the_machines_nats() {
         .collect();
     assert_eq!(first, ["litelink.link.created", "litelink.link.deleted"]);
 }
+
+on_both_stores! {
+    async fn each_counted_visit_is_told_without_the_address_or_agent(store: Store) {
+        let Some(python) = verifier() else { return };
+        let receiver = Receiver::start().await;
+        let app = spawn_app_in(
+            &store,
+            &["--webhooks-allow-private", "--trust-proxy", "127.0.0.1/32", "--country-header", "cf-ipcountry"],
+        )
+        .await;
+        let admin = app.new_key("root", true).await;
+        let (_, secret) = register(&app, &admin, json!({"url": receiver.url(), "events": ["link.visited"]})).await;
+        let r = app
+            .api(Method::POST, "/api/v1/links", Some(&admin), Some(json!({
+                "url": "https://example.com/plain", "code": "seen",
+                "rules": [{"if": {"device": "ios"}, "url": "https://apps.example.com/ios"}],
+            })))
+            .await;
+        assert_eq!(r.status(), 201);
+        // The deliverer turns records on within a poll.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let iphone = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.0 Mobile/15E148 Safari/604.1";
+        let r = app.client.get(app.url("/seen"))
+            .header("user-agent", iphone)
+            .header("referer", "https://news.example.org/item?id=1")
+            .header("cf-ipcountry", "FR")
+            .header("x-forwarded-for", "203.0.113.7")
+            .send().await.unwrap();
+        assert_eq!(r.headers()["location"], "https://apps.example.com/ios");
+        let r = app.client.get(app.url("/seen"))
+            .header("user-agent", "Googlebot/2.1 (+http://www.google.com/bot.html)")
+            .send().await.unwrap();
+        assert_eq!(r.headers()["location"], "https://example.com/plain");
+        // A HEAD is not a visit.
+        let r = app.client.head(app.url("/seen")).send().await.unwrap();
+        assert_eq!(r.status(), 302);
+
+        let got = receiver.wait_for(2).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(receiver.got().len(), 2, "one event for each counted visit");
+        assert_eq!(verified(&python, &secret, &got).await, [true, true]);
+        let mut visits: Vec<&Value> = got.iter().map(|d| &d.json["data"]).collect();
+        visits.sort_by_key(|v| v["bot"].as_bool());
+        let (person, bot) = (visits[0], visits[1]);
+        assert_eq!(got[0].json["type"], "link.visited");
+        assert_eq!(person["code"], "seen");
+        assert_eq!(person["target"], "https://apps.example.com/ios");
+        assert_eq!(person["rule"], 0);
+        assert_eq!(person["referrer_host"], "news.example.org");
+        assert_eq!(person["country"], "FR");
+        assert_eq!(person["device"], "mobile");
+        assert_eq!(person["system"], "iOS");
+        assert_eq!(person["bot"], false);
+        assert!(person["at"].as_str().is_some());
+        assert_eq!(bot["bot"], true);
+        assert_eq!(bot["target"], "https://example.com/plain");
+        assert_eq!(bot["rule"], Value::Null);
+        for d in &got {
+            assert!(!d.body.contains("203.0.113.7"), "no address: {}", d.body);
+            assert!(!d.body.contains("Mozilla") && !d.body.contains("Googlebot/2.1"), "no User-Agent: {}", d.body);
+        }
+        // The counts are kept as before.
+        let r = app.api(Method::GET, "/api/v1/links/seen", Some(&admin), None).await;
+        let link: Value = r.json().await.unwrap();
+        assert_eq!(link["visits"], 2);
+    }
+}
+
+/// A receiver away for long: past `--webhooks-max-pending`, the oldest
+/// `link.visited` events go, never a change event.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_outbox_drops_the_oldest_visits_first() {
+    let receiver = Receiver::start().await;
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let delays = vec!["1"; 30].join(",");
+    let app = spawn_app(&[
+        "--webhooks-allow-private",
+        "--webhooks-max-pending",
+        "3",
+        "--webhooks-retry-delays",
+        &delays,
+    ])
+    .await;
+    let admin = app.new_key("root", true).await;
+    let (id, _) = register(
+        &app,
+        &admin,
+        json!({
+            "url": format!("http://127.0.0.1:{closed}/nobody"),
+            "events": ["link.created", "link.visited"],
+        }),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let r = app
+        .api(
+            Method::POST,
+            "/api/v1/links",
+            Some(&admin),
+            Some(json!({"url": "https://example.com/full", "code": "full"})),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    for i in 0..10 {
+        let r = app
+            .client
+            .get(app.url("/full"))
+            .header("referer", format!("https://r{i}.example/"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 302);
+    }
+    // Wait until the bound is enforced: the metric counts 8 dropped.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = app
+            .api(Method::GET, "/metrics", Some(&admin), None)
+            .await
+            .text()
+            .await
+            .unwrap();
+        if text
+            .lines()
+            .any(|l| l.starts_with("litelink_webhook_events_dropped_total") && l.ends_with(" 8"))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not dropped: {}",
+            text.lines()
+                .filter(|l| l.contains("webhook"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The receiver is back: the create and the two newest visits arrive.
+    let r = app
+        .api(
+            Method::PATCH,
+            &format!("/api/v1/webhooks/{id}"),
+            Some(&admin),
+            Some(json!({"url": receiver.url()})),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let got = receiver.wait_for(3).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(receiver.got().len(), 3);
+    assert_eq!(
+        got[0].json["type"], "link.created",
+        "first, as it was made first"
+    );
+    let hosts: Vec<&str> = got[1..]
+        .iter()
+        .map(|d| d.json["data"]["referrer_host"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        hosts,
+        ["r8.example", "r9.example"],
+        "the newest visits are kept"
+    );
+}

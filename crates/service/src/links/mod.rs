@@ -358,7 +358,7 @@ impl Links {
             },
             Lookup::Found(link) if link.max_visits.is_none() => {
                 if let Use::Visit(visit) = how {
-                    self.inner.visits.record(code, visit);
+                    self.inner.visits.record(code, visit, &link.target);
                 }
                 Ok(Resolution::Found(link.target))
             }
@@ -421,11 +421,13 @@ impl Links {
         }
         let served = match (link.max_visits, how) {
             (None, Use::Visit(visit)) => {
-                self.inner.visits.record(code, visit);
+                self.inner.visits.record(code, visit, target);
                 true
             }
             (None, Use::Look | Use::Head(_)) => true,
-            (Some(max), Use::Visit(visit)) => self.inner.visits.take(code, max, visit).await?,
+            (Some(max), Use::Visit(visit)) => {
+                self.inner.visits.take(code, max, visit, target).await?
+            }
             (Some(max), Use::Look | Use::Head(_)) => self.inner.visits.left(code, max).await?,
         };
         Ok(if served && unlocked {
@@ -462,7 +464,7 @@ impl Links {
             return Some(Resolution::Blocked);
         }
         if counted {
-            self.inner.visits.record(code, visit);
+            self.inner.visits.record(code, visit, target);
         }
         Some(Resolution::Found(target.clone()))
     }

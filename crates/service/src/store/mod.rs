@@ -714,9 +714,14 @@ pub trait LinkStore: Send + Sync + 'static {
         0
     }
 
-    /// Adds counted visits to live links in one transaction; a code that
-    /// is no longer live is skipped (its visits went with it).
-    async fn record_visits(&self, visits: Arc<[(LinkKey, VisitCounts)]>) -> Result<(), StoreError>;
+    /// Adds counted visits to live links in one transaction, with the
+    /// `link.visited` events of `visited`; a code that is no longer live
+    /// is skipped (its visits and their events went with it).
+    async fn record_visits(
+        &self,
+        visits: Arc<[(LinkKey, VisitCounts)]>,
+        visited: Arc<[outbox::Visited]>,
+    ) -> Result<(), StoreError>;
 
     /// Every stored visit count of a live link; `None` without one.
     async fn visit_counts(&self, key: &LinkKey) -> Result<Option<VisitCounts>, StoreError>;
@@ -865,6 +870,10 @@ pub trait LinkStore: Send + Sync + 'static {
     /// Writes `link.expired` for each live link whose time ran out since
     /// the last scan (by any instance); the first scan starts from now.
     async fn scan_expiries(&self) -> Result<(), StoreError>;
+
+    /// Deletes the `n` oldest pending `link.visited` events (a receiver
+    /// away for long); how many went.
+    async fn drop_visited(&self, n: u64) -> Result<u64, StoreError>;
 
     /// How many events wait for delivery, and when the oldest was made.
     async fn pending_events(&self) -> Result<(u64, Option<Timestamp>), StoreError>;

@@ -18,15 +18,18 @@ pub enum EventKind {
     LinkExpired,
     /// One for each import, with its counts, instead of one for each link.
     LinksImported,
+    /// One for each counted visit.
+    LinkVisited,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 5] = [
+    pub const ALL: [EventKind; 6] = [
         EventKind::LinkCreated,
         EventKind::LinkUpdated,
         EventKind::LinkDeleted,
         EventKind::LinkExpired,
         EventKind::LinksImported,
+        EventKind::LinkVisited,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -36,6 +39,7 @@ impl EventKind {
             EventKind::LinkDeleted => "link.deleted",
             EventKind::LinkExpired => "link.expired",
             EventKind::LinksImported => "links.imported",
+            EventKind::LinkVisited => "link.visited",
         }
     }
 
@@ -67,7 +71,7 @@ impl EventKind {
     /// Whether the event's data is a link ([`snapshot`]); else it is the
     /// JSON it was recorded with.
     pub fn is_about_a_link(self) -> bool {
-        self != EventKind::LinksImported
+        !matches!(self, EventKind::LinksImported | EventKind::LinkVisited)
     }
 }
 
@@ -212,6 +216,16 @@ pub struct OutboxEvent {
     pub at: Timestamp,
     /// Attempts made before this one.
     pub attempts: u32,
+}
+
+/// One counted visit, for `link.visited`: its link, and its JSON (the
+/// time, the target served, the rule, the referrer's host, the place and
+/// the agent's class; never the address or the `User-Agent`).
+#[derive(Debug, Clone)]
+pub struct Visited {
+    pub key: LinkKey,
+    pub at: Timestamp,
+    pub data: String,
 }
 
 /// How many attempts the history keeps for each webhook.

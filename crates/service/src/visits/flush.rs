@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::{FastMap, Visits, lock};
-use crate::domain::{LinkKey, VisitCounts};
+use super::{FastMap, VisitRecord, Visits, lock};
+use crate::domain::{Facets, LinkKey, VisitCounts};
+use crate::store::outbox::Visited;
 use crate::store::{StorageFailure, StoreError};
 
 /// Links per flush transaction: a flush of many links is several short
@@ -37,17 +38,23 @@ impl Visits {
         {
             let _gate = self.gate.write().await;
             let mut staged = lock(&self.staged);
+            let mut staged_records = lock(&self.staged_records);
             for shard in self.shards.iter() {
                 // As large as before: the same links are likely counted
                 // again, and growing anew would rehash on the redirect path.
-                let taken = {
+                let (taken, records) = {
                     let mut s = lock(shard);
                     let size = s.tallies.len();
-                    std::mem::replace(
+                    let records = std::mem::take(&mut s.records);
+                    let tallies = std::mem::replace(
                         &mut s.tallies,
                         FastMap::with_capacity_and_hasher(size, Default::default()),
-                    )
+                    );
+                    (tallies, records)
                 };
+                for (code, record) in records {
+                    staged_records.entry(code).or_default().push(record);
+                }
                 if staged.is_empty() {
                     *staged = taken;
                 } else {
@@ -97,24 +104,40 @@ impl Visits {
             if chunk.is_empty() {
                 break;
             }
+            // The chunk's visit records go in its transaction.
+            let records: FastMap<LinkKey, Vec<VisitRecord>> = {
+                let mut staged_records = lock(&self.staged_records);
+                chunk
+                    .iter()
+                    .filter_map(|(code, _)| staged_records.remove_entry(code))
+                    .collect()
+            };
+            let visited: Arc<[Visited]> = visited_of(records.iter()).into();
             let n = chunk
                 .iter()
                 .fold(0, |n: u64, (_, c)| n.saturating_add(c.total()));
-            if let Err(e) = self.store.record_visits(Arc::clone(&chunk)).await {
+            if let Err(e) = self.store.record_visits(Arc::clone(&chunk), visited).await {
                 // One link the store refuses must not cost the others
                 // theirs: its chunk is written again a link at a time. A
                 // store that is down, full or busy is not asked 64 times.
                 let refused = matches!(e, StoreError::Storage(StorageFailure::Other, _));
                 let (written, failed) = if refused && chunk.len() > 1 {
-                    self.one_at_a_time(&chunk).await
+                    self.one_at_a_time(&chunk, &records).await
                 } else {
                     (0, chunk.to_vec())
                 };
                 self.counters.flushed.fetch_add(written, Ordering::Relaxed);
                 let mut staged = lock(&self.staged);
+                let mut staged_records = lock(&self.staged_records);
                 let none_written = failed.len() == chunk.len();
                 // Back with the rest, to be tried again.
                 for (code, counts) in failed {
+                    if let Some(kept) = records.get(&code) {
+                        staged_records
+                            .entry(code.clone())
+                            .or_default()
+                            .extend(kept.iter().cloned());
+                    }
                     staged.entry(code).or_default().merge(counts);
                 }
                 self.counters.failed_flushes.fetch_add(1, Ordering::Relaxed);
@@ -139,11 +162,13 @@ impl Visits {
     async fn one_at_a_time(
         &self,
         chunk: &[(LinkKey, VisitCounts)],
+        records: &FastMap<LinkKey, Vec<VisitRecord>>,
     ) -> (u64, Vec<(LinkKey, VisitCounts)>) {
         let (mut written, mut failed) = (0u64, Vec::new());
         for (key, counts) in chunk {
             let one: Arc<[(LinkKey, VisitCounts)]> = Arc::new([(key.clone(), counts.clone())]);
-            match self.store.record_visits(one).await {
+            let visited: Arc<[Visited]> = visited_of(records.get_key_value(key).into_iter()).into();
+            match self.store.record_visits(one, visited).await {
                 Ok(()) => written = written.saturating_add(counts.total()),
                 Err(e) => {
                     tracing::warn!(code = %key.code, domain = key.domain.0, error = %e,
@@ -208,6 +233,45 @@ impl Visits {
             *f = (Some(Instant::now()), 0);
         }
     }
+}
+
+/// The `link.visited` events of `records`, each with its JSON.
+fn visited_of<'r>(
+    records: impl Iterator<Item = (&'r LinkKey, &'r Vec<VisitRecord>)>,
+) -> Vec<Visited> {
+    let mut out = Vec::new();
+    for (key, list) in records {
+        // The shards' records, in the order the visits came.
+        let mut list: Vec<&VisitRecord> = list.iter().collect();
+        list.sort_by_key(|r| r.seq);
+        for r in list {
+            let f = &r.facets;
+            let rule = match f.rule {
+                Facets::NO_RULES | Facets::FELL_THROUGH => None,
+                n => Some(n - 1),
+            };
+            let data = serde_json::json!({
+                "at": r.at,
+                "code": key.code.as_str(),
+                "domain": null,
+                "target": r.target.as_str(),
+                "rule": rule,
+                "referrer_host": r.host.as_str(),
+                "country": f.country.as_str(),
+                "city": r.city.as_deref(),
+                "device": <&str>::from(f.device),
+                "system": f.os_name(),
+                "browser": f.browser_name(),
+                "bot": r.bot,
+            });
+            out.push(Visited {
+                key: key.clone(),
+                at: r.at,
+                data: data.to_string(),
+            });
+        }
+    }
+    out
 }
 
 /// The background flush task.

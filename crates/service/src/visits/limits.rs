@@ -16,12 +16,13 @@ impl Visits {
         code: &LinkKey,
         max: u64,
         visit: Visit<'_>,
+        target: &crate::domain::TargetUrl,
     ) -> Result<bool, StoreError> {
         let counter = self.limit(code).await?;
         if !take(&counter, max) {
             return Ok(false);
         }
-        self.add(code, visit);
+        self.add(code, visit, target);
         Ok(true)
     }
 

@@ -122,11 +122,29 @@ struct Counters {
 /// user agents, hashed on every redirect.
 type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
+/// One counted visit as `link.visited` tells of it, kept only while some
+/// webhook or stream wants those events: a few handles and small values,
+/// made under the shard's lock already held; its JSON is made by the flush.
+#[derive(Debug, Clone)]
+pub(crate) struct VisitRecord {
+    /// The order visits came in, across shards (the time's milliseconds
+    /// may be the same).
+    pub seq: u64,
+    pub at: crate::domain::Timestamp,
+    pub target: crate::domain::TargetUrl,
+    pub facets: crate::domain::Facets,
+    pub bot: bool,
+    pub host: compact_str::CompactString,
+    pub city: Option<compact_str::CompactString>,
+}
+
 /// One worker's tallies, and the classes of the user agents it has seen:
 /// both under the one lock a redirect takes.
 #[derive(Default)]
 struct Shard {
     tallies: FastMap<LinkKey, VisitCounts>,
+    /// Each visit since the last flush, while `link.visited` is wanted.
+    records: Vec<(LinkKey, VisitRecord)>,
     agents: FastMap<Box<[u8]>, Agent>,
     /// Visits counted here since start (under the lock already held, so
     /// no atomic operation per redirect).
@@ -138,6 +156,10 @@ pub(crate) struct Visits {
     shards: Box<[Mutex<Shard>]>,
     /// Tallies a flush has taken from the shards and not yet written.
     staged: Mutex<FastMap<LinkKey, VisitCounts>>,
+    /// Visit records likewise, per link.
+    staged_records: Mutex<FastMap<LinkKey, Vec<VisitRecord>>>,
+    /// Whether some webhook or stream wants `link.visited`.
+    recording: std::sync::atomic::AtomicBool,
     limits: Mutex<HashMap<LinkKey, Arc<AtomicU64>>>,
     gate: RwLock<()>,
     store: Arc<dyn LinkStore>,
@@ -165,6 +187,8 @@ impl Visits {
             settings,
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             staged: Mutex::default(),
+            staged_records: Mutex::default(),
+            recording: Default::default(),
             limits: Mutex::default(),
             gate: RwLock::new(()),
             store,
@@ -172,6 +196,12 @@ impl Visits {
             counters: Counters::default(),
             failures: Mutex::new((None, 0)),
         }
+    }
+
+    /// Keeps a record of each counted visit from now on (for `link.visited`),
+    /// or stops.
+    pub(crate) fn keep_records(&self, on: bool) {
+        self.recording.store(on, Ordering::Relaxed);
     }
 
     /// The header a trusted proxy names a visitor's country in, if set.

@@ -3,9 +3,11 @@
 
 use tokio::sync::RwLockReadGuard;
 
-use super::{AGENTS_PER_SHARD, Visit, Visits, lock, shard_index};
+use compact_str::CompactString;
+
+use super::{AGENTS_PER_SHARD, Visit, VisitRecord, Visits, lock, shard_index};
 use crate::domain::classify::{Agent, agent_key, agent_of, referrer_host};
-use crate::domain::{Country, Facets, LinkKey, Timestamp, VisitCounts};
+use crate::domain::{AgentClass, Country, Facets, LinkKey, TargetUrl, Timestamp, VisitCounts};
 
 /// The agent of `ua` from the shard's memory, or parsed and remembered;
 /// with the shard's lock, held again.
@@ -32,14 +34,15 @@ fn agent_in<'s>(
 }
 
 impl Visits {
-    /// Counts a redirect of a link without a limit (when counting is on).
-    pub(crate) fn record(&self, code: &LinkKey, visit: Visit<'_>) {
+    /// Counts a redirect of a link without a limit to `target` (when
+    /// counting is on).
+    pub(crate) fn record(&self, code: &LinkKey, visit: Visit<'_>, target: &TargetUrl) {
         if self.settings.counting {
-            self.add(code, visit);
+            self.add(code, visit, target);
         }
     }
 
-    pub(super) fn add(&self, code: &LinkKey, visit: Visit<'_>) {
+    pub(super) fn add(&self, code: &LinkKey, visit: Visit<'_>, target: &TargetUrl) {
         let agent = agent_key(visit.user_agent).filter(|_| visit.agent.is_none());
         let host = referrer_host(visit.referer);
         // The address becomes a place here, outside the lock, and goes no
@@ -65,6 +68,19 @@ impl Visits {
         counts.add(now, agent.class, &host);
         counts.add_facets(now, facets, place.city.as_deref());
         s.counted += 1;
+        if self.recording.load(std::sync::atomic::Ordering::Relaxed) {
+            static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let record = VisitRecord {
+                seq: SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                at: now,
+                target: target.clone(),
+                facets,
+                bot: agent.class == AgentClass::Bot,
+                host: CompactString::from(host.as_ref()),
+                city: place.city,
+            };
+            s.records.push((code.clone(), record));
+        }
     }
 
     /// What a `User-Agent` says of its sender, from the worker's shard's
@@ -117,6 +133,7 @@ impl Visits {
             lock(shard).tallies.remove(code);
         }
         lock(&self.staged).remove(code);
+        lock(&self.staged_records).remove(code);
         lock(&self.limits).remove(code);
     }
 }

@@ -87,6 +87,13 @@ impl Deliverer {
 
     /// One claim and its deliveries: how many events were claimed.
     async fn round(&self) -> Result<usize, crate::store::StoreError> {
+        // Redirects keep a record of each visit only while some webhook
+        // or stream wants `link.visited`.
+        let webhooks = self.store.webhooks().await?;
+        let wanted = webhooks
+            .iter()
+            .any(|w| w.enabled && w.events.contains(&EventKind::LinkVisited));
+        self.links.visits().keep_records(wanted);
         // A read first: with nothing pending, the writer is not asked.
         if self.gauges().await? == 0 {
             return Ok(0);
@@ -95,13 +102,7 @@ impl Deliverer {
         if events.is_empty() {
             return Ok(0);
         }
-        let webhooks: HashMap<i64, Webhook> = self
-            .store
-            .webhooks()
-            .await?
-            .into_iter()
-            .map(|w| (w.id, w))
-            .collect();
+        let webhooks: HashMap<i64, Webhook> = webhooks.into_iter().map(|w| (w.id, w)).collect();
         let n = events.len();
         let sends = events.into_iter().filter_map(|event| {
             let webhook = webhooks.get(&event.webhook)?.clone();
@@ -112,9 +113,25 @@ impl Deliverer {
         Ok(n)
     }
 
-    /// Sets the outbox's gauges: how many events are pending.
+    /// Sets the outbox's gauges, past its bound dropping the oldest
+    /// `link.visited` events: how many events are pending.
     async fn gauges(&self) -> Result<u64, crate::store::StoreError> {
-        let (pending, oldest) = self.store.pending_events().await?;
+        let (mut pending, mut oldest) = self.store.pending_events().await?;
+        if pending > self.settings.max_pending {
+            let dropped = self
+                .store
+                .drop_visited(pending - self.settings.max_pending)
+                .await?;
+            if dropped > 0 {
+                metrics::counter!("litelink_webhook_events_dropped_total").increment(dropped);
+                tracing::warn!(
+                    dropped,
+                    max = self.settings.max_pending,
+                    "the webhook outbox is full: its oldest link.visited events are dropped"
+                );
+                (pending, oldest) = self.store.pending_events().await?;
+            }
+        }
         metrics::gauge!("litelink_webhook_events_pending").set(pending as f64);
         let age = oldest.map_or(0, |at| (Timestamp::now().millis() - at.millis()).max(0));
         metrics::gauge!("litelink_webhook_oldest_pending_seconds").set(age as f64 / 1000.0);
@@ -125,8 +142,18 @@ impl Deliverer {
     fn body(&self, event: &OutboxEvent) -> Result<Vec<u8>, String> {
         let about_a_link = EventKind::parse(&event.kind).is_none_or(EventKind::is_about_a_link);
         if !about_a_link {
-            let data: serde_json::Value =
+            let mut data: serde_json::Value =
                 serde_json::from_str(&event.data).map_err(|e| e.to_string())?;
+            if event.kind == EventKind::LinkVisited.as_str()
+                && let Some(fields) = data.as_object_mut()
+            {
+                // The domain's host now: the flush that wrote it knows ids.
+                let host = self.links.domains().host_of(event.key.domain);
+                fields.insert(
+                    "domain".into(),
+                    host.map_or(serde_json::Value::Null, |h| h.to_string().into()),
+                );
+            }
             return serde_json::to_vec(&serde_json::json!({
                 "type": event.kind,
                 "timestamp": event.at,

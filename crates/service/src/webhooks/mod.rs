@@ -30,6 +30,10 @@ pub struct WebhookSettings {
     /// The waits between attempts (`--webhooks-retry-delays`); an event is
     /// failed once they are used up.
     pub retry_delays: Vec<Duration>,
+    /// The most events the outbox keeps (`--webhooks-max-pending`): past
+    /// it, the oldest `link.visited` events are dropped; change events
+    /// never are.
+    pub max_pending: u64,
     /// How often the outbox is looked at when nothing was due.
     pub poll: Duration,
     /// How often links whose time ran out are looked for (`link.expired`).
@@ -72,6 +76,7 @@ impl Default for WebhookSettings {
                 .into_iter()
                 .map(Duration::from_secs)
                 .collect(),
+            max_pending: 1_000_000,
             poll: Duration::from_millis(500),
             expiry_scan: Duration::from_secs(60),
             streams: StreamSettings::default(),
@@ -142,6 +147,8 @@ pub(crate) enum EventName {
     LinkExpired,
     #[schema(rename = "links.imported")]
     LinksImported,
+    #[schema(rename = "link.visited")]
+    LinkVisited,
 }
 
 /// The body of `POST /api/v1/webhooks`.
@@ -154,7 +161,7 @@ pub(crate) struct NewWebhookBody {
     #[serde(deserialize_with = "crate::domain::wire::required")]
     pub url: TargetUrl,
     /// The events wanted: `link.created`, `link.updated`, `link.deleted`,
-    /// `link.expired`, `links.imported`.
+    /// `link.expired`, `links.imported`, `link.visited`.
     #[serde(deserialize_with = "crate::domain::wire::required")]
     #[schema(value_type = Vec<EventName>, min_items = 1, example = json!(["link.created"]))]
     pub events: Vec<EventKind>,

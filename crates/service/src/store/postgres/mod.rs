@@ -526,11 +526,15 @@ impl LinkStore for PostgresStore {
         read!(self, None, misses: replica, |c| ops::list(&c, &query))
     }
 
-    async fn record_visits(&self, visits: Arc<[(LinkKey, VisitCounts)]>) -> Result<(), StoreError> {
+    async fn record_visits(
+        &self,
+        visits: Arc<[(LinkKey, VisitCounts)]>,
+        visited: Arc<[outbox::Visited]>,
+    ) -> Result<(), StoreError> {
         // The counts a visit limit is checked against must not be read
         // back from a replica that has not replayed them.
         with_client!(self, |c| async {
-            ops::record_visits(&mut c, &visits).await?;
+            ops::record_visits(&mut c, &visits, &visited).await?;
             self.inner
                 .positions
                 .after_write(&c, visits.iter().map(|(code, _)| code))
@@ -683,6 +687,10 @@ impl LinkStore for PostgresStore {
 
     async fn record_event(&self, kind: outbox::EventKind, data: String) -> Result<(), StoreError> {
         with_client!(self, |c| webhooks::record_event(&c, kind, data))
+    }
+
+    async fn drop_visited(&self, n: u64) -> Result<u64, StoreError> {
+        with_client!(self, |c| webhooks::drop_visited(&c, n))
     }
 
     async fn scan_expiries(&self) -> Result<(), StoreError> {

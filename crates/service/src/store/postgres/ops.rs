@@ -486,13 +486,27 @@ pub(super) async fn ranked(c: &Client, q: &RankQuery) -> Result<Vec<Link>, Store
 pub(super) async fn record_visits(
     c: &mut Client,
     visits: &[(LinkKey, VisitCounts)],
+    visited: &[crate::store::outbox::Visited],
 ) -> Result<(), StoreError> {
     let tx = c.transaction().await.map_err(store_error)?;
     let mut exhausted = Vec::new();
+    let mut live = std::collections::HashSet::new();
     for (key, counts) in visits {
-        if record_one(&tx, key, counts).await? {
-            exhausted.push(key);
+        match record_one(&tx, key, counts).await? {
+            Recorded::Gone => {}
+            Recorded::Live => {
+                live.insert(key);
+            }
+            Recorded::Exhausted => {
+                live.insert(key);
+                exhausted.push(key);
+            }
         }
+    }
+    let visited: Vec<&crate::store::outbox::Visited> =
+        visited.iter().filter(|v| live.contains(&v.key)).collect();
+    if !visited.is_empty() && super::webhooks::listening(&tx).await? {
+        super::webhooks::visited(&tx, &visited).await?;
     }
     // The flush that stores the visit that used a link up tells of it.
     for key in exhausted {
@@ -504,12 +518,21 @@ pub(super) async fn record_visits(
     tx.commit().await.map_err(store_error)
 }
 
-/// Adds one link's visits; whether they used up its `max_visits`.
+/// What became of one link's visits.
+enum Recorded {
+    /// The link is gone: nothing was added.
+    Gone,
+    Live,
+    /// Added, and they used up its `max_visits`.
+    Exhausted,
+}
+
+/// Adds one link's visits.
 async fn record_one(
     c: &impl GenericClient,
     key: &LinkKey,
     counts: &VisitCounts,
-) -> Result<bool, StoreError> {
+) -> Result<Recorded, StoreError> {
     let total = clamp(counts.total());
     // Only a live link: one deleted since these were counted keeps none.
     let Some(row) = query_opt(
@@ -524,11 +547,17 @@ async fn record_one(
     )
     .await?
     else {
-        return Ok(false);
+        return Ok(Recorded::Gone);
     };
     let (visits, max): (i64, Option<i64>) = (row.get(1), row.get(2));
     add_counts(c, row.get(0), counts).await?;
-    Ok(max.is_some_and(|max| visits >= max && visits - total < max))
+    Ok(
+        if max.is_some_and(|max| visits >= max && visits - total < max) {
+            Recorded::Exhausted
+        } else {
+            Recorded::Live
+        },
+    )
 }
 
 /// The live links whose expiry is in `(from, until]`, soonest first.

@@ -115,6 +115,37 @@ async fn fan_out_data(
     Ok(())
 }
 
+/// Deletes the `n` oldest pending `link.visited` events (skipping any
+/// another instance is sending).
+pub(super) async fn drop_visited(c: &Client, n: u64) -> Result<u64, StoreError> {
+    let stmt = prepared(
+        c,
+        "DELETE FROM webhook_events WHERE id IN (SELECT id FROM webhook_events \
+         WHERE state = 0 AND kind = 'link.visited' ORDER BY id LIMIT $1 \
+         FOR UPDATE SKIP LOCKED)",
+    )
+    .await?;
+    let n = i64::try_from(n).unwrap_or(i64::MAX);
+    c.execute(&stmt, &[&n]).await.map_err(store_error)
+}
+
+/// `link.visited` events, in the flush's transaction.
+pub(super) async fn visited(
+    c: &impl GenericClient,
+    visited: &[&outbox::Visited],
+) -> Result<(), StoreError> {
+    // One statement per time: the rows' `at` is the visit's.
+    let domains: Vec<i64> = visited.iter().map(|v| v.key.domain.0).collect();
+    let codes: Vec<&str> = visited.iter().map(|v| v.key.code.as_str()).collect();
+    let data: Vec<String> = visited.iter().map(|v| v.data.clone()).collect();
+    let at = visited
+        .iter()
+        .map(|v| v.at)
+        .max()
+        .unwrap_or_else(Timestamp::now);
+    fan_out_data(c, EventKind::LinkVisited, &domains, &codes, &data, at).await
+}
+
 pub(super) async fn record_event(
     c: &Client,
     kind: EventKind,

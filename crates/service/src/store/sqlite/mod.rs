@@ -47,7 +47,7 @@ use self::readers::{Epoch, Readers};
 use self::replies::Done;
 use self::slots::Slots;
 use self::writer::{Hooks, Writer};
-use super::outbox::{AttemptRow, EventKind, OutboxEvent, Outcome, Webhook, WebhookWrite};
+use super::outbox::{AttemptRow, EventKind, OutboxEvent, Outcome, Visited, Webhook, WebhookWrite};
 use super::{
     ApiKey, Existing, ImportRow, LinkPatch, LinkStore, LinkTotals, ListPage, ListQuery, LoginFlow,
     LoginFlowWrite, NewLink, RankQuery, Record, Session, SessionWrite, StorageFailure, StoreError,
@@ -624,10 +624,14 @@ impl LinkStore for SqliteStore {
         self.inner.book.id_of_recent(&key.code).unwrap_or(u64::MAX)
     }
 
-    async fn record_visits(&self, visits: Arc<[(LinkKey, VisitCounts)]>) -> Result<(), StoreError> {
+    async fn record_visits(
+        &self,
+        visits: Arc<[(LinkKey, VisitCounts)]>,
+        visited: Arc<[Visited]>,
+    ) -> Result<(), StoreError> {
         self.inner
             .writer
-            .apply(Op::RecordVisits(visits))
+            .apply(Op::RecordVisits(visits, visited))
             .await
             .map(|_| ())
     }
@@ -793,6 +797,13 @@ impl LinkStore for SqliteStore {
             .apply(Op::RecordEvent { kind, data })
             .await
             .map(drop)
+    }
+
+    async fn drop_visited(&self, n: u64) -> Result<u64, StoreError> {
+        match self.inner.writer.apply(Op::DropVisited(n)).await? {
+            Done::Count(n) => Ok(n),
+            other => Err(unexpected(other)),
+        }
     }
 
     async fn scan_expiries(&self) -> Result<(), StoreError> {
@@ -1240,7 +1251,10 @@ mod tests {
             (limited.clone(), counts),
         ]
         .into();
-        store.record_visits(visits).await.expect("visits");
+        store
+            .record_visits(visits, Arc::new([]))
+            .await
+            .expect("visits");
         check(&store, "visited");
         assert_eq!(
             store

@@ -55,7 +55,10 @@ pub(super) enum Op {
         generated: Vec<Option<u64>>,
         overwrite: bool,
     },
-    RecordVisits(std::sync::Arc<[(LinkKey, VisitCounts)]>),
+    RecordVisits(
+        std::sync::Arc<[(LinkKey, VisitCounts)]>,
+        std::sync::Arc<[crate::store::outbox::Visited]>,
+    ),
     Webhook(WebhookWrite),
     ClaimEvents {
         limit: usize,
@@ -72,6 +75,7 @@ pub(super) enum Op {
         data: String,
     },
     ScanExpiries,
+    DropVisited(u64),
 }
 
 impl Op {
@@ -85,7 +89,7 @@ impl Op {
         // event again, which at-least-once delivery allows.
         !matches!(
             self,
-            Op::RecordVisits(_) | Op::ClaimEvents { .. } | Op::SettleEvents(_) | Op::ReleaseClaims
+            Op::RecordVisits(..) | Op::ClaimEvents { .. } | Op::SettleEvents(_) | Op::ReleaseClaims
         )
     }
 }
@@ -172,7 +176,7 @@ fn run(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError
             generated,
             overwrite,
         } => import(conn, book, rows, generated, overwrite),
-        Op::RecordVisits(visits) => record_visits(conn, book, visits),
+        Op::RecordVisits(visits, visited) => record_visits(conn, book, visits, &visited),
         Op::Webhook(write) => webhooks::write(conn, write, now),
         Op::ClaimEvents { limit, lease_ms } => webhooks::claim(conn, now, limit, lease_ms),
         Op::SettleEvents(outcomes) => webhooks::settle(conn, outcomes),
@@ -180,6 +184,7 @@ fn run(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError
         Op::ReleaseClaims => webhooks::release(conn),
         Op::RecordEvent { kind, data } => webhooks::record_event(conn, kind, &data, now),
         Op::ScanExpiries => webhooks::scan_expiries(conn, now),
+        Op::DropVisited(n) => webhooks::drop_visited(conn, n),
     }
 }
 
@@ -1008,19 +1013,27 @@ fn record_visits(
     conn: &Connection,
     book: &Codebook,
     visits: std::sync::Arc<[(LinkKey, VisitCounts)]>,
+    visited: &[crate::store::outbox::Visited],
 ) -> Result<Applied, StoreError> {
     let mut added = Vec::with_capacity(visits.len());
     let mut exhausted = Vec::new();
+    let mut live = std::collections::HashSet::new();
     let mut statements = VisitStatements::prepare(conn)?;
     for (key, counts) in visits.iter() {
         if let Some(recorded) = statements.record(book, key, counts)? {
             added.push((recorded.id, recorded.added));
+            live.insert(key);
             if recorded.exhausted {
                 exhausted.push(recorded.id);
             }
         }
     }
     drop(statements);
+    if !visited.is_empty() && webhooks::listening(conn)? {
+        for v in visited.iter().filter(|v| live.contains(&v.key)) {
+            webhooks::visited(conn, v)?;
+        }
+    }
     // The flush that stores the visit that used a link up tells of it.
     for id in exhausted {
         let link = conn

@@ -36,6 +36,8 @@ pub(super) enum Done {
     Webhook(Option<crate::store::outbox::Webhook>),
     /// Outbox events claimed for delivery.
     Events(Vec<crate::store::outbox::OutboxEvent>),
+    /// How many rows a write removed.
+    Count(u64),
     Nothing,
 }
 

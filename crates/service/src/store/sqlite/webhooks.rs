@@ -95,6 +95,17 @@ fn fan_out_data(
     Ok(())
 }
 
+/// A `link.visited` event, in the flush's transaction.
+pub(super) fn visited(conn: &Connection, v: &outbox::Visited) -> rusqlite::Result<()> {
+    fan_out_data(
+        conn,
+        EventKind::LinkVisited,
+        (v.key.domain.0, v.key.code.as_str()),
+        &v.data,
+        v.at,
+    )
+}
+
 pub(super) fn record_event(
     conn: &Connection,
     kind: EventKind,
@@ -253,6 +264,17 @@ pub(super) fn claim(
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(applied(Done::Events(events)))
+}
+
+/// Deletes the `n` oldest pending `link.visited` events.
+pub(super) fn drop_visited(conn: &Connection, n: u64) -> Result<Applied, StoreError> {
+    let dropped = conn
+        .prepare_cached(
+            "DELETE FROM webhook_events WHERE id IN (SELECT id FROM webhook_events \
+             WHERE state = 0 AND kind = 'link.visited' ORDER BY id LIMIT ?1)",
+        )?
+        .execute([super::ops::clamp(n)])?;
+    Ok(applied(Done::Count(dropped as u64)))
 }
 
 /// Ends every lease: for a server that starts, when no other can hold one.
