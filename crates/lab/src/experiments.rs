@@ -469,7 +469,9 @@ pub fn all(quick: bool) -> Vec<Experiment> {
                        User-Agent (device, system, browser) and finds the visitor's country; \
                        the proxied configurations trust loopback as a proxy and the load \
                        forwards a German address, so that the country is found in the table \
-                       built into the binary.",
+                       built into the binary. With link.visited to NATS: an event stream \
+                       on the machine's NATS (127.0.0.1:4222), which wants every visit, \
+                       against visits on alone: what a link.visited subscriber costs.",
             configs: vec![
                 only(
                     config("visits on", &["--visits", "on"], Some("visits off")),
@@ -477,6 +479,14 @@ pub fn all(quick: bool) -> Vec<Experiment> {
                 ),
                 only(
                     config("visits off", &["--visits", "off"], None),
+                    &counted_redirect.name,
+                ),
+                only(
+                    config(
+                        "visits on, link.visited to NATS",
+                        &["--visits", "on", "--events-nats-url", "nats://127.0.0.1:4222"],
+                        Some("visits on"),
+                    ),
                     &counted_redirect.name,
                 ),
                 only(

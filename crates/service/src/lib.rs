@@ -52,7 +52,8 @@
 //! visits/      tally (counting a redirect), limits (max_visits), flush (to the store),
 //!              report (a link's visit report)
 //! webhooks/    webhook bodies and settings; sign (Standard Webhooks); deliver: claims
-//!              due events from the store's outbox, posts them signed, records each try
+//!              due events from the store's outbox, posts them signed, records each try;
+//!              streams: RabbitMQ and NATS JetStream as destinations of the same outbox
 //! tls          rustls client configurations for litelink's own connections (PostgreSQL,
 //!              Valkey): CA files, client certificates, how much of a certificate is checked
 //! transfer     export and import records (JSON lines, CSV)
