@@ -484,7 +484,12 @@ pub fn all(quick: bool) -> Vec<Experiment> {
                 only(
                     config(
                         "visits on, link.visited to NATS",
-                        &["--visits", "on", "--events-nats-url", "nats://127.0.0.1:4222"],
+                        &[
+                            "--visits",
+                            "on",
+                            "--events-nats-url",
+                            "nats://127.0.0.1:4222",
+                        ],
                         Some("visits on"),
                     ),
                     &counted_redirect.name,

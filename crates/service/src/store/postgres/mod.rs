@@ -694,7 +694,7 @@ impl LinkStore for PostgresStore {
     }
 
     async fn scan_expiries(&self) -> Result<(), StoreError> {
-        with_client!(self, |c| webhooks::scan_expiries(&mut c))
+        with_client!(self, |c| ops::scan_expiries(&mut c))
     }
 
     async fn pending_events(&self) -> Result<(u64, Option<Timestamp>), StoreError> {

@@ -560,6 +560,40 @@ async fn record_one(
     )
 }
 
+/// `link.expired` for the live links whose time ran out since the last
+/// scan. Instances take turns: the scan's row is locked for the whole
+/// transaction, so a window is scanned once.
+pub(super) async fn scan_expiries(c: &mut Client) -> Result<(), StoreError> {
+    let now = Timestamp::now();
+    let tx = c.transaction().await.map_err(store_error)?;
+    execute(
+        &tx,
+        "INSERT INTO webhook_scans (name, until) VALUES ('expiries', $1) \
+         ON CONFLICT (name) DO NOTHING",
+        &[&now.millis()],
+    )
+    .await?;
+    let from: i64 = query_opt(
+        &tx,
+        "SELECT until FROM webhook_scans WHERE name = 'expiries' FOR UPDATE",
+        &[],
+    )
+    .await?
+    .map_or(now.millis(), |r| r.get(0));
+    if from < now.millis() && super::webhooks::listening(&tx).await? {
+        let links = expiring(&tx, from, now.millis()).await?;
+        let links: Vec<&Link> = links.iter().collect();
+        super::webhooks::fan_out(&tx, EventKind::LinkExpired, &links, now).await?;
+    }
+    execute(
+        &tx,
+        "UPDATE webhook_scans SET until = greatest(until, $1) WHERE name = 'expiries'",
+        &[&now.millis()],
+    )
+    .await?;
+    tx.commit().await.map_err(store_error)
+}
+
 /// The live links whose expiry is in `(from, until]`, soonest first.
 pub(super) async fn expiring(
     c: &impl GenericClient,

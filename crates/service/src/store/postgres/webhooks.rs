@@ -154,43 +154,6 @@ pub(super) async fn record_event(
     fan_out_data(c, kind, &[0], &[""], &[data], Timestamp::now()).await
 }
 
-/// `link.expired` for the live links whose time ran out since the last
-/// scan. Instances take turns: the scan's row is locked for the whole
-/// transaction, so a window is scanned once.
-pub(super) async fn scan_expiries(c: &mut Client) -> Result<(), StoreError> {
-    let now = Timestamp::now();
-    let tx = c.transaction().await.map_err(store_error)?;
-    let start = prepared(
-        &tx,
-        "INSERT INTO webhook_scans (name, until) VALUES ('expiries', $1) \
-         ON CONFLICT (name) DO NOTHING",
-    )
-    .await?;
-    tx.execute(&start, &[&now.millis()])
-        .await
-        .map_err(store_error)?;
-    let read = prepared(
-        &tx,
-        "SELECT until FROM webhook_scans WHERE name = 'expiries' FOR UPDATE",
-    )
-    .await?;
-    let from: i64 = tx.query_one(&read, &[]).await.map_err(store_error)?.get(0);
-    if from < now.millis() && listening(&tx).await? {
-        let links = super::ops::expiring(&tx, from, now.millis()).await?;
-        let links: Vec<&Link> = links.iter().collect();
-        fan_out(&tx, EventKind::LinkExpired, &links, now).await?;
-    }
-    let done = prepared(
-        &tx,
-        "UPDATE webhook_scans SET until = greatest(until, $1) WHERE name = 'expiries'",
-    )
-    .await?;
-    tx.execute(&done, &[&now.millis()])
-        .await
-        .map_err(store_error)?;
-    tx.commit().await.map_err(store_error)
-}
-
 /// Whether any webhook is listening: writers build events only then.
 pub(super) async fn listening(c: &impl GenericClient) -> Result<bool, StoreError> {
     let stmt = prepared(c, "SELECT EXISTS (SELECT 1 FROM webhooks WHERE enabled)").await?;

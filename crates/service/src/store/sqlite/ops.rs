@@ -177,14 +177,20 @@ fn run(conn: &Connection, book: &Codebook, op: Op) -> Result<Applied, StoreError
             overwrite,
         } => import(conn, book, rows, generated, overwrite),
         Op::RecordVisits(visits, visited) => record_visits(conn, book, visits, &visited),
-        Op::Webhook(write) => webhooks::write(conn, write, now),
-        Op::ClaimEvents { limit, lease_ms } => webhooks::claim(conn, now, limit, lease_ms),
-        Op::SettleEvents(outcomes) => webhooks::settle(conn, outcomes),
-        Op::RetryEvent { webhook, event } => webhooks::retry(conn, webhook, event, now),
-        Op::ReleaseClaims => webhooks::release(conn),
-        Op::RecordEvent { kind, data } => webhooks::record_event(conn, kind, &data, now),
-        Op::ScanExpiries => webhooks::scan_expiries(conn, now),
-        Op::DropVisited(n) => webhooks::drop_visited(conn, n),
+        Op::Webhook(write) => webhooks::write(conn, write, now).map(applied),
+        Op::ClaimEvents { limit, lease_ms } => {
+            webhooks::claim(conn, now, limit, lease_ms).map(applied)
+        }
+        Op::SettleEvents(outcomes) => webhooks::settle(conn, outcomes).map(applied),
+        Op::RetryEvent { webhook, event } => {
+            webhooks::retry(conn, webhook, event, now).map(applied)
+        }
+        Op::ReleaseClaims => webhooks::release(conn).map(applied),
+        Op::RecordEvent { kind, data } => {
+            webhooks::record_event(conn, kind, &data, now).map(applied)
+        }
+        Op::ScanExpiries => webhooks::scan_expiries(conn, now).map(applied),
+        Op::DropVisited(n) => webhooks::drop_visited(conn, n).map(applied),
     }
 }
 

@@ -3,7 +3,6 @@
 
 use rusqlite::{Connection, OptionalExtension, Row};
 
-use super::ops::{Applied, Changed};
 use super::replies::Done;
 use crate::domain::{DomainId, Link, LinkKey, ShortCode, Timestamp};
 use crate::store::StoreError;
@@ -11,6 +10,11 @@ use crate::store::outbox::{
     self, Attempt, AttemptRow, EventKind, EventState, OutboxEvent, Outcome, Settled, Webhook,
     WebhookWrite,
 };
+
+/// A count as SQLite's signed 64-bit integer.
+fn clamp(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
 
 const COLUMNS: &str =
     "id, url, events, domain, enabled, created_at, secret, previous_secret, previous_until";
@@ -111,14 +115,14 @@ pub(super) fn record_event(
     kind: EventKind,
     data: &str,
     now: Timestamp,
-) -> Result<Applied, StoreError> {
+) -> Result<Done, StoreError> {
     fan_out_data(conn, kind, (0, ""), data, now)?;
-    Ok(applied(Done::Nothing))
+    Ok(Done::Nothing)
 }
 
 /// `link.expired` for the live links whose time ran out since the last
 /// scan; the scan's end is kept in `meta`, so no link is told of twice.
-pub(super) fn scan_expiries(conn: &Connection, now: Timestamp) -> Result<Applied, StoreError> {
+pub(super) fn scan_expiries(conn: &Connection, now: Timestamp) -> Result<Done, StoreError> {
     let from: Option<i64> = conn
         .prepare_cached("SELECT value FROM meta WHERE name = 'expiries_scanned_until'")?
         .query_row([], |r| r.get(0))
@@ -145,22 +149,14 @@ pub(super) fn scan_expiries(conn: &Connection, now: Timestamp) -> Result<Applied
          ON CONFLICT (name) DO UPDATE SET value = excluded.value",
     )?
     .execute([now.millis()])?;
-    Ok(applied(Done::Nothing))
-}
-
-fn applied(done: Done) -> Applied {
-    Applied {
-        done,
-        links_added: 0,
-        changed: Changed::Nothing,
-    }
+    Ok(Done::Nothing)
 }
 
 pub(super) fn write(
     conn: &Connection,
     write: WebhookWrite,
     now: Timestamp,
-) -> Result<Applied, StoreError> {
+) -> Result<Done, StoreError> {
     let id = match write {
         WebhookWrite::Add {
             url,
@@ -224,10 +220,10 @@ pub(super) fn write(
                 conn.prepare_cached(&format!("DELETE FROM {table} WHERE webhook = ?1"))?
                     .execute([id])?;
             }
-            return Ok(applied(Done::Found(removed > 0)));
+            return Ok(Done::Found(removed > 0));
         }
     };
-    Ok(applied(Done::Webhook(one(conn, id)?)))
+    Ok(Done::Webhook(one(conn, id)?))
 }
 
 /// Leases up to `limit` due events, each the oldest not yet delivered of
@@ -237,7 +233,7 @@ pub(super) fn claim(
     now: Timestamp,
     limit: usize,
     lease_ms: i64,
-) -> Result<Applied, StoreError> {
+) -> Result<Done, StoreError> {
     let events = conn
         .prepare_cached(
             "UPDATE webhook_events SET leased_until = ?2 WHERE id IN ( \
@@ -263,30 +259,30 @@ pub(super) fn claim(
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(applied(Done::Events(events)))
+    Ok(Done::Events(events))
 }
 
 /// Deletes the `n` oldest pending `link.visited` events.
-pub(super) fn drop_visited(conn: &Connection, n: u64) -> Result<Applied, StoreError> {
+pub(super) fn drop_visited(conn: &Connection, n: u64) -> Result<Done, StoreError> {
     let dropped = conn
         .prepare_cached(
             "DELETE FROM webhook_events WHERE id IN (SELECT id FROM webhook_events \
              WHERE state = 0 AND kind = 'link.visited' ORDER BY id LIMIT ?1)",
         )?
-        .execute([super::ops::clamp(n)])?;
-    Ok(applied(Done::Count(dropped as u64)))
+        .execute([clamp(n)])?;
+    Ok(Done::Count(dropped as u64))
 }
 
 /// Ends every lease: for a server that starts, when no other can hold one.
-pub(super) fn release(conn: &Connection) -> Result<Applied, StoreError> {
+pub(super) fn release(conn: &Connection) -> Result<Done, StoreError> {
     conn.prepare_cached("UPDATE webhook_events SET leased_until = 0 WHERE leased_until <> 0")?
         .execute([])?;
-    Ok(applied(Done::Nothing))
+    Ok(Done::Nothing)
 }
 
 /// Records each attempt, trims each webhook's history, and moves each
 /// event on as its outcome says.
-pub(super) fn settle(conn: &Connection, outcomes: Vec<Outcome>) -> Result<Applied, StoreError> {
+pub(super) fn settle(conn: &Connection, outcomes: Vec<Outcome>) -> Result<Done, StoreError> {
     for Outcome { attempt, settled } in outcomes {
         let (state, due) = match settled {
             Settled::Delivered => (1, None),
@@ -312,12 +308,12 @@ pub(super) fn settle(conn: &Connection, outcomes: Vec<Outcome>) -> Result<Applie
             attempt.event,
             attempt.at.millis(),
             attempt.status,
-            super::ops::clamp(attempt.duration_ms),
+            clamp(attempt.duration_ms),
             attempt.error.as_deref(),
         ))?;
         trim(conn, attempt.webhook)?;
     }
-    Ok(applied(Done::Nothing))
+    Ok(Done::Nothing)
 }
 
 /// Keeps a webhook's last [`outbox::HISTORY`] attempts, and the delivered
@@ -343,14 +339,14 @@ pub(super) fn retry(
     webhook: i64,
     event: i64,
     now: Timestamp,
-) -> Result<Applied, StoreError> {
+) -> Result<Done, StoreError> {
     let found = conn
         .prepare_cached(
             "UPDATE webhook_events SET state = 0, due = ?3, leased_until = 0 \
              WHERE id = ?2 AND webhook = ?1",
         )?
         .execute((webhook, event, now.millis()))?;
-    Ok(applied(Done::Found(found > 0)))
+    Ok(Done::Found(found > 0))
 }
 
 pub(super) fn attempts(conn: &Connection, webhook: i64) -> rusqlite::Result<Vec<AttemptRow>> {
