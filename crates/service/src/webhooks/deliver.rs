@@ -13,8 +13,11 @@ use crate::outbound::HttpClient;
 use crate::store::LinkStore;
 use crate::store::outbox::{Attempt, EventKind, OutboxEvent, Outcome, Settled, Webhook, link_of};
 
-/// Events claimed at once; they are sent side by side.
-const BATCH: usize = 32;
+/// Events claimed, and settled, in one transaction each.
+const BATCH: usize = 256;
+
+/// Deliveries under way at once.
+const IN_FLIGHT: usize = 32;
 
 /// The longest wait between tries at a stream's broker.
 const STREAM_RETRY_CAP: Duration = Duration::from_secs(60);
@@ -108,7 +111,11 @@ impl Deliverer {
             let webhook = webhooks.get(&event.webhook)?.clone();
             Some(async move { self.deliver(&webhook, event).await })
         });
-        let outcomes = futures_util::future::join_all(sends).await;
+        use futures_util::StreamExt;
+        let outcomes: Vec<Outcome> = futures_util::stream::iter(sends)
+            .buffer_unordered(IN_FLIGHT)
+            .collect()
+            .await;
         self.store.settle_events(outcomes).await?;
         Ok(n)
     }

@@ -324,7 +324,9 @@ pub(super) async fn settle(c: &mut Client, outcomes: Vec<Outcome>) -> Result<(),
          (SELECT 1 FROM webhook_attempts a WHERE a.event = e.id)",
     )
     .await?;
+    let mut touched = std::collections::BTreeSet::new();
     for Outcome { attempt, settled } in outcomes {
+        touched.insert(attempt.webhook);
         let (state, due): (i16, Option<i64>) = match settled {
             Settled::Delivered => (1, None),
             Settled::Retry(at) => (0, Some(at.millis())),
@@ -352,10 +354,13 @@ pub(super) async fn settle(c: &mut Client, outcomes: Vec<Outcome>) -> Result<(),
         )
         .await
         .map_err(store_error)?;
-        tx.execute(&trim_attempts, &[&attempt.webhook, &outbox::HISTORY])
+    }
+    // Once a batch for each webhook, not once an attempt.
+    for webhook in touched {
+        tx.execute(&trim_attempts, &[&webhook, &outbox::HISTORY])
             .await
             .map_err(store_error)?;
-        tx.execute(&trim_events, &[&attempt.webhook])
+        tx.execute(&trim_events, &[&webhook])
             .await
             .map_err(store_error)?;
     }

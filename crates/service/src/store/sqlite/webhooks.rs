@@ -283,7 +283,9 @@ pub(super) fn release(conn: &Connection) -> Result<Done, StoreError> {
 /// Records each attempt, trims each webhook's history, and moves each
 /// event on as its outcome says.
 pub(super) fn settle(conn: &Connection, outcomes: Vec<Outcome>) -> Result<Done, StoreError> {
+    let mut touched = std::collections::BTreeSet::new();
     for Outcome { attempt, settled } in outcomes {
+        touched.insert(attempt.webhook);
         let (state, due) = match settled {
             Settled::Delivered => (1, None),
             Settled::Retry(at) => (0, Some(at.millis())),
@@ -311,7 +313,10 @@ pub(super) fn settle(conn: &Connection, outcomes: Vec<Outcome>) -> Result<Done, 
             clamp(attempt.duration_ms),
             attempt.error.as_deref(),
         ))?;
-        trim(conn, attempt.webhook)?;
+    }
+    // Once a batch for each webhook, not once an attempt.
+    for webhook in touched {
+        trim(conn, webhook)?;
     }
     Ok(Done::Nothing)
 }
