@@ -247,14 +247,7 @@ fn update(
     if let Some(tags) = &patch.tags {
         set_tags(conn, id, tags)?;
     }
-    let link = conn
-        .prepare_cached(&format!(
-            "SELECT {} FROM {} WHERE l.id = ?1",
-            rows::LINK_COLUMNS,
-            rows::LINK_FROM
-        ))?
-        .query_row([id], rows::link)
-        .optional()?;
+    let link = link_row(conn, id)?;
     if let Some(link) = &link
         && webhooks::listening(conn)?
     {
@@ -264,6 +257,17 @@ fn update(
         changed: Changed::Rows(vec![id]),
         ..applied(Done::MaybeLink(link))
     })
+}
+
+/// Row `id` as a link.
+fn link_row(conn: &Connection, id: i64) -> rusqlite::Result<Option<crate::domain::Link>> {
+    conn.prepare_cached(&format!(
+        "SELECT {} FROM {} WHERE l.id = ?1",
+        rows::LINK_COLUMNS,
+        rows::LINK_FROM
+    ))?
+    .query_row([id], rows::link)
+    .optional()
 }
 
 fn delete(
@@ -277,14 +281,9 @@ fn delete(
     };
     if webhooks::listening(conn)? {
         // The event shows the link as it was.
-        let link = conn
-            .prepare_cached(&format!(
-                "SELECT {} FROM {} WHERE l.id = ?1",
-                rows::LINK_COLUMNS,
-                rows::LINK_FROM
-            ))?
-            .query_row([id], rows::link)?;
-        webhooks::fan_out(conn, EventKind::LinkDeleted, &link, now)?;
+        if let Some(link) = link_row(conn, id)? {
+            webhooks::fan_out(conn, EventKind::LinkDeleted, &link, now)?;
+        }
     }
     let deleted = tombstone(conn, id, now)?;
     Ok(Applied {
@@ -786,14 +785,7 @@ fn remove_domain(
     }
     let listening = webhooks::listening(conn)?;
     for (link, _) in &live {
-        if listening {
-            let was = conn
-                .prepare_cached(&format!(
-                    "SELECT {} FROM {} WHERE l.id = ?1",
-                    rows::LINK_COLUMNS,
-                    rows::LINK_FROM
-                ))?
-                .query_row([*link], rows::link)?;
+        if listening && let Some(was) = link_row(conn, *link)? {
             webhooks::fan_out(conn, EventKind::LinkDeleted, &was, now)?;
         }
         tombstone(conn, *link, now)?;
@@ -1041,15 +1033,12 @@ fn record_visits(
         }
     }
     // The flush that stores the visit that used a link up tells of it.
-    for id in exhausted {
-        let link = conn
-            .prepare_cached(&format!(
-                "SELECT {} FROM {} WHERE l.id = ?1",
-                rows::LINK_COLUMNS,
-                rows::LINK_FROM
-            ))?
-            .query_row([id], rows::link)?;
-        webhooks::fan_out(conn, EventKind::LinkExpired, &link, Timestamp::now())?;
+    if !exhausted.is_empty() && webhooks::listening(conn)? {
+        for id in exhausted {
+            if let Some(link) = link_row(conn, id)? {
+                webhooks::fan_out(conn, EventKind::LinkExpired, &link, Timestamp::now())?;
+            }
+        }
     }
     Ok(Applied {
         changed: Changed::Visits(added),
