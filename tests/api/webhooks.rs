@@ -1311,6 +1311,61 @@ on_both_stores! {
     }
 }
 
+on_both_stores! {
+    /// A link's visits of one flush are kept together, but each is its own
+    /// message, in order, and a failure part way resumes where it stopped.
+    async fn a_links_visits_go_one_by_one_and_a_retry_resumes(store: Store) {
+        let receiver = Receiver::start().await;
+        let app = spawn_app_in(
+            &store,
+            &["--webhooks-allow-private", "--webhooks-retry-delays", "1"],
+        )
+        .await;
+        let admin = app.new_key("root", true).await;
+        register(&app, &admin, json!({"url": receiver.url(), "events": ["link.visited"]})).await;
+        let r = app
+            .api(Method::POST, "/api/v1/links", Some(&admin), Some(json!({
+                "url": "https://example.com/many", "code": "many",
+            })))
+            .await;
+        assert_eq!(r.status(), 201);
+        // The deliverer turns records on within a poll.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let ok = Reply::Status(200);
+        receiver.plan(&[ok.clone(), ok.clone(), ok, Reply::Status(500)]);
+        for i in 0..8 {
+            let r = app.client.get(app.url("/many"))
+                .header("referer", format!("https://r{i}.example/"))
+                .send().await.unwrap();
+            assert_eq!(r.status(), 302);
+        }
+        let got = receiver.wait_for(9).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(receiver.got().len(), 9, "eight visits and one repeat: {got:?}");
+        let hosts: Vec<&str> = got
+            .iter()
+            .map(|d| d.json["data"]["referrer_host"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            hosts,
+            ["r0.example", "r1.example", "r2.example", "r3.example", "r3.example",
+             "r4.example", "r5.example", "r6.example", "r7.example"],
+            "in order, and only the refused one again"
+        );
+        assert_eq!(got[3].id, got[4].id, "the same id on a retry");
+        let mut ids: Vec<&str> = got.iter().map(|d| d.id.as_str()).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), 8, "each visit its own id");
+        for d in &got {
+            assert_eq!(d.json["type"], "link.visited");
+            assert_eq!(d.json["timestamp"], d.json["data"]["at"]);
+            assert_eq!(d.json["data"]["code"], "many");
+            assert_eq!(d.json["data"]["target"], "https://example.com/many");
+        }
+    }
+}
+
 /// A receiver away for long: past `--webhooks-max-pending`, the oldest
 /// `link.visited` events go, never a change event.
 #[tokio::test(flavor = "multi_thread")]

@@ -2,6 +2,8 @@
 //! event is written in the transaction of the change it reports, one row
 //! for each webhook that wants it, and leaves only once delivered.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{DomainId, LinkKey, Owner, ShortCode, TargetUrl, Timestamp, UserId};
@@ -166,6 +168,9 @@ pub struct Attempt {
 pub struct Outcome {
     pub attempt: Attempt,
     pub settled: Settled,
+    /// How many of the event's messages are now behind it (delivered):
+    /// a retry of a link's visits resumes after them.
+    pub done: u32,
 }
 
 /// An attempt as the history lists it, with its event.
@@ -216,16 +221,157 @@ pub struct OutboxEvent {
     pub at: Timestamp,
     /// Attempts made before this one.
     pub attempts: u32,
+    /// The messages it holds: one, or a link's visits from one flush.
+    pub count: u32,
+    /// How many of them are behind it, delivered or dropped.
+    pub done: u32,
 }
 
-/// One counted visit, for `link.visited`: its link, and its JSON (the
-/// time, the target served, the rule, the referrer's host, the place and
-/// the agent's class; never the address or the `User-Agent`).
+/// A link's counted visits from one flush, for `link.visited`: one outbox
+/// row for them all, so that a visit costs the store a few bytes, not a
+/// row, a claim and a settlement. Each is still its own message.
 #[derive(Debug, Clone)]
 pub struct Visited {
     pub key: LinkKey,
+    /// The first visit's time.
     pub at: Timestamp,
+    /// A [`VisitBatch`] as JSON.
     pub data: String,
+    pub count: u32,
+}
+
+/// One counted visit as `link.visited` tells of it: the time, the target
+/// served, the rule, the referrer's host, the place and the agent's
+/// class; never the address or the `User-Agent`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct VisitData<'a> {
+    pub at: Timestamp,
+    #[serde(borrow)]
+    pub code: Cow<'a, str>,
+    /// The domain's host, filled in when the event is sent (the flush
+    /// knows only its id); `null`: the default domain.
+    #[serde(default)]
+    pub domain: Option<String>,
+    #[serde(borrow)]
+    pub target: Cow<'a, str>,
+    /// The index of the rule that served the target, if one did.
+    pub rule: Option<u8>,
+    #[serde(borrow)]
+    pub referrer_host: Cow<'a, str>,
+    #[serde(borrow)]
+    pub country: Cow<'a, str>,
+    #[serde(borrow)]
+    pub city: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    pub device: Cow<'a, str>,
+    #[serde(borrow)]
+    pub system: Cow<'a, str>,
+    #[serde(borrow)]
+    pub browser: Cow<'a, str>,
+    pub bot: bool,
+}
+
+/// A link's visits from one flush as the outbox keeps them: each target
+/// once, and each visit as a row of small values, about a quarter of
+/// their bodies' size (each is written to the store, and read, once).
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct VisitBatch<'a> {
+    #[serde(borrow)]
+    targets: Vec<Cow<'a, str>>,
+    #[serde(borrow)]
+    visits: Vec<StoredVisit<'a>>,
+}
+
+/// `(at in ms, target index, rule, referrer host, country, city, device,
+/// system, browser, bot)`.
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredVisit<'a>(
+    i64,
+    u32,
+    Option<u8>,
+    #[serde(borrow)] Cow<'a, str>,
+    #[serde(borrow)] Cow<'a, str>,
+    #[serde(borrow)] Option<Cow<'a, str>>,
+    #[serde(borrow)] Cow<'a, str>,
+    #[serde(borrow)] Cow<'a, str>,
+    #[serde(borrow)] Cow<'a, str>,
+    bool,
+);
+
+impl<'a> VisitBatch<'a> {
+    /// Adds a visit, after those already in.
+    pub fn push(&mut self, visit: VisitData<'a>) {
+        let target = match self.targets.iter().rposition(|t| *t == visit.target) {
+            Some(i) => i,
+            None => {
+                self.targets.push(visit.target);
+                self.targets.len() - 1
+            }
+        };
+        self.visits.push(StoredVisit(
+            visit.at.millis(),
+            u32::try_from(target).unwrap_or(u32::MAX),
+            visit.rule,
+            visit.referrer_host,
+            visit.country,
+            visit.city,
+            visit.device,
+            visit.system,
+            visit.browser,
+            visit.bot,
+        ));
+    }
+
+    pub fn len(&self) -> usize {
+        self.visits.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.visits.is_empty()
+    }
+
+    /// The visits of link `code`, in order.
+    fn into_visits(self, code: &'a str) -> Result<Vec<VisitData<'a>>, String> {
+        let targets = self.targets;
+        self.visits
+            .into_iter()
+            .map(|v| {
+                let target = targets
+                    .get(v.1 as usize)
+                    .cloned()
+                    .ok_or("an outbox event: a visit's target is missing")?;
+                Ok(VisitData {
+                    at: Timestamp::from_millis(v.0),
+                    code: Cow::Borrowed(code),
+                    domain: None,
+                    target,
+                    rule: v.2,
+                    referrer_host: v.3,
+                    country: v.4,
+                    city: v.5,
+                    device: v.6,
+                    system: v.7,
+                    browser: v.8,
+                    bot: v.9,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The visits of link `code` an outbox row holds: a [`VisitBatch`], or one
+/// [`VisitData`] (rows written before visits were kept a flush to a row).
+pub fn visits_of<'a>(data: &'a str, code: &'a str) -> Result<Vec<VisitData<'a>>, String> {
+    let failed = |e: serde_json::Error| format!("an outbox event: {e}");
+    if data.contains("\"targets\":") {
+        serde_json::from_str::<VisitBatch<'a>>(data)
+            .map_err(failed)?
+            .into_visits(code)
+    } else {
+        serde_json::from_str(data)
+            .map(|one| vec![one])
+            .map_err(failed)
+    }
 }
 
 /// How many attempts the history keeps for each webhook.
@@ -337,6 +483,56 @@ mod tests {
         assert_eq!(format!("{back:?}"), format!("{link:?}"));
         assert_eq!(host.as_deref(), Some("go.example"));
         assert!(link_of("{}").is_err());
+    }
+
+    #[test]
+    fn a_batch_of_visits_gives_them_back_in_order() {
+        let visit = |ms: i64, target: &'static str, bot: bool| VisitData {
+            at: Timestamp::from_millis(ms),
+            code: "abc".into(),
+            domain: None,
+            target: target.into(),
+            rule: bot.then_some(2),
+            referrer_host: "news.example.org".into(),
+            country: "FR".into(),
+            city: bot.then(|| "Lyon \"x\"".into()),
+            device: "mobile".into(),
+            system: "iOS".into(),
+            browser: "Safari".into(),
+            bot,
+        };
+        let mut batch = VisitBatch::default();
+        batch.push(visit(1, "https://a.example/", false));
+        batch.push(visit(2, "https://b.example/", true));
+        batch.push(visit(3, "https://a.example/", false));
+        assert_eq!(batch.len(), 3);
+        let data = serde_json::to_string(&batch).expect("json");
+        assert_eq!(
+            data.matches("a.example").count(),
+            1,
+            "each target once: {data}"
+        );
+        let back = visits_of(&data, "abc").expect("read");
+        let as_json = |v: &[VisitData<'_>]| serde_json::to_value(v).expect("json");
+        let want = [
+            visit(1, "https://a.example/", false),
+            visit(2, "https://b.example/", true),
+            visit(3, "https://a.example/", false),
+        ];
+        assert_eq!(as_json(&back), as_json(&want));
+        // A row of one visit, as written before batches.
+        let one = serde_json::to_string(&want[1]).expect("json");
+        assert_eq!(
+            as_json(&visits_of(&one, "abc").expect("read")),
+            as_json(&want[1..2])
+        );
+        assert!(
+            visits_of(
+                "{\"targets\":[],\"visits\":[[1,0,null,\"\",\"\",null,\"\",\"\",\"\",false]]}",
+                "abc"
+            )
+            .is_err()
+        );
     }
 
     #[test]

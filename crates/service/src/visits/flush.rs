@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 use super::{FastMap, VisitRecord, Visits, lock};
 use crate::domain::{Facets, LinkKey, VisitCounts};
-use crate::store::outbox::Visited;
+use crate::store::outbox::{VisitBatch, VisitData, Visited};
 use crate::store::{StorageFailure, StoreError};
 
 /// Links per flush transaction: a flush of many links is several short
@@ -235,7 +235,8 @@ impl Visits {
     }
 }
 
-/// The `link.visited` events of `records`, each with its JSON.
+/// The `link.visited` events of `records`: for each link, one row of its
+/// visits, in the order they came.
 fn visited_of<'r>(
     records: impl Iterator<Item = (&'r LinkKey, &'r Vec<VisitRecord>)>,
 ) -> Vec<Visited> {
@@ -244,32 +245,38 @@ fn visited_of<'r>(
         // The shards' records, in the order the visits came.
         let mut list: Vec<&VisitRecord> = list.iter().collect();
         list.sort_by_key(|r| r.seq);
-        for r in list {
+        let Some(first) = list.first() else { continue };
+        let mut batch = VisitBatch::default();
+        for r in &list {
             let f = &r.facets;
-            let rule = match f.rule {
-                Facets::NO_RULES | Facets::FELL_THROUGH => None,
-                n => Some(n - 1),
-            };
-            let data = serde_json::json!({
-                "at": r.at,
-                "code": key.code.as_str(),
-                "domain": null,
-                "target": r.target.as_str(),
-                "rule": rule,
-                "referrer_host": r.host.as_str(),
-                "country": f.country.as_str(),
-                "city": r.city.as_deref(),
-                "device": <&str>::from(f.device),
-                "system": f.os_name(),
-                "browser": f.browser_name(),
-                "bot": r.bot,
-            });
-            out.push(Visited {
-                key: key.clone(),
+            batch.push(VisitData {
                 at: r.at,
-                data: data.to_string(),
+                code: key.code.as_str().into(),
+                domain: None,
+                target: r.target.as_str().into(),
+                rule: match f.rule {
+                    Facets::NO_RULES | Facets::FELL_THROUGH => None,
+                    n => Some(n - 1),
+                },
+                referrer_host: r.host.as_str().into(),
+                country: f.country.as_str().into(),
+                city: r.city.as_deref().map(Into::into),
+                device: <&str>::from(f.device).into(),
+                system: f.os_name().into(),
+                browser: f.browser_name().into(),
+                bot: r.bot,
             });
         }
+        // Only strings and numbers: it cannot fail.
+        let Ok(data) = serde_json::to_string(&batch) else {
+            continue;
+        };
+        out.push(Visited {
+            key: key.clone(),
+            at: first.at,
+            data,
+            count: u32::try_from(batch.len()).unwrap_or(u32::MAX),
+        });
     }
     out
 }

@@ -11,13 +11,18 @@ use crate::domain::Timestamp;
 use crate::links::Links;
 use crate::outbound::HttpClient;
 use crate::store::LinkStore;
-use crate::store::outbox::{Attempt, EventKind, OutboxEvent, Outcome, Settled, Webhook, link_of};
+use crate::store::outbox::{
+    Attempt, EventKind, OutboxEvent, Outcome, Settled, Webhook, link_of, visits_of,
+};
 
 /// Events claimed, and settled, in one transaction each.
 const BATCH: usize = 256;
 
 /// Deliveries under way at once.
 const IN_FLIGHT: usize = 32;
+
+/// How often the outbox's gauges are set while events flow.
+const GAUGES_EVERY: Duration = Duration::from_secs(1);
 
 /// The longest wait between tries at a stream's broker.
 const STREAM_RETRY_CAP: Duration = Duration::from_secs(60);
@@ -66,6 +71,7 @@ impl Deliverer {
     pub(crate) async fn run(self) {
         let failing = crate::observability::logging::Throttle::new(Duration::from_secs(60));
         let mut next_scan = Instant::now() + self.settings.expiry_scan;
+        let (mut busy, mut gauged) = (false, Instant::now());
         loop {
             if Instant::now() >= next_scan {
                 next_scan = Instant::now() + self.settings.expiry_scan;
@@ -75,9 +81,16 @@ impl Deliverer {
                     tracing::warn!(error = %e, "webhook events: expired links cannot be looked for");
                 }
             }
-            match self.round().await {
+            // While events flow, the outbox is counted once a second, not
+            // at each claim.
+            let count = !busy || gauged.elapsed() >= GAUGES_EVERY;
+            if count {
+                gauged = Instant::now();
+            }
+            busy = false;
+            match self.round(count).await {
                 Ok(0) => tokio::time::sleep(self.settings.poll).await,
-                Ok(_) => {}
+                Ok(_) => busy = true,
                 Err(e) => {
                     if failing.allow().is_some() {
                         tracing::warn!(error = %e, "webhook deliveries: the outbox cannot be read");
@@ -88,8 +101,9 @@ impl Deliverer {
         }
     }
 
-    /// One claim and its deliveries: how many events were claimed.
-    async fn round(&self) -> Result<usize, crate::store::StoreError> {
+    /// One claim and its deliveries, after counting the outbox if `count`:
+    /// how many events were claimed.
+    async fn round(&self, count: bool) -> Result<usize, crate::store::StoreError> {
         // Redirects keep a record of each visit only while some webhook
         // or stream wants `link.visited`.
         let webhooks = self.store.webhooks().await?;
@@ -98,7 +112,7 @@ impl Deliverer {
             .any(|w| w.enabled && w.events.contains(&EventKind::LinkVisited));
         self.links.visits().keep_records(wanted);
         // A read first: with nothing pending, the writer is not asked.
-        if self.gauges().await? == 0 {
+        if count && self.gauges().await? == 0 {
             return Ok(0);
         }
         let events = self.store.claim_events(BATCH, LEASE).await?;
@@ -145,28 +159,37 @@ impl Deliverer {
         Ok(pending)
     }
 
-    /// The event's body: `{"type", "timestamp", "data"}`.
-    fn body(&self, event: &OutboxEvent) -> Result<Vec<u8>, String> {
+    /// The messages of an event not yet behind it, each with its
+    /// `webhook-id` and its body `{"type", "timestamp", "data"}`: one, or
+    /// a link's visits from one flush.
+    fn messages(&self, event: &OutboxEvent) -> Result<Vec<(String, Vec<u8>)>, String> {
+        let kind = event.kind.as_str();
+        if event.kind == EventKind::LinkVisited.as_str() {
+            // The domain's host now: the flush that wrote them knows ids.
+            let host = self
+                .links
+                .domains()
+                .host_of(event.key.domain)
+                .map(|h| h.to_string());
+            return visits_of(&event.data, event.key.code.as_str())?
+                .into_iter()
+                .enumerate()
+                .skip(event.done as usize)
+                .map(|(i, mut visit)| {
+                    visit.domain.clone_from(&host);
+                    // Unique beyond this database too (a stream may hear
+                    // several, or one made again), the same on every attempt.
+                    let id = format!("msg_{:x}_{}_{i}", event.at.millis(), event.id);
+                    Ok((id, envelope(kind, visit.at, &visit)?))
+                })
+                .collect();
+        }
+        let id = format!("msg_{:x}_{}", event.at.millis(), event.id);
         let about_a_link = EventKind::parse(&event.kind).is_none_or(EventKind::is_about_a_link);
         if !about_a_link {
-            let mut data: serde_json::Value =
+            let data: serde_json::Value =
                 serde_json::from_str(&event.data).map_err(|e| e.to_string())?;
-            if event.kind == EventKind::LinkVisited.as_str()
-                && let Some(fields) = data.as_object_mut()
-            {
-                // The domain's host now: the flush that wrote it knows ids.
-                let host = self.links.domains().host_of(event.key.domain);
-                fields.insert(
-                    "domain".into(),
-                    host.map_or(serde_json::Value::Null, |h| h.to_string().into()),
-                );
-            }
-            return serde_json::to_vec(&serde_json::json!({
-                "type": event.kind,
-                "timestamp": event.at,
-                "data": data,
-            }))
-            .map_err(|e| e.to_string());
+            return Ok(vec![(id, envelope(kind, event.at, &data)?)]);
         }
         let (link, host) = link_of(&event.data)?;
         // An added domain's host as it was at the change: the domain may
@@ -187,26 +210,26 @@ impl Deliverer {
         if host.is_some() {
             data.domain = host;
         }
-        serde_json::to_vec(&serde_json::json!({
-            "type": event.kind,
-            "timestamp": event.at,
-            "data": data,
-        }))
-        .map_err(|e| e.to_string())
+        Ok(vec![(id, envelope(kind, event.at, &data)?)])
     }
 
     async fn deliver(&self, webhook: &Webhook, event: OutboxEvent) -> Outcome {
         let started = Instant::now();
         let at = Timestamp::now();
         let stream = streams::is_stream(&webhook.url);
-        let (status, error) = match self.post(webhook, &event, at).await {
-            Ok(status) => (status, None),
-            Err(e) => (None, Some(e)),
+        let sent = match self.messages(&event) {
+            Ok(messages) => self.send(webhook, &event.kind, &messages, at).await,
+            Err(e) => Sent {
+                all: false,
+                delivered: 0,
+                status: None,
+                error: Some(e),
+            },
         };
+        let (status, error) = (sent.status, sent.error);
         let delay = self.settings.retry_delays.get(event.attempts as usize);
         let settled = match status {
-            Some(s) if (200..300).contains(&s) => Settled::Delivered,
-            None if stream && error.is_none() => Settled::Delivered,
+            _ if sent.all => Settled::Delivered,
             // A broker that is away is waited for, never given up on: the
             // events stay in order until it is back.
             _ if stream => {
@@ -252,56 +275,124 @@ impl Deliverer {
             ),
             _ => {}
         }
-        Outcome { attempt, settled }
+        Outcome {
+            attempt,
+            settled,
+            done: event.done.saturating_add(sent.delivered),
+        }
     }
 
-    /// Sends the event, signed: the receiver's status, or `None` from a
-    /// stream's broker that took it.
-    async fn post(
+    /// Sends `messages` in order, each signed, stopping at the first that
+    /// is not taken.
+    async fn send(
         &self,
         webhook: &Webhook,
-        event: &OutboxEvent,
+        kind: &str,
+        messages: &[(String, Vec<u8>)],
         at: Timestamp,
-    ) -> Result<Option<u16>, String> {
-        let body = self.body(event)?;
-        // Unique beyond this database too (a stream may hear several, or
-        // one made again), with the same id on every attempt.
-        let id = format!("msg_{:x}_{}", event.at.millis(), event.id);
+    ) -> Sent {
         let timestamp = at.millis() / 1000;
-        let mut signatures = vec![sign::signature(&webhook.secret, &id, timestamp, &body)];
-        if let Some((previous, until)) = &webhook.previous
-            && until.millis() > at.millis()
-        {
-            signatures.push(sign::signature(previous, &id, timestamp, &body));
-        }
-        let signatures: Vec<String> = signatures.into_iter().flatten().collect();
+        let signed = messages.iter().map(|(id, body)| {
+            let mut signatures = vec![sign::signature(&webhook.secret, id, timestamp, body)];
+            if let Some((previous, until)) = &webhook.previous
+                && until.millis() > at.millis()
+            {
+                signatures.push(sign::signature(previous, id, timestamp, body));
+            }
+            let signatures: Vec<String> = signatures.into_iter().flatten().collect();
+            signatures.join(" ")
+        });
         if streams::is_stream(&webhook.url) {
-            let message = streams::Message {
-                kind: &event.kind,
-                id: &id,
-                timestamp,
-                signature: &signatures.join(" "),
-                body: &body,
+            let signed: Vec<String> = signed.collect();
+            let batch: Vec<streams::Message<'_>> = messages
+                .iter()
+                .zip(&signed)
+                .map(|((id, body), signature)| streams::Message {
+                    kind,
+                    id,
+                    timestamp,
+                    signature,
+                    body,
+                })
+                .collect();
+            let (delivered, error) = self.streams.send(&webhook.url, &batch).await;
+            return Sent {
+                all: delivered == messages.len(),
+                delivered: delivered as u32,
+                status: None,
+                error,
             };
-            return self
-                .streams
-                .send(&webhook.url, &message)
-                .await
-                .map(|()| None);
         }
-        let request = hyper::Request::post(webhook.url.as_str())
-            .header("content-type", "application/json")
-            .header("webhook-id", &id)
-            .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", signatures.join(" "))
-            .body(body)
-            .map_err(|e| e.to_string())?;
-        self.http
-            .send(request)
-            .await
-            .map(|response| Some(response.status().as_u16()))
-            .map_err(|e| e.to_string())
+        let mut sent = Sent {
+            all: true,
+            delivered: 0,
+            status: None,
+            error: None,
+        };
+        for ((id, body), signature) in messages.iter().zip(signed) {
+            let request = hyper::Request::post(webhook.url.as_str())
+                .header("content-type", "application/json")
+                .header("webhook-id", id)
+                .header("webhook-timestamp", timestamp.to_string())
+                .header("webhook-signature", signature)
+                .body(body.clone());
+            let answer = match request {
+                Ok(request) => self.http.send(request).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match answer {
+                Ok(response) if response.status().is_success() => {
+                    sent.status = Some(response.status().as_u16());
+                    sent.delivered += 1;
+                }
+                Ok(response) => {
+                    sent.status = Some(response.status().as_u16());
+                    sent.all = false;
+                    break;
+                }
+                Err(e) => {
+                    sent.status = None;
+                    sent.error = Some(e);
+                    sent.all = false;
+                    break;
+                }
+            }
+        }
+        sent
     }
+}
+
+/// An event's body as Standard Webhooks has it.
+#[derive(serde::Serialize)]
+struct Envelope<'a, T> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    timestamp: Timestamp,
+    data: &'a T,
+}
+
+fn envelope<T: serde::Serialize>(
+    kind: &str,
+    timestamp: Timestamp,
+    data: &T,
+) -> Result<Vec<u8>, String> {
+    serde_json::to_vec(&Envelope {
+        kind,
+        timestamp,
+        data,
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// What came of sending an event's messages.
+struct Sent {
+    /// Every message was taken.
+    all: bool,
+    /// How many were, in order.
+    delivered: u32,
+    /// The last answer's status (a receiver's), if one came.
+    status: Option<u16>,
+    error: Option<String>,
 }
 
 /// `delay`, give or take a tenth, so that the retries of many events that

@@ -54,24 +54,30 @@ impl Streams {
         }
     }
 
-    /// Sends `message` to the stream of row `url`; `Ok` once the broker
-    /// has it (confirmed, acknowledged).
-    pub(crate) async fn send(&self, url: &str, message: &Message<'_>) -> Result<(), String> {
+    /// Sends `messages` to the stream of row `url`, in order: how many
+    /// the broker has (confirmed, acknowledged) before the first it did
+    /// not take, and why it did not.
+    pub(crate) async fn send(
+        &self,
+        url: &str,
+        messages: &[Message<'_>],
+    ) -> (usize, Option<String>) {
         let sent = if url.starts_with(AMQP) {
             match &self.amqp {
-                Some(amqp) => tokio::time::timeout(TIMEOUT, amqp.publish(message)).await,
-                None => return Err("no --events-amqp-url".into()),
+                Some(amqp) => tokio::time::timeout(TIMEOUT, amqp.publish(messages)).await,
+                None => return (0, Some("no --events-amqp-url".into())),
             }
         } else if url.starts_with(NATS) {
             match &self.nats {
-                Some(nats) => tokio::time::timeout(TIMEOUT, nats.publish(message)).await,
-                None => return Err("no --events-nats-url".into()),
+                Some(nats) => tokio::time::timeout(TIMEOUT, nats.publish(messages)).await,
+                None => return (0, Some("no --events-nats-url".into())),
             }
         } else {
-            return Err(format!("{url}: not an event stream"));
+            return (0, Some(format!("{url}: not an event stream")));
         };
-        let sent = sent.unwrap_or_else(|_| Err(format!("no answer within {}s", TIMEOUT.as_secs())));
-        if sent.is_err() {
+        let (taken, error) =
+            sent.unwrap_or_else(|_| (0, Some(format!("no answer within {}s", TIMEOUT.as_secs()))));
+        if error.is_some() {
             // The next try connects afresh.
             if url.starts_with(AMQP)
                 && let Some(amqp) = &self.amqp
@@ -81,7 +87,7 @@ impl Streams {
                 nats.context.lock().await.take();
             }
         }
-        sent
+        (taken, error)
     }
 }
 
@@ -169,47 +175,64 @@ impl Amqp {
         Ok((connection, channel))
     }
 
-    async fn publish(&self, message: &Message<'_>) -> Result<(), String> {
+    /// Publishes `messages` one after another without waiting, then
+    /// waits for their confirms in order.
+    async fn publish(&self, messages: &[Message<'_>]) -> (usize, Option<String>) {
         let mut slot = self.channel.lock().await;
         if slot.is_none() {
-            *slot = Some(self.connect().await?);
+            match self.connect().await {
+                Ok(connected) => *slot = Some(connected),
+                Err(e) => return (0, Some(e)),
+            }
         }
         let Some((_, channel)) = slot.as_ref() else {
-            return Err("RabbitMQ: no channel".into());
+            return (0, Some("RabbitMQ: no channel".into()));
         };
-        let mut headers = FieldTable::default();
-        for (name, value) in [
-            ("webhook-id", message.id.to_owned()),
-            ("webhook-timestamp", message.timestamp.to_string()),
-            ("webhook-signature", message.signature.to_owned()),
-        ] {
-            headers.insert(name.into(), AMQPValue::LongString(value.into()));
-        }
-        let properties = BasicProperties::default()
-            .with_content_type("application/json".into())
-            .with_message_id(message.id.into())
-            .with_timestamp(message.timestamp.max(0) as u64)
-            // Persistent: kept by the broker across its restarts.
-            .with_delivery_mode(2)
-            .with_headers(headers);
         let failed = |e: lapin::Error| format!("RabbitMQ: {e}");
-        let confirm = channel
-            .basic_publish(
-                self.exchange.as_str().into(),
-                message.kind.into(),
-                BasicPublishOptions::default(),
-                message.body,
-                properties,
-            )
-            .await
-            .map_err(failed)?
-            .await
-            .map_err(failed)?;
-        if confirm.is_ack() {
-            Ok(())
-        } else {
-            Err("RabbitMQ refused the event (nack)".into())
+        let mut confirms = Vec::with_capacity(messages.len());
+        let mut error = None;
+        for message in messages {
+            let mut headers = FieldTable::default();
+            for (name, value) in [
+                ("webhook-id", message.id.to_owned()),
+                ("webhook-timestamp", message.timestamp.to_string()),
+                ("webhook-signature", message.signature.to_owned()),
+            ] {
+                headers.insert(name.into(), AMQPValue::LongString(value.into()));
+            }
+            let properties = BasicProperties::default()
+                .with_content_type("application/json".into())
+                .with_message_id(message.id.into())
+                .with_timestamp(message.timestamp.max(0) as u64)
+                // Persistent: kept by the broker across its restarts.
+                .with_delivery_mode(2)
+                .with_headers(headers);
+            match channel
+                .basic_publish(
+                    self.exchange.as_str().into(),
+                    message.kind.into(),
+                    BasicPublishOptions::default(),
+                    message.body,
+                    properties,
+                )
+                .await
+            {
+                Ok(confirm) => confirms.push(confirm),
+                Err(e) => {
+                    error = Some(failed(e));
+                    break;
+                }
+            }
         }
+        let mut taken = 0;
+        for confirm in confirms {
+            match confirm.await {
+                Ok(c) if c.is_ack() => taken += 1,
+                Ok(_) => return (taken, Some("RabbitMQ refused the event (nack)".into())),
+                Err(e) => return (taken, Some(failed(e))),
+            }
+        }
+        (taken, error)
     }
 }
 
@@ -241,36 +264,56 @@ impl Nats {
         Ok(context)
     }
 
-    async fn publish(&self, message: &Message<'_>) -> Result<(), String> {
+    /// Publishes `messages` one after another without waiting, then
+    /// waits for their acknowledgements in order.
+    async fn publish(&self, messages: &[Message<'_>]) -> (usize, Option<String>) {
         let context = {
             let mut slot = self.context.lock().await;
             if slot.is_none() {
-                *slot = Some(self.connect().await?);
+                match self.connect().await {
+                    Ok(connected) => *slot = Some(connected),
+                    Err(e) => return (0, Some(e)),
+                }
             }
             match slot.as_ref() {
                 Some(context) => context.clone(),
-                None => return Err("NATS: not connected".into()),
+                None => return (0, Some("NATS: not connected".into())),
             }
         };
-        let mut headers = async_nats::HeaderMap::new();
-        // JetStream drops a message whose id it has seen (within its
-        // duplicate window): a retry after a lost ack is not stored twice.
-        headers.insert("Nats-Msg-Id", message.id);
-        headers.insert("webhook-id", message.id);
-        headers.insert("webhook-timestamp", message.timestamp.to_string().as_str());
-        headers.insert("webhook-signature", message.signature);
-        headers.insert("content-type", "application/json");
         let failed = |e: &dyn std::fmt::Display| format!("NATS: {e}");
-        context
-            .publish_with_headers(
-                format!("litelink.{}", message.kind),
-                headers,
-                bytes::Bytes::copy_from_slice(message.body),
-            )
-            .await
-            .map_err(|e| failed(&e))?
-            .await
-            .map_err(|e| failed(&e))?;
-        Ok(())
+        let mut acks = Vec::with_capacity(messages.len());
+        let mut error = None;
+        for message in messages {
+            let mut headers = async_nats::HeaderMap::new();
+            // JetStream drops a message whose id it has seen (within its
+            // duplicate window): a retry after a lost ack is not stored twice.
+            headers.insert("Nats-Msg-Id", message.id);
+            headers.insert("webhook-id", message.id);
+            headers.insert("webhook-timestamp", message.timestamp.to_string().as_str());
+            headers.insert("webhook-signature", message.signature);
+            headers.insert("content-type", "application/json");
+            match context
+                .publish_with_headers(
+                    format!("litelink.{}", message.kind),
+                    headers,
+                    bytes::Bytes::copy_from_slice(message.body),
+                )
+                .await
+            {
+                Ok(ack) => acks.push(ack),
+                Err(e) => {
+                    error = Some(failed(&e));
+                    break;
+                }
+            }
+        }
+        let mut taken = 0;
+        for ack in acks {
+            match ack.await {
+                Ok(_) => taken += 1,
+                Err(e) => return (taken, Some(failed(&e))),
+            }
+        }
+        (taken, error)
     }
 }

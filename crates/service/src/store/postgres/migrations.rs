@@ -188,6 +188,12 @@ const MIGRATIONS: &[Migration] = &[
         name  TEXT   PRIMARY KEY,
         until BIGINT NOT NULL
     );"),
+    // 12: a link's visits from one flush are one outbox row, as SQLite's
+    // schema 16.
+    Sql(
+        "ALTER TABLE webhook_events ADD COLUMN count INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE webhook_events ADD COLUMN done INTEGER NOT NULL DEFAULT 0;",
+    ),
 ];
 
 async fn users(tx: &tokio_postgres::Transaction<'_>) -> Result<(), tokio_postgres::Error> {

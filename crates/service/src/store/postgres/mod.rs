@@ -690,7 +690,7 @@ impl LinkStore for PostgresStore {
     }
 
     async fn drop_visited(&self, n: u64) -> Result<u64, StoreError> {
-        with_client!(self, |c| webhooks::drop_visited(&c, n))
+        with_client!(self, |c| webhooks::drop_visited(&mut c, n))
     }
 
     async fn scan_expiries(&self) -> Result<(), StoreError> {

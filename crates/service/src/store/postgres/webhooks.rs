@@ -80,27 +80,28 @@ pub(super) async fn fan_out(
         .iter()
         .map(|l| outbox::snapshot(l, hosts.get(&l.domain.0).and_then(|h| h.as_deref())))
         .collect();
-    fan_out_data(c, kind, &domains, &codes, &data, now).await
+    let counts = vec![1; data.len()];
+    fan_out_data(c, kind, &domains, &codes, (&data, &counts), now).await
 }
 
-/// [`fan_out`] of any data, each for the link (domain, code) its order is
-/// kept with (`(0, "")` for an event about no one link). One statement
-/// for the whole batch; rows go in in the given order, which is the order
-/// their events are sent in.
+/// [`fan_out`] of any data, each holding its count of messages, for the
+/// link (domain, code) its order is kept with (`(0, "")` for an event
+/// about no one link). One statement for the whole batch; rows go in in
+/// the given order, which is the order their events are sent in.
 async fn fan_out_data(
     c: &impl GenericClient,
     kind: EventKind,
     domains: &[i64],
     codes: &[&str],
-    data: &[String],
+    (data, counts): (&[String], &[i32]),
     now: Timestamp,
 ) -> Result<(), StoreError> {
     let stmt = prepared(
         c,
-        "INSERT INTO webhook_events (webhook, kind, domain, code, data, at, due) \
-         SELECT w.id, $1, l.domain, l.code, l.data, $5, $5 \
-         FROM unnest($2::BIGINT[], $3::TEXT[], $4::TEXT[]) WITH ORDINALITY \
-           AS l(domain, code, data, n) \
+        "INSERT INTO webhook_events (webhook, kind, domain, code, data, at, due, count) \
+         SELECT w.id, $1, l.domain, l.code, l.data, $5, $5, l.count \
+         FROM unnest($2::BIGINT[], $3::TEXT[], $4::TEXT[], $6::INTEGER[]) WITH ORDINALITY \
+           AS l(domain, code, data, count, n) \
          JOIN webhooks w ON w.enabled AND $1 = ANY(string_to_array(w.events, ',')) \
            AND (w.domain IS NULL OR w.domain = l.domain OR l.code = '') \
          ORDER BY l.n, w.id",
@@ -108,42 +109,95 @@ async fn fan_out_data(
     .await?;
     c.execute(
         &stmt,
-        &[&kind.as_str(), &domains, &codes, &data, &now.millis()],
+        &[
+            &kind.as_str(),
+            &domains,
+            &codes,
+            &data,
+            &now.millis(),
+            &counts,
+        ],
     )
     .await
     .map_err(store_error)?;
     Ok(())
 }
 
-/// Deletes the `n` oldest pending `link.visited` events (skipping any
-/// another instance is sending).
-pub(super) async fn drop_visited(c: &Client, n: u64) -> Result<u64, StoreError> {
-    let stmt = prepared(
-        c,
-        "DELETE FROM webhook_events WHERE id IN (SELECT id FROM webhook_events \
-         WHERE state = 0 AND kind = 'link.visited' ORDER BY id LIMIT $1 \
-         FOR UPDATE SKIP LOCKED)",
+/// Drops the `n` oldest pending `link.visited` events (skipping any
+/// another instance is sending): whole rows, and the oldest visits of the
+/// last row reached.
+pub(super) async fn drop_visited(c: &mut Client, n: u64) -> Result<u64, StoreError> {
+    let tx = c.transaction().await.map_err(store_error)?;
+    let oldest = prepared(
+        &tx,
+        "SELECT id, count - done FROM webhook_events \
+         WHERE state = 0 AND kind = 'link.visited' ORDER BY id LIMIT 256 \
+         FOR UPDATE SKIP LOCKED",
     )
     .await?;
-    let n = i64::try_from(n).unwrap_or(i64::MAX);
-    c.execute(&stmt, &[&n]).await.map_err(store_error)
+    let delete = prepared(&tx, "DELETE FROM webhook_events WHERE id = ANY($1)").await?;
+    let skip = prepared(
+        &tx,
+        "UPDATE webhook_events SET done = done + $2 WHERE id = $1",
+    )
+    .await?;
+    let mut dropped = 0u64;
+    'rows: while dropped < n {
+        let rows = tx.query(&oldest, &[]).await.map_err(store_error)?;
+        if rows.is_empty() {
+            break;
+        }
+        let mut whole = Vec::new();
+        for row in &rows {
+            let (id, left): (i64, i32) = (row.get(0), row.get(1));
+            let left = u64::try_from(left).unwrap_or(0);
+            let wanted = n - dropped;
+            if left <= wanted {
+                whole.push(id);
+                dropped += left;
+            } else {
+                let part = i32::try_from(wanted).unwrap_or(i32::MAX);
+                tx.execute(&skip, &[&id, &part])
+                    .await
+                    .map_err(store_error)?;
+                dropped += wanted;
+                tx.execute(&delete, &[&whole]).await.map_err(store_error)?;
+                break 'rows;
+            }
+        }
+        tx.execute(&delete, &[&whole]).await.map_err(store_error)?;
+    }
+    tx.commit().await.map_err(store_error)?;
+    Ok(dropped)
 }
 
-/// `link.visited` events, in the flush's transaction.
+/// Each link's `link.visited` events from one flush, in its transaction.
 pub(super) async fn visited(
     c: &impl GenericClient,
     visited: &[&outbox::Visited],
 ) -> Result<(), StoreError> {
-    // One statement per time: the rows' `at` is the visit's.
+    // One statement: each visit's own time is in its data.
     let domains: Vec<i64> = visited.iter().map(|v| v.key.domain.0).collect();
     let codes: Vec<&str> = visited.iter().map(|v| v.key.code.as_str()).collect();
     let data: Vec<String> = visited.iter().map(|v| v.data.clone()).collect();
+    let counts: Vec<i32> = visited
+        .iter()
+        .map(|v| i32::try_from(v.count).unwrap_or(i32::MAX))
+        .collect();
     let at = visited
         .iter()
         .map(|v| v.at)
-        .max()
+        .min()
         .unwrap_or_else(Timestamp::now);
-    fan_out_data(c, EventKind::LinkVisited, &domains, &codes, &data, at).await
+    fan_out_data(
+        c,
+        EventKind::LinkVisited,
+        &domains,
+        &codes,
+        (&data, &counts),
+        at,
+    )
+    .await
 }
 
 pub(super) async fn record_event(
@@ -151,7 +205,7 @@ pub(super) async fn record_event(
     kind: EventKind,
     data: String,
 ) -> Result<(), StoreError> {
-    fan_out_data(c, kind, &[0], &[""], &[data], Timestamp::now()).await
+    fan_out_data(c, kind, &[0], &[""], (&[data], &[1]), Timestamp::now()).await
 }
 
 /// Whether any webhook is listening: writers build events only then.
@@ -274,7 +328,7 @@ pub(super) async fn claim(
              AND p.domain = e.domain AND p.code = e.code AND p.state = 0 AND p.id < e.id) \
            ORDER BY e.due, e.id LIMIT $3 FOR UPDATE OF e SKIP LOCKED) \
          AND leased_until <= $1 \
-         RETURNING id, webhook, kind, domain, code, data, at, attempts",
+         RETURNING id, webhook, kind, domain, code, data, at, attempts, count, done",
     )
     .await?;
     let rows = c
@@ -291,6 +345,8 @@ pub(super) async fn claim(
             data: r.get(5),
             at: Timestamp::from_millis(r.get(6)),
             attempts: r.get::<_, i32>(7).max(0) as u32,
+            count: r.get::<_, i32>(8).max(1) as u32,
+            done: r.get::<_, i32>(9).max(0) as u32,
         })
         .collect();
     events.sort_by_key(|e| e.id);
@@ -302,7 +358,7 @@ pub(super) async fn settle(c: &mut Client, outcomes: Vec<Outcome>) -> Result<(),
     let moved = prepared(
         &tx,
         "UPDATE webhook_events SET state = $2, attempts = attempts + 1, \
-         due = coalesce($3, due), leased_until = 0 WHERE id = $1",
+         due = coalesce($3, due), done = greatest(done, $4), leased_until = 0 WHERE id = $1",
     )
     .await?;
     let disable = prepared(&tx, "UPDATE webhooks SET enabled = FALSE WHERE id = $1").await?;
@@ -325,15 +381,21 @@ pub(super) async fn settle(c: &mut Client, outcomes: Vec<Outcome>) -> Result<(),
     )
     .await?;
     let mut touched = std::collections::BTreeSet::new();
-    for Outcome { attempt, settled } in outcomes {
+    for Outcome {
+        attempt,
+        settled,
+        done,
+    } in outcomes
+    {
         touched.insert(attempt.webhook);
+        let done = i32::try_from(done).unwrap_or(i32::MAX);
         let (state, due): (i16, Option<i64>) = match settled {
             Settled::Delivered => (1, None),
             Settled::Retry(at) => (0, Some(at.millis())),
             Settled::Failed => (2, None),
             Settled::Gone => (0, None),
         };
-        tx.execute(&moved, &[&attempt.event, &state, &due])
+        tx.execute(&moved, &[&attempt.event, &state, &due, &done])
             .await
             .map_err(store_error)?;
         if matches!(settled, Settled::Failed | Settled::Gone) {
@@ -370,8 +432,8 @@ pub(super) async fn settle(c: &mut Client, outcomes: Vec<Outcome>) -> Result<(),
 pub(super) async fn retry(c: &Client, webhook: i64, event: i64) -> Result<bool, StoreError> {
     let stmt = prepared(
         c,
-        "UPDATE webhook_events SET state = 0, due = $3, leased_until = 0 \
-         WHERE id = $2 AND webhook = $1",
+        "UPDATE webhook_events SET state = 0, due = $3, leased_until = 0, \
+         done = CASE WHEN state = 1 THEN 0 ELSE done END WHERE id = $2 AND webhook = $1",
     )
     .await?;
     let found = c
@@ -417,7 +479,8 @@ pub(super) async fn attempts(c: &Client, webhook: i64) -> Result<Vec<AttemptRow>
 pub(super) async fn pending(c: &Client) -> Result<(u64, Option<Timestamp>), StoreError> {
     let stmt = prepared(
         c,
-        "SELECT count(*), min(at) FROM webhook_events WHERE state = 0",
+        "SELECT coalesce(sum(count - done), 0)::BIGINT, min(at) FROM webhook_events \
+         WHERE state = 0",
     )
     .await?;
     let row = c.query_one(&stmt, &[]).await.map_err(store_error)?;

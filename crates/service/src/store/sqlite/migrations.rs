@@ -209,6 +209,13 @@ const MIGRATIONS: &[Migration] = &[
     CREATE INDEX webhook_attempts_event ON webhook_attempts (event);
     CREATE INDEX links_expiring ON links (expires_at)
         WHERE expires_at IS NOT NULL AND deleted_at IS NULL;"),
+    // 16: a link's visits from one flush are one outbox row of many
+    // messages: how many it holds, and how many are behind it (delivered
+    // or dropped), so that a retry resumes after them.
+    Sql(
+        "ALTER TABLE webhook_events ADD COLUMN count INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE webhook_events ADD COLUMN done INTEGER NOT NULL DEFAULT 0;",
+    ),
 ];
 
 fn sessions(tx: &Transaction<'_>) -> rusqlite::Result<()> {

@@ -75,37 +75,38 @@ pub(super) fn fan_out(
         conn,
         kind,
         (link.domain.0, link.code.as_str()),
-        &outbox::snapshot(link, host.as_deref()),
+        (&outbox::snapshot(link, host.as_deref()), 1),
         now,
     )
 }
 
-/// [`fan_out`] of any data, for the link (domain, code) its order is
-/// kept with (`(0, "")` for an event about no one link).
+/// [`fan_out`] of any data holding `count` messages, for the link
+/// (domain, code) its order is kept with (`(0, "")` for an event about no
+/// one link).
 fn fan_out_data(
     conn: &Connection,
     kind: EventKind,
     (domain, code): (i64, &str),
-    data: &str,
+    (data, count): (&str, u32),
     now: Timestamp,
 ) -> rusqlite::Result<()> {
     conn.prepare_cached(
-        "INSERT INTO webhook_events (webhook, kind, domain, code, data, at, due) \
-         SELECT id, ?1, ?2, ?3, ?4, ?5, ?5 FROM webhooks WHERE enabled = 1 \
+        "INSERT INTO webhook_events (webhook, kind, domain, code, data, at, due, count) \
+         SELECT id, ?1, ?2, ?3, ?4, ?5, ?5, ?6 FROM webhooks WHERE enabled = 1 \
          AND instr(',' || events || ',', ',' || ?1 || ',') > 0 \
          AND (domain IS NULL OR domain = ?2 OR ?3 = '')",
     )?
-    .execute((kind.as_str(), domain, code, data, now.millis()))?;
+    .execute((kind.as_str(), domain, code, data, now.millis(), count))?;
     Ok(())
 }
 
-/// A `link.visited` event, in the flush's transaction.
+/// A link's `link.visited` events from one flush, in its transaction.
 pub(super) fn visited(conn: &Connection, v: &outbox::Visited) -> rusqlite::Result<()> {
     fan_out_data(
         conn,
         EventKind::LinkVisited,
         (v.key.domain.0, v.key.code.as_str()),
-        &v.data,
+        (&v.data, v.count),
         v.at,
     )
 }
@@ -116,7 +117,7 @@ pub(super) fn record_event(
     data: &str,
     now: Timestamp,
 ) -> Result<Done, StoreError> {
-    fan_out_data(conn, kind, (0, ""), data, now)?;
+    fan_out_data(conn, kind, (0, ""), (data, 1), now)?;
     Ok(Done::Nothing)
 }
 
@@ -242,7 +243,7 @@ pub(super) fn claim(
                AND NOT EXISTS (SELECT 1 FROM webhook_events p WHERE p.webhook = e.webhook \
                  AND p.domain = e.domain AND p.code = e.code AND p.state = 0 AND p.id < e.id) \
                ORDER BY e.due, e.id LIMIT ?3) \
-             RETURNING id, webhook, kind, domain, code, data, at, attempts",
+             RETURNING id, webhook, kind, domain, code, data, at, attempts, count, done",
         )?
         .query_map((now.millis(), now.millis() + lease_ms, limit as i64), |r| {
             Ok(OutboxEvent {
@@ -256,21 +257,46 @@ pub(super) fn claim(
                 data: r.get(5)?,
                 at: Timestamp::from_millis(r.get(6)?),
                 attempts: r.get::<_, i64>(7)?.clamp(0, i64::from(u32::MAX)) as u32,
+                count: r.get::<_, i64>(8)?.clamp(1, i64::from(u32::MAX)) as u32,
+                done: r.get::<_, i64>(9)?.clamp(0, i64::from(u32::MAX)) as u32,
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(Done::Events(events))
 }
 
-/// Deletes the `n` oldest pending `link.visited` events.
+/// Drops the `n` oldest pending `link.visited` events: whole rows, and
+/// the oldest visits of the last row reached.
 pub(super) fn drop_visited(conn: &Connection, n: u64) -> Result<Done, StoreError> {
-    let dropped = conn
-        .prepare_cached(
-            "DELETE FROM webhook_events WHERE id IN (SELECT id FROM webhook_events \
-             WHERE state = 0 AND kind = 'link.visited' ORDER BY id LIMIT ?1)",
-        )?
-        .execute([clamp(n)])?;
-    Ok(Done::Count(dropped as u64))
+    let mut dropped = 0u64;
+    let mut oldest = conn.prepare_cached(
+        "SELECT id, count - done FROM webhook_events \
+         WHERE state = 0 AND kind = 'link.visited' ORDER BY id LIMIT 256",
+    )?;
+    while dropped < n {
+        let rows = oldest
+            .query_map([], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?.max(0) as u64))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        if rows.is_empty() {
+            break;
+        }
+        for (id, left) in rows {
+            let wanted = n - dropped;
+            if left <= wanted {
+                conn.prepare_cached("DELETE FROM webhook_events WHERE id = ?1")?
+                    .execute([id])?;
+                dropped += left;
+            } else {
+                conn.prepare_cached("UPDATE webhook_events SET done = done + ?2 WHERE id = ?1")?
+                    .execute((id, clamp(wanted)))?;
+                dropped += wanted;
+                break;
+            }
+        }
+    }
+    Ok(Done::Count(dropped))
 }
 
 /// Ends every lease: for a server that starts, when no other can hold one.
@@ -284,7 +310,12 @@ pub(super) fn release(conn: &Connection) -> Result<Done, StoreError> {
 /// event on as its outcome says.
 pub(super) fn settle(conn: &Connection, outcomes: Vec<Outcome>) -> Result<Done, StoreError> {
     let mut touched = std::collections::BTreeSet::new();
-    for Outcome { attempt, settled } in outcomes {
+    for Outcome {
+        attempt,
+        settled,
+        done,
+    } in outcomes
+    {
         touched.insert(attempt.webhook);
         let (state, due) = match settled {
             Settled::Delivered => (1, None),
@@ -294,9 +325,9 @@ pub(super) fn settle(conn: &Connection, outcomes: Vec<Outcome>) -> Result<Done, 
         };
         conn.prepare_cached(
             "UPDATE webhook_events SET state = ?2, attempts = attempts + 1, \
-             due = coalesce(?3, due), leased_until = 0 WHERE id = ?1",
+             due = coalesce(?3, due), done = max(done, ?4), leased_until = 0 WHERE id = ?1",
         )?
-        .execute((attempt.event, state, due))?;
+        .execute((attempt.event, state, due, done))?;
         if matches!(settled, Settled::Failed | Settled::Gone) {
             conn.prepare_cached("UPDATE webhooks SET enabled = 0 WHERE id = ?1")?
                 .execute([attempt.webhook])?;
@@ -347,8 +378,8 @@ pub(super) fn retry(
 ) -> Result<Done, StoreError> {
     let found = conn
         .prepare_cached(
-            "UPDATE webhook_events SET state = 0, due = ?3, leased_until = 0 \
-             WHERE id = ?2 AND webhook = ?1",
+            "UPDATE webhook_events SET state = 0, due = ?3, leased_until = 0, \
+             done = CASE WHEN state = 1 THEN 0 ELSE done END WHERE id = ?2 AND webhook = ?1",
         )?
         .execute((webhook, event, now.millis()))?;
     Ok(Done::Found(found > 0))
@@ -381,13 +412,15 @@ pub(super) fn attempts(conn: &Connection, webhook: i64) -> rusqlite::Result<Vec<
     .collect()
 }
 
-/// Events not yet delivered, and the time of the oldest.
+/// Messages not yet delivered, and the time of the oldest event.
 pub(super) fn pending(conn: &Connection) -> rusqlite::Result<(u64, Option<Timestamp>)> {
-    conn.prepare_cached("SELECT count(*), min(at) FROM webhook_events WHERE state = 0")?
-        .query_row([], |r| {
-            Ok((
-                r.get::<_, i64>(0)?.max(0) as u64,
-                r.get::<_, Option<i64>>(1)?.map(Timestamp::from_millis),
-            ))
-        })
+    conn.prepare_cached(
+        "SELECT coalesce(sum(count - done), 0), min(at) FROM webhook_events WHERE state = 0",
+    )?
+    .query_row([], |r| {
+        Ok((
+            r.get::<_, i64>(0)?.max(0) as u64,
+            r.get::<_, Option<i64>>(1)?.map(Timestamp::from_millis),
+        ))
+    })
 }
