@@ -1366,103 +1366,104 @@ on_both_stores! {
     }
 }
 
-/// A receiver away for long: past `--webhooks-max-pending`, the oldest
-/// `link.visited` events go, never a change event.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_full_outbox_drops_the_oldest_visits_first() {
-    let receiver = Receiver::start().await;
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let delays = vec!["1"; 30].join(",");
-    let app = spawn_app(&[
-        "--webhooks-allow-private",
-        "--webhooks-max-pending",
-        "3",
-        "--webhooks-retry-delays",
-        &delays,
-    ])
-    .await;
-    let admin = app.new_key("root", true).await;
-    let (id, _) = register(
-        &app,
-        &admin,
-        json!({
-            "url": format!("http://127.0.0.1:{closed}/nobody"),
-            "events": ["link.created", "link.visited"],
-        }),
-    )
-    .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let r = app
-        .api(
-            Method::POST,
-            "/api/v1/links",
-            Some(&admin),
-            Some(json!({"url": "https://example.com/full", "code": "full"})),
+on_both_stores! {
+    /// A receiver away for long: past `--webhooks-max-pending`, the oldest
+    /// `link.visited` events go, never a change event.
+    async fn a_full_outbox_drops_the_oldest_visits_first(store: Store) {
+        let receiver = Receiver::start().await;
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let delays = vec!["1"; 30].join(",");
+        let app = spawn_app_in(&store, &[
+            "--webhooks-allow-private",
+            "--webhooks-max-pending",
+            "3",
+            "--webhooks-retry-delays",
+            &delays,
+        ])
+        .await;
+        let admin = app.new_key("root", true).await;
+        let (id, _) = register(
+            &app,
+            &admin,
+            json!({
+                "url": format!("http://127.0.0.1:{closed}/nobody"),
+                "events": ["link.created", "link.visited"],
+            }),
         )
         .await;
-    assert_eq!(r.status(), 201);
-    for i in 0..10 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
         let r = app
-            .client
-            .get(app.url("/full"))
-            .header("referer", format!("https://r{i}.example/"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 302);
-    }
-    // Wait until the bound is enforced: the metric counts 8 dropped.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let text = app
-            .api(Method::GET, "/metrics", Some(&admin), None)
-            .await
-            .text()
-            .await
-            .unwrap();
-        if text
-            .lines()
-            .any(|l| l.starts_with("litelink_webhook_events_dropped_total") && l.ends_with(" 8"))
-        {
-            break;
+            .api(
+                Method::POST,
+                "/api/v1/links",
+                Some(&admin),
+                Some(json!({"url": "https://example.com/full", "code": "full"})),
+            )
+            .await;
+        assert_eq!(r.status(), 201);
+        for i in 0..10 {
+            let r = app
+                .client
+                .get(app.url("/full"))
+                .header("referer", format!("https://r{i}.example/"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 302);
         }
-        assert!(
-            Instant::now() < deadline,
-            "not dropped: {}",
-            text.lines()
-                .filter(|l| l.contains("webhook"))
-                .collect::<Vec<_>>()
-                .join("\n")
+        // Wait until the bound is enforced: the metric counts 8 dropped.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let text = app
+                .api(Method::GET, "/metrics", Some(&admin), None)
+                .await
+                .text()
+                .await
+                .unwrap();
+            if text
+                .lines()
+                .any(|l| l.starts_with("litelink_webhook_events_dropped_total") && l.ends_with(" 8"))
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not dropped: {}",
+                text.lines()
+                    .filter(|l| l.contains("webhook"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // The receiver is back: the create and the two newest visits arrive.
+        let r = app
+            .api(
+                Method::PATCH,
+                &format!("/api/v1/webhooks/{id}"),
+                Some(&admin),
+                Some(json!({"url": receiver.url()})),
+            )
+            .await;
+        assert_eq!(r.status(), 200);
+        let got = receiver.wait_for(3).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(receiver.got().len(), 3);
+        assert_eq!(
+            got[0].json["type"], "link.created",
+            "first, as it was made first"
         );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        let hosts: Vec<&str> = got[1..]
+            .iter()
+            .map(|d| d.json["data"]["referrer_host"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            hosts,
+            ["r8.example", "r9.example"],
+            "the newest visits are kept"
+        );
     }
-    // The receiver is back: the create and the two newest visits arrive.
-    let r = app
-        .api(
-            Method::PATCH,
-            &format!("/api/v1/webhooks/{id}"),
-            Some(&admin),
-            Some(json!({"url": receiver.url()})),
-        )
-        .await;
-    assert_eq!(r.status(), 200);
-    let got = receiver.wait_for(3).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(receiver.got().len(), 3);
-    assert_eq!(
-        got[0].json["type"], "link.created",
-        "first, as it was made first"
-    );
-    let hosts: Vec<&str> = got[1..]
-        .iter()
-        .map(|d| d.json["data"]["referrer_host"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        hosts,
-        ["r8.example", "r9.example"],
-        "the newest visits are kept"
-    );
 }
