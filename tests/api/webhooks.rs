@@ -1170,16 +1170,31 @@ async fn events_go_to_nats_jetstream_and_wait_out_an_outage() {
     codes.extend(create_links(&app, &admin, "during", 3).await);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let nats = NatsServer::start(dir.path(), port);
+    // A link's visits of one flush: one outbox row, published as one
+    // message each, in order.
+    for i in 0..6 {
+        let r = app
+            .client
+            .get(app.url(&format!("/{}", codes[0])))
+            .header("referer", format!("https://r{i}.example/"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 302);
+    }
     let mut args = vec![
         "nats-read".to_owned(),
         url,
         since.to_string(),
-        codes.len().to_string(),
+        (codes.len() + 6).to_string(),
     ];
     args.extend(codes.iter().cloned());
     let out = streams_py(&python, args).await;
     let got: Vec<Value> = serde_json::from_str(&out).unwrap();
-    let mut heard: Vec<&str> = got
+    let (visited, created): (Vec<&Value>, Vec<&Value>) = got
+        .iter()
+        .partition(|m| m["subject"] == "litelink.link.visited");
+    let mut heard: Vec<&str> = created
         .iter()
         .map(|m| m["body"]["data"]["code"].as_str().unwrap())
         .collect();
@@ -1187,10 +1202,35 @@ async fn events_go_to_nats_jetstream_and_wait_out_an_outage() {
     let mut want: Vec<&str> = codes.iter().map(String::as_str).collect();
     want.sort();
     assert_eq!(heard, want, "each event once: {out}");
-    for m in &got {
+    for m in &created {
         assert_eq!(m["subject"], "litelink.link.created");
+    }
+    let hosts: Vec<&str> = visited
+        .iter()
+        .map(|m| m["body"]["data"]["referrer_host"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        hosts,
+        [
+            "r0.example",
+            "r1.example",
+            "r2.example",
+            "r3.example",
+            "r4.example",
+            "r5.example"
+        ],
+        "each visit once, in order: {out}"
+    );
+    let mut ids: Vec<&str> = got
+        .iter()
+        .map(|m| m["headers"]["Nats-Msg-Id"].as_str().unwrap())
+        .collect();
+    for m in &got {
         assert_eq!(m["headers"]["Nats-Msg-Id"], m["headers"]["webhook-id"]);
     }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), got.len(), "each message its own id");
     drop(nats);
 }
 
