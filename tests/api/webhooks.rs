@@ -1407,6 +1407,48 @@ on_both_stores! {
 }
 
 on_both_stores! {
+    /// More visits of a link in one flush than one claim sends: the rest
+    /// go at the next claims, each once and in order.
+    async fn a_links_many_visits_go_over_several_claims(store: Store) {
+        let receiver = Receiver::start().await;
+        let app = spawn_app_in(
+            &store,
+            &["--webhooks-allow-private", "--visits-flush-ms", "4000"],
+        )
+        .await;
+        let admin = app.new_key("root", true).await;
+        let (id, _) = register(&app, &admin, json!({"url": receiver.url(), "events": ["link.visited"]})).await;
+        let r = app
+            .api(Method::POST, "/api/v1/links", Some(&admin), Some(json!({
+                "url": "https://example.com/hot", "code": "hot",
+            })))
+            .await;
+        assert_eq!(r.status(), 201);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let n = 1_500;
+        for i in 0..n {
+            let r = app.client.get(app.url("/hot"))
+                .header("referer", format!("https://r{i}.example/"))
+                .send().await.unwrap();
+            assert_eq!(r.status(), 302);
+        }
+        let got = receiver.wait_for(n).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(receiver.got().len(), n, "each visit once");
+        let hosts: Vec<String> = got
+            .iter()
+            .map(|d| d.json["data"]["referrer_host"].as_str().unwrap().to_owned())
+            .collect();
+        let want: Vec<String> = (0..n).map(|i| format!("r{i}.example")).collect();
+        assert!(hosts == want, "in order");
+        // Two flushes at most: at least one row held more than a claim sends.
+        let attempts = deliveries(&app, &admin, id).await;
+        assert!(attempts.len() >= 2, "{attempts:?}");
+        assert!(attempts.iter().all(|a| a["status"] == 200), "{attempts:?}");
+    }
+}
+
+on_both_stores! {
     /// A receiver away for long: past `--webhooks-max-pending`, the oldest
     /// `link.visited` events go, never a change event.
     async fn a_full_outbox_drops_the_oldest_visits_first(store: Store) {

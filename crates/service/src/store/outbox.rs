@@ -149,6 +149,46 @@ pub enum Settled {
     /// The receiver answered 410: its webhook is disabled, the event kept
     /// pending for when it is enabled again.
     Gone,
+    /// Some of its messages went and more are left: due again now, and
+    /// not an attempt that failed.
+    Progress,
+    /// Not tried (its claim's time ran out first): only its lease ends,
+    /// and the history does not show it.
+    Released,
+}
+
+impl Settled {
+    /// The event's state column: 0 pending, 1 delivered, 2 failed.
+    pub fn state(self) -> i16 {
+        match self {
+            Settled::Delivered => 1,
+            Settled::Failed => 2,
+            Settled::Retry(_) | Settled::Gone | Settled::Progress | Settled::Released => 0,
+        }
+    }
+
+    /// When it is due again, if that changes.
+    pub fn due(self) -> Option<Timestamp> {
+        match self {
+            Settled::Retry(at) => Some(at),
+            _ => None,
+        }
+    }
+
+    /// Whether it counts toward the retry schedule.
+    pub fn is_an_attempt(self) -> bool {
+        !matches!(self, Settled::Progress | Settled::Released)
+    }
+
+    /// Whether the history shows it.
+    pub fn is_recorded(self) -> bool {
+        self != Settled::Released
+    }
+
+    /// Whether its webhook is disabled.
+    pub fn disables(self) -> bool {
+        matches!(self, Settled::Failed | Settled::Gone)
+    }
 }
 
 /// One attempt at one event, as the history shows it.

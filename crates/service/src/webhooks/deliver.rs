@@ -21,6 +21,10 @@ const BATCH: usize = 256;
 /// Deliveries under way at once.
 const IN_FLIGHT: usize = 32;
 
+/// The most messages of one event sent at one claim: a link's visits of
+/// one flush may be many, and the rest go at the next.
+const PER_CLAIM: usize = 1_000;
+
 /// How often the outbox's gauges are set while events flow.
 const GAUGES_EVERY: Duration = Duration::from_secs(1);
 
@@ -121,9 +125,12 @@ impl Deliverer {
         }
         let webhooks: HashMap<i64, Webhook> = webhooks.into_iter().map(|w| (w.id, w)).collect();
         let n = events.len();
+        // Well within the lease: no event is sent after another instance
+        // may have claimed it.
+        let deadline = Instant::now() + LEASE / 2;
         let sends = events.into_iter().filter_map(|event| {
             let webhook = webhooks.get(&event.webhook)?.clone();
-            Some(async move { self.deliver(&webhook, event).await })
+            Some(async move { self.deliver(&webhook, event, deadline).await })
         });
         use futures_util::StreamExt;
         let outcomes: Vec<Outcome> = futures_util::stream::iter(sends)
@@ -175,6 +182,7 @@ impl Deliverer {
                 .into_iter()
                 .enumerate()
                 .skip(event.done as usize)
+                .take(PER_CLAIM)
                 .map(|(i, mut visit)| {
                     visit.domain.clone_from(&host);
                     // Unique beyond this database too (a stream may hear
@@ -213,23 +221,32 @@ impl Deliverer {
         Ok(vec![(id, envelope(kind, event.at, &data)?)])
     }
 
-    async fn deliver(&self, webhook: &Webhook, event: OutboxEvent) -> Outcome {
+    async fn deliver(&self, webhook: &Webhook, event: OutboxEvent, deadline: Instant) -> Outcome {
         let started = Instant::now();
         let at = Timestamp::now();
         let stream = streams::is_stream(&webhook.url);
-        let sent = match self.messages(&event) {
-            Ok(messages) => self.send(webhook, &event.kind, &messages, at).await,
-            Err(e) => Sent {
-                all: false,
-                delivered: 0,
-                status: None,
-                error: Some(e),
-            },
+        let sent = if started >= deadline {
+            Sent::default()
+        } else {
+            match self.messages(&event) {
+                Ok(messages) => {
+                    self.send(webhook, &event.kind, &messages, at, deadline)
+                        .await
+                }
+                Err(e) => Sent {
+                    error: Some(e),
+                    ..Sent::default()
+                },
+            }
         };
+        let done = event.done.saturating_add(sent.delivered);
         let (status, error) = (sent.status, sent.error);
+        let refused = error.is_some() || status.is_some_and(|s| !(200..300).contains(&s));
         let delay = self.settings.retry_delays.get(event.attempts as usize);
         let settled = match status {
-            _ if sent.all => Settled::Delivered,
+            _ if done >= event.count => Settled::Delivered,
+            _ if !refused && sent.delivered > 0 => Settled::Progress,
+            _ if !refused => Settled::Released,
             // A broker that is away is waited for, never given up on: the
             // events stay in order until it is back.
             _ if stream => {
@@ -256,12 +273,16 @@ impl Deliverer {
             }),
         };
         let outcome = match settled {
-            Settled::Delivered => "delivered",
-            Settled::Retry(_) => "retried",
-            Settled::Failed => "failed",
-            Settled::Gone => "gone",
+            Settled::Delivered => Some("delivered"),
+            Settled::Retry(_) => Some("retried"),
+            Settled::Failed => Some("failed"),
+            Settled::Gone => Some("gone"),
+            Settled::Progress | Settled::Released => None,
         };
-        metrics::counter!("litelink_webhook_deliveries_total", "outcome" => outcome).increment(1);
+        if let Some(outcome) = outcome {
+            metrics::counter!("litelink_webhook_deliveries_total", "outcome" => outcome)
+                .increment(1);
+        }
         match settled {
             Settled::Failed => tracing::warn!(
                 webhook = webhook.id,
@@ -278,18 +299,19 @@ impl Deliverer {
         Outcome {
             attempt,
             settled,
-            done: event.done.saturating_add(sent.delivered),
+            done,
         }
     }
 
     /// Sends `messages` in order, each signed, stopping at the first that
-    /// is not taken.
+    /// is not taken, or once `deadline` has passed.
     async fn send(
         &self,
         webhook: &Webhook,
         kind: &str,
         messages: &[(String, Vec<u8>)],
         at: Timestamp,
+        deadline: Instant,
     ) -> Sent {
         let timestamp = at.millis() / 1000;
         let signed = messages.iter().map(|(id, body)| {
@@ -317,19 +339,16 @@ impl Deliverer {
                 .collect();
             let (delivered, error) = self.streams.send(&webhook.url, &batch).await;
             return Sent {
-                all: delivered == messages.len(),
                 delivered: delivered as u32,
                 status: None,
                 error,
             };
         }
-        let mut sent = Sent {
-            all: true,
-            delivered: 0,
-            status: None,
-            error: None,
-        };
+        let mut sent = Sent::default();
         for ((id, body), signature) in messages.iter().zip(signed) {
+            if sent.delivered > 0 && Instant::now() >= deadline {
+                break;
+            }
             let request = hyper::Request::post(webhook.url.as_str())
                 .header("content-type", "application/json")
                 .header("webhook-id", id)
@@ -347,13 +366,11 @@ impl Deliverer {
                 }
                 Ok(response) => {
                     sent.status = Some(response.status().as_u16());
-                    sent.all = false;
                     break;
                 }
                 Err(e) => {
                     sent.status = None;
                     sent.error = Some(e);
-                    sent.all = false;
                     break;
                 }
             }
@@ -385,10 +402,9 @@ fn envelope<T: serde::Serialize>(
 }
 
 /// What came of sending an event's messages.
+#[derive(Default)]
 struct Sent {
-    /// Every message was taken.
-    all: bool,
-    /// How many were, in order.
+    /// How many were taken, in order.
     delivered: u32,
     /// The last answer's status (a receiver's), if one came.
     status: Option<u16>,

@@ -9,8 +9,7 @@ use super::store_error;
 use crate::domain::{DomainId, Link, LinkKey, ShortCode, Timestamp};
 use crate::store::StoreError;
 use crate::store::outbox::{
-    self, Attempt, AttemptRow, EventKind, EventState, OutboxEvent, Outcome, Settled, Webhook,
-    WebhookWrite,
+    self, Attempt, AttemptRow, EventKind, EventState, OutboxEvent, Outcome, Webhook, WebhookWrite,
 };
 
 const COLUMNS: &str =
@@ -357,7 +356,7 @@ pub(super) async fn settle(c: &mut Client, outcomes: Vec<Outcome>) -> Result<(),
     let tx = c.transaction().await.map_err(store_error)?;
     let moved = prepared(
         &tx,
-        "UPDATE webhook_events SET state = $2, attempts = attempts + 1, \
+        "UPDATE webhook_events SET state = $2, attempts = attempts + $5, \
          due = coalesce($3, due), done = greatest(done, $4), leased_until = 0 WHERE id = $1",
     )
     .await?;
@@ -387,22 +386,24 @@ pub(super) async fn settle(c: &mut Client, outcomes: Vec<Outcome>) -> Result<(),
         done,
     } in outcomes
     {
-        touched.insert(attempt.webhook);
         let done = i32::try_from(done).unwrap_or(i32::MAX);
-        let (state, due): (i16, Option<i64>) = match settled {
-            Settled::Delivered => (1, None),
-            Settled::Retry(at) => (0, Some(at.millis())),
-            Settled::Failed => (2, None),
-            Settled::Gone => (0, None),
-        };
-        tx.execute(&moved, &[&attempt.event, &state, &due, &done])
-            .await
-            .map_err(store_error)?;
-        if matches!(settled, Settled::Failed | Settled::Gone) {
+        let due = settled.due().map(Timestamp::millis);
+        let counted = i32::from(settled.is_an_attempt());
+        tx.execute(
+            &moved,
+            &[&attempt.event, &settled.state(), &due, &done, &counted],
+        )
+        .await
+        .map_err(store_error)?;
+        if settled.disables() {
             tx.execute(&disable, &[&attempt.webhook])
                 .await
                 .map_err(store_error)?;
         }
+        if !settled.is_recorded() {
+            continue;
+        }
+        touched.insert(attempt.webhook);
         tx.execute(
             &record,
             &[

@@ -7,8 +7,7 @@ use super::replies::Done;
 use crate::domain::{DomainId, Link, LinkKey, ShortCode, Timestamp};
 use crate::store::StoreError;
 use crate::store::outbox::{
-    self, Attempt, AttemptRow, EventKind, EventState, OutboxEvent, Outcome, Settled, Webhook,
-    WebhookWrite,
+    self, Attempt, AttemptRow, EventKind, EventState, OutboxEvent, Outcome, Webhook, WebhookWrite,
 };
 
 /// A count as SQLite's signed 64-bit integer.
@@ -316,22 +315,25 @@ pub(super) fn settle(conn: &Connection, outcomes: Vec<Outcome>) -> Result<Done, 
         done,
     } in outcomes
     {
-        touched.insert(attempt.webhook);
-        let (state, due) = match settled {
-            Settled::Delivered => (1, None),
-            Settled::Retry(at) => (0, Some(at.millis())),
-            Settled::Failed => (2, None),
-            Settled::Gone => (0, None),
-        };
         conn.prepare_cached(
-            "UPDATE webhook_events SET state = ?2, attempts = attempts + 1, \
+            "UPDATE webhook_events SET state = ?2, attempts = attempts + ?5, \
              due = coalesce(?3, due), done = max(done, ?4), leased_until = 0 WHERE id = ?1",
         )?
-        .execute((attempt.event, state, due, done))?;
-        if matches!(settled, Settled::Failed | Settled::Gone) {
+        .execute((
+            attempt.event,
+            settled.state(),
+            settled.due().map(Timestamp::millis),
+            done,
+            i64::from(settled.is_an_attempt()),
+        ))?;
+        if settled.disables() {
             conn.prepare_cached("UPDATE webhooks SET enabled = 0 WHERE id = ?1")?
                 .execute([attempt.webhook])?;
         }
+        if !settled.is_recorded() {
+            continue;
+        }
+        touched.insert(attempt.webhook);
         conn.prepare_cached(
             "INSERT INTO webhook_attempts (webhook, event, at, status, duration_ms, error) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
