@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 
 use super::classify::Agent;
 use super::visit::{Country, Device, OS_FAMILIES};
-use super::wire::{FromText, MAX_VALUES, one_or_many};
+use super::wire::{FromText, MAX_VALUES, Object, one_or_many, optional_object, optional_objects};
 use super::{TargetUrl, Timestamp};
 
 /// Most rules one link carries.
@@ -98,7 +98,7 @@ pub enum Then {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "RuleSpec", into = "RuleSpec")]
+#[serde(try_from = "Object<RuleSpec>", into = "RuleSpec")]
 pub struct Rule {
     pub when: Conditions,
     pub then: Then,
@@ -561,19 +561,23 @@ fn weight<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
 #[serde(deny_unknown_fields)]
 #[schema(as = Rule)]
 pub(crate) struct RuleSpec {
-    #[serde(rename = "if", default)]
+    #[serde(rename = "if", default, deserialize_with = "optional_object")]
     when: Option<Conditions>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     url: Option<TargetUrl>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "optional_objects"
+    )]
     #[schema(min_items = 1, max_items = 16)]
     split: Option<Vec<SplitTarget>>,
 }
 
-impl TryFrom<RuleSpec> for Rule {
+impl TryFrom<Object<RuleSpec>> for Rule {
     type Error = String;
 
-    fn try_from(spec: RuleSpec) -> Result<Self, String> {
+    fn try_from(Object(spec): Object<RuleSpec>) -> Result<Self, String> {
         if let Some(when) = &spec.when
             && let (Some(after), Some(before)) = (when.after.iter().min(), when.before.iter().max())
             && after >= before
@@ -836,6 +840,16 @@ mod tests {
                 "rules[0].if.query",
             ),
             (json!("x"), "rules"),
+            // Objects, never arrays read by position.
+            (
+                json!([{"if": [], "url": "https://a.example/"}]),
+                "rules[0].if",
+            ),
+            (
+                json!([{"split": [["https://a.example/", 1]]}]),
+                "rules[0].split[0]",
+            ),
+            (json!([[null, "https://a.example/"]]), "rules[0]"),
             // Rules that can never hold.
             (
                 json!([{"if": {"country": "XX"}, "url": "https://a.example/"}]),

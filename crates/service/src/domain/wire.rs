@@ -216,6 +216,47 @@ pub struct BodyError(pub String);
 /// A message for a field that must be given and not null.
 pub(crate) const REQUIRED: &str = "is required";
 
+/// A `T` read from a JSON object only. serde's derived structs take an
+/// array too, by position, and one whose fields all have defaults takes
+/// `[]`: no schema of ours allows either.
+#[derive(Debug)]
+pub(crate) struct Object<T>(pub T);
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Only<T>(PhantomData<T>);
+        impl<'de, T: serde::Deserialize<'de>> Visitor<'de> for Only<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        d.deserialize_map(Only(PhantomData)).map(Object)
+    }
+}
+
+/// An optional field holding an [`Object`] (`null`: none).
+pub(crate) fn optional_object<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    Option::<Object<T>>::deserialize(d).map(|o| o.map(|Object(t)| t))
+}
+
+/// An optional array of [`Object`]s (`null`: none).
+pub(crate) fn optional_objects<'de, D, T>(d: D) -> Result<Option<Vec<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    Option::<Vec<Object<T>>>::deserialize(d)
+        .map(|o| o.map(|v| v.into_iter().map(|Object(t)| t).collect()))
+}
+
 /// Reads `body` as a `T`, the whole of it: a syntax error, a field that is
 /// missing, unknown, given twice or of the wrong type, and a value its
 /// parser refuses each get a message naming where it is.
