@@ -37,23 +37,25 @@ struct Bitlink {
 const BITLY_HOST: &str = "bit.ly";
 
 pub(super) fn read<R: BufRead + Send + 'static>(input: R) -> Items {
-    super::paged(input, page_items)
+    super::paged::<Page, R>(input)
+}
+
+impl super::Page for Page {
+    const WHAT: &'static str = "bitlinks page";
+
+    fn items(self, n: &mut u64, out: &mut Vec<(u64, Item)>) -> usize {
+        let len = self.links.len();
+        for link in self.links {
+            *n += 1;
+            out.push((*n, item(link)));
+        }
+        len
+    }
 }
 
 /// The links of one page, numbered on from `n`.
 pub(super) fn page_items(page: serde_json::Value, n: &mut u64, out: &mut Vec<(u64, Item)>) {
-    let page: Page = match serde_json::from_value(page) {
-        Ok(p) => p,
-        Err(e) => {
-            *n += 1;
-            out.push((*n, Item::Invalid(format!("not a bitlinks page: {e}"))));
-            return;
-        }
-    };
-    for link in page.links {
-        *n += 1;
-        out.push((*n, item(link)));
-    }
+    super::value_items::<Page>(page, n, out);
 }
 
 fn item(link: Bitlink) -> Item {

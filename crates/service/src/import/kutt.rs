@@ -40,9 +40,20 @@ struct KuttLink {
 }
 
 pub(super) fn read<R: BufRead + Send + 'static>(input: R) -> Items {
-    super::paged(input, |page, n, out| {
-        page_items(page, n, out);
-    })
+    super::paged::<Page, R>(input)
+}
+
+impl super::Page for Page {
+    const WHAT: &'static str = "Kutt links page";
+
+    fn items(self, n: &mut u64, out: &mut Vec<(u64, Item)>) -> usize {
+        let len = self.data.len();
+        for link in self.data {
+            *n += 1;
+            out.push((*n, item(link)));
+        }
+        len
+    }
 }
 
 /// The links of one page, numbered on from `n`; how many it had.
@@ -51,20 +62,7 @@ pub(super) fn page_items(
     n: &mut u64,
     out: &mut Vec<(u64, Item)>,
 ) -> usize {
-    let page: Page = match serde_json::from_value(page) {
-        Ok(p) => p,
-        Err(e) => {
-            *n += 1;
-            out.push((*n, Item::Invalid(format!("not a Kutt links page: {e}"))));
-            return 0;
-        }
-    };
-    let len = page.data.len();
-    for link in page.data {
-        *n += 1;
-        out.push((*n, item(link)));
-    }
-    len
+    super::value_items::<Page>(page, n, out)
 }
 
 fn item(link: KuttLink) -> Item {

@@ -115,14 +115,32 @@ pub fn read_files(
     })
 }
 
+/// A page of an API's answer, in the source's own types.
+trait Page: serde::de::DeserializeOwned {
+    /// What a page that does not fit is called in the report.
+    const WHAT: &'static str;
+    /// The page's links, numbered on from `n`; how many it had.
+    fn items(self, n: &mut u64, out: &mut Vec<(u64, Item)>) -> usize;
+}
+
+/// The links of a page already read as JSON (an API's answer, whose
+/// paging fields are read beside, or one of an array of pages).
+fn value_items<P: Page>(page: serde_json::Value, n: &mut u64, out: &mut Vec<(u64, Item)>) -> usize {
+    match serde_json::from_value::<P>(page) {
+        Ok(page) => page.items(n, out),
+        Err(e) => {
+            *n += 1;
+            out.push((*n, Item::Invalid(format!("not a {}: {e}", P::WHAT))));
+            0
+        }
+    }
+}
+
 /// The links of pages of an API's answers saved to a file, one page a
-/// line (read a page at a time) or one JSON array of pages (read whole):
-/// each page goes through `items`, which numbers its links on from the
-/// count it is given.
-fn paged<R: BufRead + Send + 'static>(
-    mut input: R,
-    items: fn(serde_json::Value, &mut u64, &mut Vec<(u64, Item)>),
-) -> Items {
+/// line (read a page at a time, straight into its types: a `Value` first
+/// costs an allocation a field) or one JSON array of pages (read whole, so
+/// that a page that does not fit is refused alone).
+fn paged<P: Page, R: BufRead + Send + 'static>(mut input: R) -> Items {
     let array = loop {
         match input.fill_buf() {
             Ok(buf) => match buf.iter().position(|b| !b.is_ascii_whitespace()) {
@@ -136,37 +154,49 @@ fn paged<R: BufRead + Send + 'static>(
             Err(_) => break false,
         }
     };
-    let pages: Box<dyn Iterator<Item = Result<serde_json::Value, String>> + Send> = if array {
+    let mut n = 0u64;
+    let refused = |n: &mut u64, why: String| {
+        *n += 1;
+        vec![(*n, Item::Invalid(why))]
+    };
+    if array {
         let all: Result<Vec<serde_json::Value>, String> =
             serde_json::from_reader(input).map_err(|e| format!("not a JSON array of pages: {e}"));
-        match all {
-            Ok(all) => Box::new(all.into_iter().map(Ok)),
-            Err(why) => Box::new(std::iter::once(Err(why))),
-        }
-    } else {
-        Box::new(input.lines().enumerate().filter_map(|(i, line)| {
-            match line {
-                Err(e) => Some(Err(e.to_string())),
-                Ok(l) if l.trim().is_empty() => None,
-                Ok(l) => Some(
-                    serde_json::from_str(&l)
-                        .map_err(|e| format!("line {}: not a JSON page: {e}", i + 1)),
-                ),
-            }
-        }))
-    };
-    let mut n = 0u64;
-    Box::new(pages.flat_map(move |page| {
-        let mut out = Vec::new();
-        match page {
-            Ok(page) => items(page, &mut n, &mut out),
-            Err(why) => {
-                n += 1;
-                out.push((n, Item::Invalid(why)));
-            }
-        }
-        out
-    }))
+        return match all {
+            Ok(all) => Box::new(all.into_iter().flat_map(move |page| {
+                let mut out = Vec::new();
+                value_items::<P>(page, &mut n, &mut out);
+                out
+            })),
+            Err(why) => Box::new(refused(&mut n, why).into_iter()),
+        };
+    }
+    Box::new(
+        input
+            .lines()
+            .enumerate()
+            .filter(|(_, line)| line.as_ref().map_or(true, |l| !l.trim().is_empty()))
+            .flat_map(move |(i, line)| {
+                let page =
+                    line.map_err(|e| e.to_string()).and_then(|l| {
+                        match serde_json::from_str::<P>(&l) {
+                            Ok(page) => Ok(page),
+                            Err(e) if e.is_data() => {
+                                Err(format!("line {}: not a {}: {e}", i + 1, P::WHAT))
+                            }
+                            Err(e) => Err(format!("line {}: not a JSON page: {e}", i + 1)),
+                        }
+                    });
+                match page {
+                    Ok(page) => {
+                        let mut out = Vec::new();
+                        page.items(&mut n, &mut out);
+                        out
+                    }
+                    Err(why) => refused(&mut n, why),
+                }
+            }),
+    )
 }
 
 /// A link of another shortener in litelink's terms, before the checks.
@@ -232,4 +262,53 @@ fn percent_decode(s: &str) -> String {
     url::form_urlencoded::parse(format!("c={}", s.replace('+', "%2B")).as_bytes())
         .next()
         .map_or_else(|| s.to_owned(), |(_, v)| v.into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each item as `link CODE`, or the start of why it was refused.
+    fn said(items: Items) -> Vec<(u64, String)> {
+        items
+            .map(|(n, item)| {
+                let what = match item {
+                    Item::Link(r) => format!("link {}", r.code.unwrap_or_default()),
+                    Item::Invalid(why) | Item::Skip(why) => why,
+                };
+                (n, what)
+            })
+            .collect()
+    }
+
+    fn page(code: &str) -> String {
+        serde_json::json!({"total": 1, "limit": 50, "skip": 0, "data": [{"address": code,
+            "target": "https://example.com/", "created_at": "2020-04-07 16:00:00"}]})
+        .to_string()
+    }
+
+    #[test]
+    fn a_page_that_does_not_fit_is_refused_alone_on_a_line_or_in_an_array() {
+        let lines = format!(
+            "{}\nnot json\n\n{{\"data\": 5}}\n{}\n",
+            page("a1"),
+            page("b2")
+        );
+        let got = said(kutt::read(std::io::Cursor::new(lines)));
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert_eq!(got[0], (1, "link a1".to_owned()));
+        assert!(got[1].1.starts_with("line 2: not a JSON page"), "{got:?}");
+        assert!(
+            got[2].1.starts_with("line 4: not a Kutt links page"),
+            "{got:?}"
+        );
+        assert_eq!(got[3], (4, "link b2".to_owned()));
+
+        let array = format!("[{}, {{\"data\": 5}}, {}]", page("a1"), page("b2"));
+        let got = said(kutt::read(std::io::Cursor::new(array)));
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(got[0], (1, "link a1".to_owned()));
+        assert!(got[1].1.starts_with("not a Kutt links page"), "{got:?}");
+        assert_eq!(got[2], (3, "link b2".to_owned()));
+    }
 }
