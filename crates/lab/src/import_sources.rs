@@ -35,10 +35,7 @@ pub struct ImportSourcesArgs {
 fn code(i: u64) -> String {
     const DIGITS: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
     // splitmix64: a bijection, so codes never repeat.
-    let mut z = i.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
+    let z = mix(i);
     (0..12)
         .map(|k| DIGITS[((z >> (k * 5)) % 62) as usize] as char)
         .collect()
@@ -221,6 +218,93 @@ fn import(
     Ok((seconds, rate))
 }
 
+/// SQLite alone: the rows an import of `n` links from `from` on stores,
+/// with the same 3 tags each when `tagged` (as Kutt and YOURLS have none,
+/// without), put into `db` by `INSERT … SELECT` from
+/// temporary tables in transactions of 100,000, as the import commits
+/// them. No file is read, nothing is checked, and there is no statement a
+/// row: the most an import of these files could reach here. The target
+/// hash is a 64-bit mix of the row's number (not the one its code comes
+/// from), spread over its index as SHA-256's first 8 bytes are. Links a second, counted from the first
+/// transaction to the last commit; the checkpoint after is not counted, as
+/// the import's own runs beside it on the other CPU.
+fn sqlite_alone(db: &Path, from: u64, n: u64, tagged: bool) -> anyhow::Result<f64> {
+    const BATCH: u64 = 100_000;
+    let conn = rusqlite::Connection::open(db)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "cache_size", -512 * 1024)?;
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
+    let first: i64 = conn.query_row("SELECT coalesce(max(id), 0) + 1 FROM links", [], |r| {
+        r.get(0)
+    })?;
+    let tag_ids: std::collections::HashMap<String, i64> = conn
+        .prepare("SELECT folded, id FROM tags")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    conn.execute_batch(
+        "CREATE TEMP TABLE new_links (id INTEGER PRIMARY KEY, code TEXT, target TEXT, \
+         title TEXT, tags TEXT, target_hash INTEGER);
+         CREATE TEMP TABLE new_pairs (tag INTEGER, link INTEGER);",
+    )?;
+    {
+        let tx = conn.unchecked_transaction()?;
+        let mut link = tx.prepare("INSERT INTO new_links VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
+        let mut pair = tx.prepare("INSERT INTO new_pairs VALUES (?1, ?2)")?;
+        for (k, i) in (from..from + n).enumerate() {
+            let id = first + k as i64;
+            let tags = if tagged { tags(i).to_vec() } else { Vec::new() };
+            link.execute(rusqlite::params![
+                id,
+                code(i),
+                url(i),
+                title(i),
+                (!tags.is_empty()).then(|| tags.join("|")),
+                mix(!i) as i64
+            ])?;
+            for tag in &tags {
+                let tag = tag_ids
+                    .get(tag)
+                    .with_context(|| format!("no tag {tag} in the base"))?;
+                pair.execute((tag, id))?;
+            }
+        }
+        drop((link, pair));
+        tx.commit()?;
+    }
+    let started = Instant::now();
+    let mut at = first;
+    while at < first + n as i64 {
+        let last = (at + BATCH as i64 - 1).min(first + n as i64 - 1);
+        let tx = conn.unchecked_transaction()?;
+        tx.execute(
+            "INSERT INTO links (id, code, target, created_at, named, domain, title, tags, \
+             target_hash) SELECT id, code, target, 1714979289000, 1, 0, title, tags, target_hash \
+             FROM new_links WHERE id BETWEEN ?1 AND ?2 ORDER BY id",
+            (at, last),
+        )?;
+        tx.execute(
+            "INSERT INTO link_tags (tag, link) SELECT tag, link FROM new_pairs \
+             WHERE link BETWEEN ?1 AND ?2 ORDER BY tag, link",
+            (at, last),
+        )?;
+        tx.commit()?;
+        at = last + 1;
+    }
+    Ok(n as f64 / started.elapsed().as_secs_f64())
+}
+
+/// splitmix64's finish: 64 bits that look random, distinct for each `i`.
+fn mix(i: u64) -> u64 {
+    let mut z = i.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The two runs of [`sqlite_alone`] in each round.
+const ALONE: [&str; 2] = ["a title and 3 tags", "a title, no tags"];
+
 fn copy_db(from: &Path, to: &Path) -> anyhow::Result<()> {
     for suffix in ["", "-wal", "-shm"] {
         let (a, b) = (
@@ -257,6 +341,7 @@ pub fn run(args: &ImportSourcesArgs) -> anyhow::Result<()> {
     copy_db(&work.join("none"), &base)?;
     import(&exe, None, &base, &[], &work.join("base.jsonl"))?;
     write_files(work, args.base + 1, args.links)?;
+    let mut alone = [Vec::new(), Vec::new()];
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); FORMATS.len()];
     let mut walls: Vec<Vec<f64>> = vec![Vec::new(); FORMATS.len()];
     for round in 0..args.rounds {
@@ -272,16 +357,45 @@ pub fn run(args: &ImportSourcesArgs) -> anyhow::Result<()> {
             rates[k].push(rate);
             walls[k].push(whole);
         }
+        for (k, tagged) in [true, false].into_iter().enumerate() {
+            let db = work.join("run.db");
+            copy_db(&base, &db)?;
+            let rate = sqlite_alone(&db, args.base + 1, args.links, tagged)?;
+            eprintln!(
+                "round {}: SQLite alone ({}): {rate:.0} links/s",
+                round + 1,
+                ALONE[k]
+            );
+            alone[k].push(rate);
+        }
     }
     let spread = |v: &[f64]| {
         let mut r = v.to_vec();
         r.sort_by(f64::total_cmp);
         format!("{:.0} ({:.0}–{:.0})", r[r.len() / 2], r[0], r[r.len() - 1])
     };
-    println!("| format | links/s from the store's opening | with the process's start-up |");
-    println!("|---|---:|---:|");
+    let ratios = |v: &[f64]| {
+        let mut r = v.to_vec();
+        r.sort_by(f64::total_cmp);
+        format!("{:.2} ({:.2}–{:.2})", r[r.len() / 2], r[0], r[r.len() - 1])
+    };
+    println!(
+        "| format | links/s from the store's opening | with the process's start-up | of SQLite alone, each round |"
+    );
+    println!("|---|---:|---:|---:|");
     for (k, (name, ..)) in FORMATS.iter().enumerate() {
-        println!("| {name} | {} | {} |", spread(&rates[k]), spread(&walls[k]));
+        // Kutt and YOURLS links carry no tags: compared with rows without.
+        let floor = &alone[usize::from(name.starts_with("kutt") || name.starts_with("yourls"))];
+        let of: Vec<f64> = rates[k].iter().zip(floor).map(|(r, f)| r / f).collect();
+        println!(
+            "| {name} | {} | {} | {} |",
+            spread(&rates[k]),
+            spread(&walls[k]),
+            ratios(&of)
+        );
+    }
+    for (k, rates) in alone.iter().enumerate() {
+        println!("| SQLite alone, {} | {} | | |", ALONE[k], spread(rates));
     }
     if std::env::var_os("LITELINK_LAB_KEEP").is_none() {
         let _ = std::fs::remove_dir_all(work);
