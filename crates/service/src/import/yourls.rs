@@ -372,7 +372,32 @@ impl<R: BufRead> Iterator for Statements<R> {
             }
             let mut used = 0;
             let mut ended = false;
-            for &b in chunk {
+            while used < chunk.len() {
+                // Inside a statement kept (its head read), only quotes,
+                // escapes, `;` and line ends change anything: the bytes up
+                // to the next of them are copied at once.
+                if started && keep && !too_long && buf.len() >= 16 {
+                    let rest = &chunk[used..];
+                    let plain = match lex {
+                        Lex::Quoted(q) => memchr::memchr3(b'\\', q, b'\n', rest),
+                        Lex::Code => rest
+                            .iter()
+                            .position(|b| matches!(b, b'\'' | b'"' | b'`' | b';' | b'\n')),
+                        _ => Some(0),
+                    }
+                    .unwrap_or(rest.len());
+                    if plain > 0 {
+                        buf.extend_from_slice(&rest[..plain]);
+                        prev = rest[plain - 1];
+                        used += plain;
+                        if buf.len() > MAX_STATEMENT_BYTES {
+                            too_long = true;
+                            buf = Vec::new();
+                        }
+                        continue;
+                    }
+                }
+                let b = chunk[used];
                 used += 1;
                 if b == b'\n' {
                     self.line += 1;
@@ -798,9 +823,17 @@ mod tests {
             ('b_2','https://e.com/b',NULL,'2020-01-02 03:04:05','::1',0);\n\
             # a comment; with a semicolon\n\
             INSERT INTO yourls_log (click_time, shorturl, referrer, user_agent, ip_address, country_code) VALUES ('2020-01-03 00:00:00','a-1','direct','curl/8','10.0.0.1','DE');\n";
-        let statements: Vec<_> = Statements::new(&dump[..])
-            .map(|s| s.expect("statement").1)
+        let whole: Vec<_> = Statements::new(&dump[..])
+            .map(|s| s.expect("statement"))
             .collect();
+        // Read a few bytes at a time, statements span the reads: the same
+        // statements, from the same lines.
+        let in_bits: Vec<_> = Statements::new(std::io::BufReader::with_capacity(7, &dump[..]))
+            .map(|s| s.expect("statement"))
+            .collect();
+        assert_eq!(whole, in_bits);
+        assert_eq!(whole.iter().map(|s| s.0).collect::<Vec<_>>(), [5, 7]);
+        let statements: Vec<_> = whole.into_iter().map(|s| s.1).collect();
         assert_eq!(
             statements.len(),
             2,
