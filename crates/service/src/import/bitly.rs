@@ -42,14 +42,14 @@ pub(super) fn read<R: BufRead + Send + 'static>(input: R) -> Items {
 
 impl super::Page for Page {
     const WHAT: &'static str = "bitlinks page";
+    type Link = Bitlink;
 
-    fn items(self, n: &mut u64, out: &mut Vec<(u64, Item)>) -> usize {
-        let len = self.links.len();
-        for link in self.links {
-            *n += 1;
-            out.push((*n, item(link)));
-        }
-        len
+    fn links(self) -> Vec<Bitlink> {
+        self.links
+    }
+
+    fn item(link: Bitlink) -> Item {
+        item(link)
     }
 }
 

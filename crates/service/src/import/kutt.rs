@@ -45,14 +45,14 @@ pub(super) fn read<R: BufRead + Send + 'static>(input: R) -> Items {
 
 impl super::Page for Page {
     const WHAT: &'static str = "Kutt links page";
+    type Link = KuttLink;
 
-    fn items(self, n: &mut u64, out: &mut Vec<(u64, Item)>) -> usize {
-        let len = self.data.len();
-        for link in self.data {
-            *n += 1;
-            out.push((*n, item(link)));
-        }
-        len
+    fn links(self) -> Vec<KuttLink> {
+        self.data
+    }
+
+    fn item(link: KuttLink) -> Item {
+        item(link)
     }
 }
 

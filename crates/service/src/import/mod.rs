@@ -119,8 +119,22 @@ pub fn read_files(
 trait Page: serde::de::DeserializeOwned {
     /// What a page that does not fit is called in the report.
     const WHAT: &'static str;
+    /// A link as the source writes it.
+    type Link;
+    fn links(self) -> Vec<Self::Link>;
+    /// The link in litelink's terms, or why it is not carried over.
+    fn item(link: Self::Link) -> Item;
+
     /// The page's links, numbered on from `n`; how many it had.
-    fn items(self, n: &mut u64, out: &mut Vec<(u64, Item)>) -> usize;
+    fn items(self, n: &mut u64, out: &mut Vec<(u64, Item)>) -> usize {
+        let links = self.links();
+        let len = links.len();
+        for link in links {
+            *n += 1;
+            out.push((*n, Self::item(link)));
+        }
+        len
+    }
 }
 
 /// The links of a page already read as JSON (an API's answer, whose
