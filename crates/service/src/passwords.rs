@@ -1,17 +1,33 @@
 //! Passwords: hashing one (Argon2id, on the blocking pool) and checking a
-//! guess, with guessing bounded, for links and for signing in. A guess is refused before it
-//! is hashed once its client (an IPv6 client by its /64) has failed
-//! [`PER_CLIENT`] times on the link within [`WINDOW`]. Once anyone has
-//! failed [`PER_LINK`] times, only clients with fewer than
-//! [`LOCKED_ALLOWANCE`] failures of their own still get through, so that
-//! strangers cannot lock the owner out. At most [`HASHING`] guesses are
-//! hashed at once, and a guess beyond them is refused, not queued; an
-//! owner's writes hash under [`HASHING`] permits of their own, which no
-//! flood of guesses can take. Signing in is bounded the same way, per
-//! account ([`LOGIN_PER_CLIENT`], [`LOGIN_PER_ACCOUNT`]), with permits of
-//! its own.
+//! guess, with guessing bounded, for links and for signing in.
+//!
+//! A guess is refused before it is hashed when:
+//! - its client (an IPv6 client by its /64) has failed [`PER_CLIENT_TOTAL`]
+//!   times within [`WINDOW`], on any links (or any accounts and YOURLS
+//!   signatures together);
+//! - the client has failed [`PER_CLIENT`] times on this link
+//!   ([`LOGIN_PER_CLIENT`] on this account); names of no account share one
+//!   such count per client;
+//! - everyone together has failed [`PER_LINK`] times on the link
+//!   ([`LOGIN_PER_ACCOUNT`] on the account), and the client is not one
+//!   that got it right within [`TRUSTED_FOR`]: then a client with
+//!   [`LOCKED_ALLOWANCE`] failures of its own is refused, and the other
+//!   clients together get [`STRANGERS`] more guesses in that window, so
+//!   that strangers cannot lock the owner out, nor a block of addresses
+//!   guess on.
+//!
+//! The counts of clients are bounded tables that drop their oldest windows
+//! when full, so that a client is never admitted as clean because the
+//! table had no room for it; the counts of links and accounts hold only
+//! those that exist (never made-up names). At most one hash is computed
+//! for a client at once; at most [`HASHING`] guesses are hashed at once,
+//! and a guess beyond them is refused, not queued. A sign-in to a name of
+//! no account is hashed against a decoy, as long as a real one, under
+//! [`DECOYS`] permits of its own, which a known account's sign-in never
+//! waits for; an owner's writes hash under [`HASHING`] permits of their
+//! own, which no flood of guesses can take.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,23 +41,34 @@ use crate::domain::{LinkKey, PasswordHash, client_block};
 
 /// Failed guesses one client may make on one link within [`WINDOW`].
 pub(crate) const PER_CLIENT: u32 = 5;
-/// Failed guesses everyone together may make on one link within [`WINDOW`].
+/// Failed guesses everyone together may make on one link within [`WINDOW`]
+/// before it is locked to all but the clients that know it.
 pub(crate) const PER_LINK: u32 = 100;
 pub(crate) const WINDOW: Duration = Duration::from_secs(15 * 60);
-/// Failed guesses a client may have made and still guess on a link that
-/// everyone together has failed [`PER_LINK`] times on: the owner, who may
-/// mistype once, is let through; a guesser, who has failed more, is not.
+/// Failed guesses a client may have made and still guess on a locked link
+/// or account: the owner, who may mistype once, is let through; a guesser,
+/// who has failed more, is not.
 pub(crate) const LOCKED_ALLOWANCE: u32 = 2;
+/// Failed guesses that clients together may still make on a locked link
+/// or account within its window, beyond those who know it.
+pub(crate) const STRANGERS: u32 = 20;
+/// Failed guesses one client may make within [`WINDOW`] across every link,
+/// and across every account and YOURLS signature.
+pub(crate) const PER_CLIENT_TOTAL: u32 = 30;
+/// How long a client that got a link's or an account's password right
+/// keeps an allowance of its own on it while it is locked.
+pub(crate) const TRUSTED_FOR: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Failed sign-ins one client may make on one account within [`WINDOW`].
 pub(crate) const LOGIN_PER_CLIENT: u32 = 10;
 /// Failed sign-ins everyone together may make on one account within
-/// [`WINDOW`].
+/// [`WINDOW`] before it is locked to all but the clients that know it.
 pub(crate) const LOGIN_PER_ACCOUNT: u32 = 100;
-/// Hashes computed at once.
+/// Hashes computed at once, of each kind (guesses on links; sign-ins of
+/// known accounts; owners' new passwords).
 pub(crate) const HASHING: usize = 2;
-/// Links and clients whose failures are remembered; past it, expired
-/// windows are dropped, and a new client is bounded by its link's limit
-/// alone.
+/// Decoy hashes (sign-ins to names of no account) computed at once.
+pub(crate) const DECOYS: usize = 1;
+/// Entries of each table of clients; when full, the oldest windows go.
 const REMEMBERED: usize = 65_536;
 /// What a client told "busy" waits before it tries again.
 const BUSY_RETRY_SECS: u32 = 1;
@@ -68,6 +95,13 @@ struct Window {
 }
 
 impl Window {
+    fn first(now: Instant) -> Self {
+        Self {
+            started: now,
+            failures: 1,
+        }
+    }
+
     fn current(&self, now: Instant) -> bool {
         now.duration_since(self.started) < WINDOW
     }
@@ -77,83 +111,225 @@ impl Window {
         let left = WINDOW.saturating_sub(now.duration_since(self.started));
         u32::try_from(left.as_secs().max(1)).unwrap_or(u32::MAX)
     }
+
+    /// One more failure, in a new window if this one is over.
+    fn bump(&mut self, now: Instant) {
+        if self.current(now) {
+            self.failures = self.failures.saturating_add(1);
+        } else {
+            *self = Self::first(now);
+        }
+    }
+
+    /// The seconds to wait when this window has reached `limit`.
+    fn limited(this: Option<&Self>, limit: u32, now: Instant) -> Option<u32> {
+        this.filter(|w| w.current(now) && w.failures >= limit)
+            .map(|w| w.retry_after(now))
+    }
 }
 
-/// The failures on one kind of subject (a link, an account), by subject
-/// and by subject and client, with the limits on each.
+/// A table of at most [`REMEMBERED`] entries that, when full, drops its
+/// oldest entries (by `age`) to take a new one: a flood of new clients
+/// pushes out old windows, and is itself counted.
+struct Bounded<K, V> {
+    map: HashMap<K, V>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone, V> Bounded<K, V> {
+    fn new() -> Self {
+        Self {
+            map: HashMap::new(),
+        }
+    }
+
+    /// The entry of `key`, made room for (and made by `new`) if missing.
+    fn entry(&mut self, key: K, age: impl Fn(&V) -> Instant, new: impl FnOnce() -> V) -> &mut V {
+        if !self.map.contains_key(&key) && self.map.len() >= REMEMBERED {
+            // An eighth at a time, so that a flood sorts once per 8,192
+            // newcomers, not once each.
+            let mut ages: Vec<(Instant, K)> =
+                self.map.iter().map(|(k, v)| (age(v), k.clone())).collect();
+            let cut = REMEMBERED / 8;
+            ages.select_nth_unstable_by_key(cut, |(at, _)| *at);
+            for (_, old) in ages.into_iter().take(cut) {
+                self.map.remove(&old);
+            }
+        }
+        self.map.entry(key).or_insert_with(new)
+    }
+}
+
+/// A link's or an account's failures in its window, and how many of them
+/// came from clients that did not know it once it was locked.
+struct Subject {
+    window: Window,
+    strangers: u32,
+}
+
+/// The failures on one kind of subject (links; accounts and signatures),
+/// by subject, by subject and client, and by client, with the limits on
+/// each, and the clients that got a subject right.
 struct Guesses<K> {
     failures: Mutex<Failures<K>>,
     per_client: u32,
     per_subject: u32,
 }
 
+/// A client's block (its address, an IPv6 one's /64); `None`: no address
+/// known, and all such clients count as one.
+type Client = Option<IpAddr>;
+
 struct Failures<K> {
-    by_subject: HashMap<K, Window>,
-    by_client: HashMap<(K, Option<IpAddr>), Window>,
+    /// Only subjects that exist: links with a password, known accounts.
+    subjects: HashMap<K, Subject>,
+    /// When `subjects` is next rid of its ended windows.
+    prune_at: usize,
+    /// `None` as the subject: every name of no account, per client.
+    pairs: Bounded<(Option<K>, Client), Window>,
+    clients: Bounded<Client, Window>,
+    trusted: Bounded<(K, Client), Instant>,
+    /// Clients whose guess is being hashed now.
+    hashing: HashSet<Client>,
 }
 
 impl<K: std::hash::Hash + Eq + Clone> Guesses<K> {
     fn new(per_client: u32, per_subject: u32) -> Self {
         Self {
             failures: Mutex::new(Failures {
-                by_subject: HashMap::new(),
-                by_client: HashMap::new(),
+                subjects: HashMap::new(),
+                prune_at: REMEMBERED,
+                pairs: Bounded::new(),
+                clients: Bounded::new(),
+                trusted: Bounded::new(),
+                hashing: HashSet::new(),
             }),
             per_client,
             per_subject,
         }
     }
 
-    /// Whether `client` may guess on `subject` now; else how long to wait.
-    /// The subject's bound holds only for clients that have failed
-    /// already; an unknown client (no address) is one of them.
-    fn admit(&self, subject: &K, client: Option<IpAddr>, now: Instant) -> Result<(), u32> {
+    /// Whether `client` may guess on `subject` (`None`: a name of no
+    /// account) now; else how long to wait.
+    fn admit(&self, subject: Option<&K>, client: Client, now: Instant) -> Result<(), u32> {
         let failures = lock(&self.failures);
-        let limited = |w: Option<&Window>, limit: u32| {
-            w.filter(|w| w.current(now) && w.failures >= limit)
-                .map(|w| w.retry_after(now))
-        };
-        let own = failures.by_client.get(&(subject.clone(), client));
-        let client_limit = limited(own, self.per_client);
-        let subject_limit = limited(failures.by_subject.get(subject), self.per_subject)
-            .filter(|_| client.is_none() || limited(own, LOCKED_ALLOWANCE).is_some());
-        match client_limit.max(subject_limit) {
+        let own = failures.pairs.map.get(&(subject.cloned(), client));
+        let mut wait = Window::limited(failures.clients.map.get(&client), PER_CLIENT_TOTAL, now)
+            .max(Window::limited(own, self.per_client, now));
+        if let Some(subject) = subject
+            && let Some(locked) = failures
+                .subjects
+                .get(subject)
+                .filter(|s| s.window.current(now) && s.window.failures >= self.per_subject)
+            && !failures.trusts(subject, client, now)
+        {
+            let guesser = client.is_none()
+                || Window::limited(own, LOCKED_ALLOWANCE, now).is_some()
+                || locked.strangers >= STRANGERS;
+            if guesser {
+                wait = wait.max(Some(locked.window.retry_after(now)));
+            }
+        }
+        match wait {
             Some(retry_after) => Err(retry_after),
             None => Ok(()),
         }
     }
 
-    fn failed(&self, subject: &K, client: Option<IpAddr>, now: Instant) {
+    fn failed(&self, subject: Option<&K>, client: Client, now: Instant) {
         let mut failures = lock(&self.failures);
-        if failures.by_client.len() >= REMEMBERED || failures.by_subject.len() >= REMEMBERED {
-            failures.by_subject.retain(|_, w| w.current(now));
-            failures.by_client.retain(|_, w| w.current(now));
+        let age = |w: &Window| w.started;
+        failures
+            .clients
+            .entry(client, age, || Window {
+                started: now,
+                failures: 0,
+            })
+            .bump(now);
+        failures
+            .pairs
+            .entry((subject.cloned(), client), age, || Window {
+                started: now,
+                failures: 0,
+            })
+            .bump(now);
+        let Some(subject) = subject else {
+            return;
+        };
+        let stranger = !failures.trusts(subject, client, now);
+        if failures.subjects.len() >= failures.prune_at {
+            failures.subjects.retain(|_, s| s.window.current(now));
+            failures.prune_at = REMEMBERED.max(failures.subjects.len() * 2);
         }
-        let bump = |w: &mut Window| {
-            if w.current(now) {
-                w.failures += 1;
-            } else {
-                *w = Window {
-                    started: now,
-                    failures: 1,
-                };
+        let per_subject = self.per_subject;
+        match failures.subjects.get_mut(subject) {
+            Some(s) if s.window.current(now) => {
+                if stranger && s.window.failures >= per_subject {
+                    s.strangers = s.strangers.saturating_add(1);
+                }
+                s.window.bump(now);
             }
-        };
-        let first = Window {
-            started: now,
-            failures: 1,
-        };
-        if let Some(w) = failures.by_subject.get_mut(subject) {
-            bump(w);
-        } else if failures.by_subject.len() < REMEMBERED {
-            failures.by_subject.insert(subject.clone(), first);
+            Some(s) => {
+                *s = Subject {
+                    window: Window::first(now),
+                    strangers: 0,
+                }
+            }
+            None => {
+                failures.subjects.insert(
+                    subject.clone(),
+                    Subject {
+                        window: Window::first(now),
+                        strangers: 0,
+                    },
+                );
+            }
         }
-        let at = (subject.clone(), client);
-        if let Some(w) = failures.by_client.get_mut(&at) {
-            bump(w);
-        } else if failures.by_client.len() < REMEMBERED {
-            failures.by_client.insert(at, first);
+    }
+
+    /// `client` got `subject` right: it keeps an allowance of its own there
+    /// for [`TRUSTED_FOR`].
+    fn succeeded(&self, subject: &K, client: Client, now: Instant) {
+        if client.is_none() {
+            return;
         }
+        let mut failures = lock(&self.failures);
+        *failures
+            .trusted
+            .entry((subject.clone(), client), |at| *at, || now) = now;
+    }
+
+    /// Marks `client` as hashing a guess now, unless it already is.
+    fn start_hashing(self: &Arc<Self>, client: Client) -> Option<Hashing<K>> {
+        lock(&self.failures)
+            .hashing
+            .insert(client)
+            .then(|| Hashing {
+                guesses: Arc::clone(self),
+                client,
+            })
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Failures<K> {
+    fn trusts(&self, subject: &K, client: Client, now: Instant) -> bool {
+        client.is_some()
+            && self
+                .trusted
+                .map
+                .get(&(subject.clone(), client))
+                .is_some_and(|at| now.duration_since(*at) < TRUSTED_FOR)
+    }
+}
+
+/// A client's one hash at a time; dropped when it is done.
+struct Hashing<K: std::hash::Hash + Eq + Clone> {
+    guesses: Arc<Guesses<K>>,
+    client: Client,
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Drop for Hashing<K> {
+    fn drop(&mut self) {
+        lock(&self.guesses.failures).hashing.remove(&self.client);
     }
 }
 
@@ -162,11 +338,13 @@ pub(crate) struct Passwords {
     hashing: Arc<Semaphore>,
     /// For hashing the passwords that owners set: apart from the guesses'.
     setting: Arc<Semaphore>,
-    /// For checking sign-ins: apart from link guesses'.
+    /// For checking sign-ins of known accounts: apart from link guesses'.
     signing_in: Arc<Semaphore>,
-    links: Guesses<LinkKey>,
-    /// By folded user name.
-    accounts: Guesses<String>,
+    /// For checking sign-ins of names of no account against the decoy.
+    decoys: Arc<Semaphore>,
+    links: Arc<Guesses<LinkKey>>,
+    /// By folded user name, with YOURLS signatures under [`SIGNATURES`].
+    accounts: Arc<Guesses<String>>,
     argon2: Argon2<'static>,
     /// A hash that an unknown account's sign-in is checked against, so
     /// that it takes as long as a known one's.
@@ -196,26 +374,22 @@ impl Passwords {
             hashing: Arc::new(Semaphore::new(HASHING)),
             setting: Arc::new(Semaphore::new(HASHING)),
             signing_in: Arc::new(Semaphore::new(HASHING)),
-            links: Guesses::new(PER_CLIENT, PER_LINK),
-            accounts: Guesses::new(LOGIN_PER_CLIENT, LOGIN_PER_ACCOUNT),
+            decoys: Arc::new(Semaphore::new(DECOYS)),
+            links: Arc::new(Guesses::new(PER_CLIENT, PER_LINK)),
+            accounts: Arc::new(Guesses::new(LOGIN_PER_CLIENT, LOGIN_PER_ACCOUNT)),
             argon2,
             decoy,
         }
     }
 
-    /// Runs `work` with this instance's Argon2 on the blocking pool, as one
-    /// of the [`HASHING`] hashes allowed at once, or refuses it as busy.
+    /// Runs `work` with this instance's Argon2 on the blocking pool, under
+    /// one of `permits`, or refuses it as busy.
     async fn hashing<T: Send + 'static>(
         self: &Arc<Self>,
         permits: &Arc<Semaphore>,
         work: impl FnOnce(&Argon2<'static>) -> T + Send + 'static,
     ) -> Result<T, PasswordError> {
-        let permit = permits
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| PasswordError::Busy {
-                retry_after: BUSY_RETRY_SECS,
-            })?;
+        let permit = permits.clone().try_acquire_owned().map_err(|_| busy())?;
         let this = Arc::clone(self);
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
@@ -252,11 +426,11 @@ impl Passwords {
         hash: &PasswordHash,
         guess: &[u8],
     ) -> Result<bool, PasswordError> {
-        let now = Instant::now();
         let client = client.map(client_block);
         self.links
-            .admit(key, client, now)
+            .admit(Some(key), client, Instant::now())
             .map_err(|retry_after| PasswordError::TooManyGuesses { retry_after })?;
+        let _one = self.links.start_hashing(client).ok_or_else(busy)?;
         let phc = hash.as_str().to_owned();
         let guess = guess.to_vec();
         let right = self
@@ -266,8 +440,10 @@ impl Passwords {
                 Phc::new(&phc).is_ok_and(|parsed| argon2.verify_password(&guess, &parsed).is_ok())
             })
             .await?;
-        if !right {
-            self.links.failed(key, client, Instant::now());
+        if right {
+            self.links.succeeded(key, client, Instant::now());
+        } else {
+            self.links.failed(Some(key), client, Instant::now());
         }
         Ok(right)
     }
@@ -276,7 +452,8 @@ impl Passwords {
     /// user name), whose hash is `hash` (`None`: no such account, or no
     /// password, checked against a decoy so that it takes as long), for
     /// `client`. Bounded per account as link guesses are per link, and
-    /// hashed under permits of its own.
+    /// hashed under permits of its own: a known account's apart from the
+    /// decoys'.
     pub(crate) async fn check_login(
         self: &Arc<Self>,
         account: &str,
@@ -284,25 +461,39 @@ impl Passwords {
         hash: Option<&str>,
         guess: &[u8],
     ) -> Result<bool, PasswordError> {
-        let now = Instant::now();
         let client = client.map(client_block);
         let account = account.to_owned();
-        self.accounts
-            .admit(&account, client, now)
-            .map_err(|retry_after| PasswordError::TooManyGuesses { retry_after })?;
         let known = hash.is_some();
+        let subject = known.then_some(&account);
+        self.accounts
+            .admit(subject, client, Instant::now())
+            .map_err(|retry_after| PasswordError::TooManyGuesses { retry_after })?;
+        let _one = self.accounts.start_hashing(client).ok_or_else(busy)?;
         let phc = hash.unwrap_or(&self.decoy).to_owned();
+        let permits = if known {
+            &self.signing_in
+        } else {
+            &self.decoys
+        };
         let guess = guess.to_vec();
         let right = self
-            .hashing(&self.signing_in, move |argon2| {
+            .hashing(permits, move |argon2| {
                 Phc::new(&phc).is_ok_and(|parsed| argon2.verify_password(&guess, &parsed).is_ok())
             })
             .await?
             && known;
-        if !right {
-            self.accounts.failed(&account, client, Instant::now());
+        if right {
+            self.accounts.succeeded(&account, client, Instant::now());
+        } else {
+            self.accounts.failed(subject, client, Instant::now());
         }
         Ok(right)
+    }
+}
+
+fn busy() -> PasswordError {
+    PasswordError::Busy {
+        retry_after: BUSY_RETRY_SECS,
     }
 }
 
@@ -317,7 +508,7 @@ impl Passwords {
     pub(crate) fn admit_signature(&self, client: Option<IpAddr>) -> Result<(), PasswordError> {
         self.accounts
             .admit(
-                &SIGNATURES.to_owned(),
+                Some(&SIGNATURES.to_owned()),
                 client.map(client_block),
                 Instant::now(),
             )
@@ -327,6 +518,16 @@ impl Passwords {
     /// A wrong signature from `client`.
     pub(crate) fn failed_signature(&self, client: Option<IpAddr>) {
         self.accounts.failed(
+            Some(&SIGNATURES.to_owned()),
+            client.map(client_block),
+            Instant::now(),
+        );
+    }
+
+    /// A right signature from `client`: it keeps signing while strangers'
+    /// wrong ones lock the rest out.
+    pub(crate) fn right_signature(&self, client: Option<IpAddr>) {
+        self.accounts.succeeded(
             &SIGNATURES.to_owned(),
             client.map(client_block),
             Instant::now(),
@@ -485,6 +686,214 @@ mod tests {
         ));
         let next_64: IpAddr = "2001:db8:1:3::1".parse().expect("v6");
         assert_eq!(p.check(&k, Some(next_64), &hash, b"sesame").await, Ok(true));
+    }
+
+    fn v4(i: u32) -> Option<IpAddr> {
+        Some(IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000_u32 + i)))
+    }
+
+    /// Fills the table of clients (and of clients by account) past its
+    /// bound with one wrong signature from each of as many addresses.
+    fn flood_signatures(p: &Passwords) {
+        for i in 0..(REMEMBERED as u32 + 4_000) {
+            p.failed_signature(v4(i));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_full_table_admits_no_new_client_as_clean() {
+        let p = cheap();
+        let hash = p.hash("sesame".into()).await.expect("hashed");
+        flood_signatures(&p);
+        let me = Some(IpAddr::from([192, 0, 2, 9]));
+        let mut refused_at = None;
+        for i in 0..60 {
+            match p
+                .check_login("admin", me, Some(hash.as_str()), b"nope")
+                .await
+            {
+                Ok(false) => {}
+                Err(PasswordError::TooManyGuesses { .. }) => {
+                    refused_at = Some(i);
+                    break;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(refused_at, Some(LOGIN_PER_CLIENT));
+        // The flood is bounded by the table: nothing past it is kept.
+        let failures = lock(&p.accounts.failures);
+        assert!(failures.clients.map.len() <= REMEMBERED);
+        assert!(failures.pairs.map.len() <= REMEMBERED);
+    }
+
+    #[tokio::test]
+    async fn made_up_names_share_one_count_per_client_and_fill_no_table_of_accounts() {
+        let p = cheap();
+        let me = Some(IpAddr::from([192, 0, 2, 9]));
+        for i in 0..LOGIN_PER_CLIENT {
+            let name = format!("nobody-{i}");
+            assert_eq!(p.check_login(&name, me, None, b"x").await, Ok(false));
+        }
+        assert!(matches!(
+            p.check_login("nobody-else", me, None, b"x").await,
+            Err(PasswordError::TooManyGuesses { .. })
+        ));
+        for i in 0..1_000 {
+            p.accounts.failed(None, v4(i), Instant::now());
+        }
+        assert!(lock(&p.accounts.failures).subjects.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_client_gets_thirty_failures_across_accounts_and_signatures() {
+        let p = cheap();
+        let hash = p.hash("sesame".into()).await.expect("hashed");
+        let me = Some(IpAddr::from([192, 0, 2, 9]));
+        for i in 0..PER_CLIENT_TOTAL / 2 {
+            let account = format!("user-{i}");
+            assert_eq!(
+                p.check_login(&account, me, Some(hash.as_str()), b"nope")
+                    .await,
+                Ok(false)
+            );
+            p.failed_signature(me);
+        }
+        assert!(p.admit_signature(me).is_err());
+        assert!(matches!(
+            p.check_login("user-99", me, Some(hash.as_str()), b"sesame")
+                .await,
+            Err(PasswordError::TooManyGuesses { .. })
+        ));
+        // Another /64 of the same /48 is another client.
+        let v6 = |s: &str| Some(s.parse::<IpAddr>().expect("v6"));
+        for i in 0..PER_CLIENT_TOTAL {
+            p.failed_signature(v6(&format!("2001:db8:1:2::{:x}", i + 1)));
+        }
+        assert!(p.admit_signature(v6("2001:db8:1:2:ffff::1")).is_err());
+        assert!(p.admit_signature(v6("2001:db8:1:3::1")).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_locked_account_takes_twenty_more_from_strangers_and_keeps_its_owners_allowance() {
+        let p = cheap();
+        let hash = p.hash("sesame".into()).await.expect("hashed");
+        let owner = Some(IpAddr::from([192, 0, 2, 7]));
+        assert_eq!(
+            p.check_login("admin", owner, Some(hash.as_str()), b"sesame")
+                .await,
+            Ok(true)
+        );
+        let mut i = 0;
+        for _ in 0..LOGIN_PER_ACCOUNT / LOCKED_ALLOWANCE {
+            for _ in 0..LOCKED_ALLOWANCE {
+                assert_eq!(
+                    p.check_login("admin", v4(i), Some(hash.as_str()), b"nope")
+                        .await,
+                    Ok(false)
+                );
+            }
+            i += 1;
+        }
+        // Locked: each new client gets one guess until twenty are spent,
+        // then none at all, however many addresses it has.
+        for _ in 0..STRANGERS {
+            assert_eq!(
+                p.check_login("admin", v4(i), Some(hash.as_str()), b"nope")
+                    .await,
+                Ok(false)
+            );
+            i += 1;
+        }
+        for _ in 0..50 {
+            assert!(matches!(
+                p.check_login("admin", v4(i), Some(hash.as_str()), b"sesame")
+                    .await,
+                Err(PasswordError::TooManyGuesses { .. })
+            ));
+            i += 1;
+        }
+        // The client that signed in before still does, after a mistyping.
+        assert_eq!(
+            p.check_login("admin", owner, Some(hash.as_str()), b"sesam")
+                .await,
+            Ok(false)
+        );
+        assert_eq!(
+            p.check_login("admin", owner, Some(hash.as_str()), b"sesame")
+                .await,
+            Ok(true)
+        );
+        // Another account is not locked.
+        assert_eq!(
+            p.check_login("ann", v4(i), Some(hash.as_str()), b"sesame")
+                .await,
+            Ok(true)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_locked_link_takes_twenty_more_from_strangers() {
+        let p = cheap();
+        let hash = p.hash("sesame".into()).await.expect("hashed");
+        let k = key("abc");
+        let owner = Some(IpAddr::from([192, 0, 2, 7]));
+        assert_eq!(p.check(&k, owner, &hash, b"sesame").await, Ok(true));
+        let mut i = 0;
+        for _ in 0..PER_LINK {
+            assert_eq!(p.check(&k, v4(i), &hash, b"nope").await, Ok(false));
+            i += 1;
+        }
+        for _ in 0..STRANGERS {
+            assert_eq!(p.check(&k, v4(i), &hash, b"nope").await, Ok(false));
+            i += 1;
+        }
+        assert!(p.check(&k, v4(i), &hash, b"sesame").await.is_err());
+        assert_eq!(p.check(&k, owner, &hash, b"sesame").await, Ok(true));
+    }
+
+    /// Decoy hashes for made-up names never take a known account's
+    /// permits, and a client hashes one guess at a time.
+    #[tokio::test]
+    async fn decoys_leave_known_accounts_their_permits_and_a_client_hashes_once_at_a_time() {
+        let p = cheap();
+        let hash = p.hash("sesame".into()).await.expect("hashed");
+        let held: Vec<_> = (0..DECOYS)
+            .map(|_| p.decoys.clone().try_acquire_owned().expect("permit"))
+            .collect();
+        let me = Some(IpAddr::from([192, 0, 2, 9]));
+        assert!(matches!(
+            p.check_login("nobody", me, None, b"x").await,
+            Err(PasswordError::Busy { .. })
+        ));
+        for i in 0..10 {
+            assert_eq!(
+                p.check_login("admin", v4(i), Some(hash.as_str()), b"sesame")
+                    .await,
+                Ok(true)
+            );
+        }
+        drop(held);
+        let one = p
+            .accounts
+            .start_hashing(me.map(client_block))
+            .expect("free");
+        assert!(matches!(
+            p.check_login("admin", me, Some(hash.as_str()), b"sesame")
+                .await,
+            Err(PasswordError::Busy { .. })
+        ));
+        assert_eq!(
+            p.check_login("admin", v4(99), Some(hash.as_str()), b"sesame")
+                .await,
+            Ok(true)
+        );
+        drop(one);
+        assert_eq!(
+            p.check_login("admin", me, Some(hash.as_str()), b"sesame")
+                .await,
+            Ok(true)
+        );
     }
 
     /// Guesses that hold every checking permit leave an owner's hashing
