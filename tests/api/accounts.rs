@@ -32,7 +32,7 @@ async fn form(
         r = r.header("origin", origin);
     }
     if let Some(cookie) = cookie {
-        r = r.header("cookie", format!("litelink_session={cookie}"));
+        r = r.header("cookie", format!("__Host-litelink_session={cookie}"));
     }
     r.send().await.expect("form post")
 }
@@ -50,7 +50,9 @@ fn session_of(r: &reqwest::Response) -> String {
         assert!(set.contains(attribute), "{set}");
     }
     let (pair, _) = set.split_once(';').expect("attributes");
-    let id = pair.strip_prefix("litelink_session=").expect("the cookie");
+    let id = pair
+        .strip_prefix("__Host-litelink_session=")
+        .expect("the cookie");
     assert!(id.len() >= 40, "{set}");
     id.to_owned()
 }
@@ -67,7 +69,7 @@ async fn with_cookie(
     let mut r = app
         .client
         .request(method, app.url(path))
-        .header("cookie", format!("a=b; litelink_session={cookie}"));
+        .header("cookie", format!("a=b; __Host-litelink_session={cookie}"));
     if let Some(origin) = origin {
         r = r.header("origin", origin);
     }
@@ -169,7 +171,7 @@ crate::on_both_stores! {
         assert_eq!(r.status(), 201);
         assert_eq!(body(r).await["owner"], "Ann");
         let r = app.client.post(app.url("/api/v1/links")).bearer_auth(&bob)
-            .header("cookie", format!("litelink_session={first}")).json(&link).send().await.expect("post");
+            .header("cookie", format!("__Host-litelink_session={first}")).json(&link).send().await.expect("post");
         assert_eq!(body(r).await["owner"], "bob");
 
         // A password change ends the user's other sessions.

@@ -29,6 +29,7 @@ mod process;
 mod promises;
 mod replica;
 mod rules;
+mod security;
 mod snapshots;
 mod stress;
 mod tls;

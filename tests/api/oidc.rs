@@ -175,7 +175,7 @@ async fn begin(app: &TestApp) -> (url::Url, String) {
         .await
         .expect("/login/oidc");
     assert_eq!(r.status(), 303, "{}", header(&r, "content-type"));
-    let flow = set_cookie(&r, "litelink_oidc").expect("the flow cookie");
+    let flow = set_cookie(&r, "__Host-litelink_oidc").expect("the flow cookie");
     let cookie = r
         .headers()
         .get("set-cookie")
@@ -184,7 +184,7 @@ async fn begin(app: &TestApp) -> (url::Url, String) {
     for attribute in [
         "HttpOnly",
         "SameSite=Lax",
-        "Path=/auth/callback",
+        "Path=/;",
         "Max-Age=600",
         "Secure",
     ] {
@@ -205,7 +205,7 @@ fn query(url: &url::Url, name: &str) -> String {
 async fn callback(app: &TestApp, query: &str, flow: Option<&str>) -> reqwest::Response {
     let mut r = app.client.get(app.url(&format!("/auth/callback?{query}")));
     if let Some(flow) = flow {
-        r = r.header("cookie", format!("litelink_oidc={flow}"));
+        r = r.header("cookie", format!("__Host-litelink_oidc={flow}"));
     }
     r.send().await.expect("/auth/callback")
 }
@@ -251,7 +251,7 @@ async fn through_mock(
 fn session_of(r: &reqwest::Response) -> String {
     assert_eq!(r.status(), 303, "{}", header(r, "content-type"));
     assert_eq!(header(r, "location"), "/manage");
-    set_cookie(r, "litelink_session").expect("a session cookie")
+    set_cookie(r, "__Host-litelink_session").expect("a session cookie")
 }
 
 async fn with_cookie(
@@ -264,7 +264,7 @@ async fn with_cookie(
     let mut r = app
         .client
         .request(method, app.url(path))
-        .header("cookie", format!("litelink_session={session}"))
+        .header("cookie", format!("__Host-litelink_session={session}"))
         .header("origin", PUBLIC);
     if let Some(json) = json {
         r = r.json(&json);
@@ -324,14 +324,14 @@ crate::on_both_stores! {
         // No role: refused, with a page that says so, and no session.
         let (r, _) = through_mock(&app, &provider, "u-dave").await;
         assert_eq!(r.status(), 403);
-        assert!(set_cookie(&r, "litelink_session").is_none());
+        assert!(set_cookie(&r, "__Host-litelink_session").is_none());
         assert!(header(&r, "content-type").starts_with("text/html"));
         assert!(r.text().await.expect("html").contains("no role on this server"));
 
         // A callback replayed, or without the browser's flow cookie.
         let replayed = callback(&app, &used, Some("whatever")).await;
         assert_eq!(replayed.status(), 400);
-        assert!(set_cookie(&replayed, "litelink_session").is_none());
+        assert!(set_cookie(&replayed, "__Host-litelink_session").is_none());
         let (to, _) = begin(&app).await;
         let form = provider.http.post(to.as_str()).form(&[("sub", "u-alice")]).send().await.expect("form");
         let back = url::Url::parse(header(&form, "location")).expect("back");
@@ -354,7 +354,7 @@ crate::on_both_stores! {
         assert_eq!(refused.status(), 403);
         // A cross-origin write with the cookie is refused.
         let evil = app.client.post(app.url("/api/v1/links"))
-            .header("cookie", format!("litelink_session={bob}"))
+            .header("cookie", format!("__Host-litelink_session={bob}"))
             .header("origin", "https://evil.example")
             .json(&json!({"url": "https://example.com/evil"}))
             .send().await.expect("post");
@@ -442,6 +442,10 @@ struct Hostile {
     challenge: String,
     userinfo: Value,
     key_fetches: usize,
+    /// The signing algorithms its discovery lists (RS256, HS256 and none
+    /// when empty).
+    algs: Vec<&'static str>,
+    discoveries: usize,
 }
 
 async fn hostile_provider(state: Arc<Mutex<Hostile>>) -> String {
@@ -452,21 +456,35 @@ async fn hostile_provider(state: Arc<Mutex<Hostile>>) -> String {
         .await
         .expect("bind");
     let issuer = format!("http://{}", listener.local_addr().expect("addr"));
-    let metadata = json!({
-        "issuer": issuer,
-        "authorization_endpoint": format!("{issuer}/authorize"),
-        "token_endpoint": format!("{issuer}/token"),
-        "userinfo_endpoint": format!("{issuer}/userinfo"),
-        "jwks_uri": format!("{issuer}/jwks"),
-        "response_types_supported": ["code"],
-        "subject_types_supported": ["public"],
-        "id_token_signing_alg_values_supported": ["RS256", "HS256", "none"],
-    });
+    let metadata = move |algs: &[&str]| {
+        json!({
+            "issuer": issuer,
+            "authorization_endpoint": format!("{issuer}/authorize"),
+            "token_endpoint": format!("{issuer}/token"),
+            "userinfo_endpoint": format!("{issuer}/userinfo"),
+            "jwks_uri": format!("{issuer}/jwks"),
+            "response_types_supported": ["code"],
+            "subject_types_supported": ["public"],
+            "id_token_signing_alg_values_supported": if algs.is_empty() {
+                vec!["RS256", "HS256", "none"]
+            } else {
+                algs.to_vec()
+            },
+        })
+    };
+    let issuer = format!("http://{}", listener.local_addr().expect("addr"));
     type Shared = Arc<Mutex<Hostile>>;
     let app = axum::Router::new()
         .route(
             "/.well-known/openid-configuration",
-            get(move || async move { Json(metadata) }),
+            get(move |State(s): State<Shared>| {
+                let metadata = metadata.clone();
+                async move {
+                    let mut s = s.lock().expect("state");
+                    s.discoveries += 1;
+                    Json(metadata(&s.algs))
+                }
+            }),
         )
         .route(
             "/jwks",
@@ -664,7 +682,7 @@ crate::on_both_stores! {
         for (case, mint) in cases {
             let r = with_token(&app, &state, mint).await;
             assert_eq!(r.status(), 401, "a token {case}");
-            assert!(set_cookie(&r, "litelink_session").is_none(), "a token {case}");
+            assert!(set_cookie(&r, "__Host-litelink_session").is_none(), "a token {case}");
             assert!(r.text().await.expect("html").contains("ID token was refused"), "a token {case}");
         }
 
@@ -688,10 +706,13 @@ crate::on_both_stores! {
         let (to, _) = begin(&app).await;
         let sent = format!("code=any&state={}", query(&to, "state"));
         assert_eq!(callback(&app, &sent, None).await.status(), 400);
-        // The provider said no.
-        let declined = callback(&app, "error=access_denied&error_description=no%20thanks", None).await;
+        // The provider said no, for a flow of this browser: its words.
+        let (to, flow) = begin(&app).await;
+        let sent = format!("error=access_denied&error_description=no%20thanks&state={}",
+            query(&to, "state"));
+        let declined = callback(&app, &sent, Some(&flow)).await;
         assert_eq!(declined.status(), 401);
-        assert!(declined.text().await.expect("html").contains("access_denied"));
+        assert!(declined.text().await.expect("html").contains("access_denied: no thanks"));
         assert_eq!(callback(&app, "state=only", None).await.status(), 400);
 
         // No role claim in the ID token: the userinfo endpoint's is read.
@@ -780,5 +801,93 @@ async fn the_provider_settings_are_checked_at_start_and_the_secret_never_printed
         for secret in [CLIENT_SECRET, "from-the-environment"] {
             assert!(!printed.contains(secret), "{printed}");
         }
+    }
+}
+
+fn signed(
+    claims: IdTokenClaims<Extra, CoreGenderClaim>,
+    key: &CoreRsaPrivateSigningKey,
+    alg: CoreJwsSigningAlgorithm,
+) -> String {
+    Token::new(claims, key, alg, None, None)
+        .expect("signed")
+        .to_string()
+}
+
+crate::on_both_stores! {
+    async fn a_provider_may_change_its_algorithm_and_strangers_neither_speak_nor_cancel(store: Store) {
+        let dir = tempfile::tempdir().expect("dir");
+        let pem = rsa_pem(dir.path(), "a");
+        let key = signing_key(&pem, "k1");
+        let state = Arc::new(Mutex::new(Hostile {
+            keys: vec![signing_key(&pem, "k1")],
+            userinfo: json!({"sub": "h-1"}),
+            algs: vec!["RS256"],
+            ..Hostile::default()
+        }));
+        let issuer = hostile_provider(Arc::clone(&state)).await;
+        let app = spawn_with(&store, &oidc_flags(&issuer)).await;
+        let good = with_token(&app, &state, |n| rs256(claims(&issuer, n, json!({})), &key)).await;
+        let session = session_of(&good);
+        assert_eq!(account(&app, &session).await["role"], "member");
+
+        // Under an https public URL only the __Host- cookie signs in.
+        let old_name = app.client.get(app.url("/api/v1/account"))
+            .header("cookie", format!("litelink_session={session}"))
+            .send().await.expect("account");
+        assert_eq!(old_name.status(), 401);
+
+        // The provider moves from RS256 to PS256: discovered again, once,
+        // and sign-ins go on without a restart.
+        let discoveries = state.lock().expect("state").discoveries;
+        state.lock().expect("state").algs = vec!["PS256"];
+        let ps256 = CoreJwsSigningAlgorithm::RsaSsaPssSha256;
+        let r = with_token(&app, &state, |n| signed(claims(&issuer, n, json!({})), &key, ps256.clone())).await;
+        session_of(&r);
+        assert_eq!(state.lock().expect("state").discoveries, discoveries + 1);
+        // Discovery may list what it likes: a MAC and none stay refused.
+        state.lock().expect("state").algs = vec!["HS256", "none", "PS256"];
+        let r = with_token(&app, &state, |n| Token::new(claims(&issuer, n, json!({})),
+            &CoreHmacKey::new(CLIENT_SECRET.as_bytes().to_vec()),
+            CoreJwsSigningAlgorithm::HmacSha256, None, None).expect("mac").to_string()).await;
+        assert_eq!(r.status(), 401);
+
+        // A token issued to another client, or dated ahead, is refused;
+        // a clock a little ahead is not.
+        for (case, changes, status) in [
+            ("issued to another client", json!({"azp": "another-client"}), 401),
+            ("issued a year ahead", json!({"iat": now() + 365 * 24 * 3600, "exp": now() + 366 * 24 * 3600}), 401),
+            ("issued to this client", json!({"azp": CLIENT_ID}), 303),
+            ("issued two minutes ahead", json!({"iat": now() + 120}), 303),
+        ] {
+            let r = with_token(&app, &state, |n| signed(claims(&issuer, n, changes), &key, ps256.clone())).await;
+            assert_eq!(r.status(), status, "a token {case}");
+            if status == 401 {
+                assert!(r.text().await.expect("html").contains("ID token was refused"), "{case}");
+            }
+        }
+
+        // A provider's error with no flow of this browser shows no one's
+        // words on this server's page.
+        let planted = "error=access_denied&error_description=call%20%2B1-555-0100%20now";
+        let r = callback(&app, planted, None).await;
+        assert_eq!(r.status(), 400);
+        assert!(!r.text().await.expect("html").contains("555-0100"));
+        // Nor with another browser's flow cookie, which cancels nothing:
+        // the flow is still there for the browser that began it.
+        let (to, flow) = begin(&app).await;
+        let (_, other) = begin(&app).await;
+        let with_state = format!("{planted}&state={}", query(&to, "state"));
+        let r = callback(&app, &with_state, Some(&other)).await;
+        assert_eq!(r.status(), 400);
+        assert!(!r.text().await.expect("html").contains("555-0100"));
+        let sent = format!("code=any&state={}", query(&to, "state"));
+        assert_eq!(callback(&app, &sent, Some(&other)).await.status(), 400);
+        {
+            let mut s = state.lock().expect("state");
+            s.id_token = Some(signed(claims(&issuer, &query(&to, "nonce"), json!({})), &key, ps256.clone()));
+            s.challenge = query(&to, "code_challenge");
+        }
+        session_of(&callback(&app, &sent, Some(&flow)).await);
     }
 }

@@ -1076,7 +1076,7 @@ async fn a_local_account_signs_in_with_its_name_and_password() {
             .header("origin", PUBLIC)
             .header("x-forwarded-for", "192.0.2.50");
         if let Some(cookie) = cookie {
-            r = r.header("cookie", format!("litelink_session={cookie}"));
+            r = r.header("cookie", format!("__Host-litelink_session={cookie}"));
         }
         r.send()
     };
@@ -1117,7 +1117,7 @@ async fn a_local_account_signs_in_with_its_name_and_password() {
         .expect("cookie")
         .split(';')
         .next()
-        .and_then(|p| p.strip_prefix("litelink_session="))
+        .and_then(|p| p.strip_prefix("__Host-litelink_session="))
         .expect("session")
         .to_owned();
     let r = form(
@@ -1213,7 +1213,7 @@ async fn a_local_account_signs_in_with_its_name_and_password() {
     let r = app
         .client
         .get(app.url("/yourls-api.php?action=db-stats&format=json"))
-        .header("cookie", format!("litelink_session={cookie}"))
+        .header("cookie", format!("__Host-litelink_session={cookie}"))
         .send()
         .await
         .expect("get");

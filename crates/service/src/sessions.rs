@@ -20,8 +20,12 @@ use crate::domain::Timestamp;
 use crate::keys::{Principal, Via};
 use crate::store::{LinkStore, SessionWrite, StoreError, User};
 
-/// The session cookie's name.
+/// The session cookie's name under a plain-http public URL.
 pub const COOKIE: &str = "litelink_session";
+/// The session cookie's name under an https public URL: the `__Host-`
+/// prefix makes browsers take it only from this host, `Secure`, with
+/// `Path=/` and no `Domain`, so that a sibling subdomain cannot plant one.
+pub const HOST_COOKIE: &str = "__Host-litelink_session";
 
 /// Least time between two writes of one session's last sight.
 const TOUCH_EVERY: Duration = Duration::from_secs(60);
@@ -82,6 +86,9 @@ pub(crate) struct Sessions {
     /// public URL, so no accounts.
     origin: Option<String>,
     secure: bool,
+    /// The session cookie's name and the flow cookie's (`__Host-` under
+    /// https).
+    names: (&'static str, &'static str),
     touched: Mutex<HashMap<[u8; 32], Instant>>,
 }
 
@@ -92,11 +99,17 @@ impl Sessions {
         public_url: Option<&str>,
     ) -> Self {
         let url = public_url.and_then(|u| url::Url::parse(u).ok());
+        let secure = url.as_ref().is_some_and(|u| u.scheme() == "https");
         Self {
             store,
             settings,
             origin: url.as_ref().map(|u| u.origin().ascii_serialization()),
-            secure: url.as_ref().is_some_and(|u| u.scheme() == "https"),
+            secure,
+            names: if secure {
+                (HOST_COOKIE, crate::oidc::HOST_FLOW_COOKIE)
+            } else {
+                (COOKIE, crate::oidc::FLOW_COOKIE)
+            },
             touched: Mutex::default(),
         }
     }
@@ -123,15 +136,22 @@ impl Sessions {
         }
     }
 
-    /// The session id the request's cookie carries, if any.
-    pub(crate) fn cookie(headers: &HeaderMap) -> Option<&str> {
-        cookie_named(headers, COOKIE)
+    /// The session id the request's cookie carries, if any: only under
+    /// this server's name for it (a cookie of the other name is no one's).
+    pub(crate) fn cookie<'h>(&self, headers: &'h HeaderMap) -> Option<&'h str> {
+        cookie_named(headers, self.names.0)
+    }
+
+    /// The flow cookie's value that the request carries, if any.
+    pub(crate) fn flow(&self, headers: &HeaderMap) -> Option<String> {
+        cookie_named(headers, self.names.1).map(str::to_owned)
     }
 
     /// The `Set-Cookie` value that carries `id`.
     pub(crate) fn set_cookie(&self, id: &str) -> String {
         format!(
-            "{COOKIE}={id}; Path=/; HttpOnly; SameSite=Lax; Max-Age={}{}",
+            "{}={id}; Path=/; HttpOnly; SameSite=Lax; Max-Age={}{}",
+            self.names.0,
             self.settings.session_max.as_secs(),
             if self.secure { "; Secure" } else { "" }
         )
@@ -140,7 +160,8 @@ impl Sessions {
     /// The `Set-Cookie` value that removes the cookie.
     pub(crate) fn clear_cookie(&self) -> String {
         format!(
-            "{COOKIE}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0{}",
+            "{}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0{}",
+            self.names.0,
             if self.secure { "; Secure" } else { "" }
         )
     }
@@ -148,12 +169,14 @@ impl Sessions {
     /// The `Set-Cookie` value of the cookie that binds a sign-in through
     /// the identity provider to this browser (`None`: removes it). Only
     /// the callback reads it; `Lax` still sends it there, on the
-    /// provider's redirect back.
+    /// provider's redirect back. Under https it is a `__Host-` cookie,
+    /// which must have `Path=/`.
     pub(crate) fn flow_cookie(&self, value: Option<&str>) -> String {
         format!(
-            "{}={}; Path=/auth/callback; HttpOnly; SameSite=Lax; Max-Age={}{}",
-            crate::oidc::FLOW_COOKIE,
+            "{}={}; Path={}; HttpOnly; SameSite=Lax; Max-Age={}{}",
+            self.names.1,
             value.unwrap_or(""),
+            if self.secure { "/" } else { "/auth/callback" },
             value.map_or(0, |_| crate::oidc::FLOW_TTL.as_secs()),
             if self.secure { "; Secure" } else { "" }
         )
@@ -273,9 +296,9 @@ mod tests {
             header::COOKIE,
             "a=1; litelink_session=abc; b=2".parse().unwrap(),
         );
-        assert_eq!(Sessions::cookie(&headers), Some("abc"));
+        assert_eq!(cookie_named(&headers, COOKIE), Some("abc"));
         headers.insert(header::COOKIE, "xlitelink_session=abc".parse().unwrap());
-        assert_eq!(Sessions::cookie(&headers), None);
+        assert_eq!(cookie_named(&headers, COOKIE), None);
         let (a, b) = (SessionId::new(), SessionId::new());
         assert_eq!(a.id.len(), 43);
         assert_ne!(a.id, b.id);

@@ -13,7 +13,6 @@ use super::extract::{ClientAddr, read_form};
 use crate::keys::Via;
 use crate::links::LinksError;
 use crate::oidc::OidcError;
-use crate::sessions::Sessions;
 
 const LOGIN: &str = include_str!("web/login.html");
 const PASSWORD: &str = include_str!("web/password.html");
@@ -103,7 +102,7 @@ fn see_other(to: HeaderValue, cookie: Option<String>) -> Response {
 
 /// Ends the session this browser had, if any: a sign-in replaces it.
 async fn end_old_session(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    if let Some(old) = Sessions::cookie(headers)
+    if let Some(old) = state.links.sessions().cookie(headers)
         && let Some((_, hash)) = state.links.session(old).await?
     {
         state.links.logout(hash).await?;
@@ -144,7 +143,7 @@ pub(crate) async fn show_login(State(state): State<AppState>) -> Response {
 #[utoipa::path(post, path = "/login", tag = "accounts", operation_id = "login",
     request_body(content = LoginForm, content_type = "application/x-www-form-urlencoded"),
     responses(
-        (status = 303, description = "Signed in: a new session cookie, and on to the manage view (or to the password form after a one-time password)", headers(("location" = String, description = "/manage or /account/password"), ("set-cookie" = String, description = "litelink_session"))),
+        (status = 303, description = "Signed in: a new session cookie, and on to the manage view (or to the password form after a one-time password)", headers(("location" = String, description = "/manage or /account/password"), ("set-cookie" = String, description = "litelink_session; __Host-litelink_session under an https public URL"))),
         (status = 400, description = "A field missing", body = ErrorMessage),
         (status = 401, description = "Wrong name or password (one answer for both): the page again (text/html)", content_type = "text/html", body = String),
         (status = 403, description = "Not sent from this server's own pages", body = ErrorMessage),
@@ -185,7 +184,7 @@ pub(crate) async fn login(
 
 #[utoipa::path(get, path = "/login/oidc", tag = "accounts", operation_id = "oidc_login",
     responses(
-        (status = 303, description = "On to the identity provider; a 10-minute cookie binds the sign-in to this browser", headers(("location" = String, description = "The provider's authorization endpoint"), ("set-cookie" = String, description = "litelink_oidc"))),
+        (status = 303, description = "On to the identity provider; a 10-minute cookie binds the sign-in to this browser", headers(("location" = String, description = "The provider's authorization endpoint"), ("set-cookie" = String, description = "litelink_oidc; __Host-litelink_oidc under an https public URL"))),
         (status = 404, description = "No identity provider is set up here", body = ErrorMessage),
         (status = 429, description = "Too many sign-ins begun from this address", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
         (status = 502, description = "The identity provider cannot be reached", body = ErrorMessage),
@@ -215,7 +214,7 @@ const MAX_CALLBACK_PARAM: usize = 4096;
         ("error_description" = Option<String>, Query, description = "The provider's words for it"),
     ),
     responses(
-        (status = 303, description = "Signed in: a new session cookie, and on to the manage view", headers(("location" = String, description = "/manage"), ("set-cookie" = String, description = "litelink_session"))),
+        (status = 303, description = "Signed in: a new session cookie, and on to the manage view", headers(("location" = String, description = "/manage"), ("set-cookie" = String, description = "litelink_session; __Host-litelink_session under an https public URL"))),
         (status = 400, description = "No code or state; a state unknown, used or expired; or not the browser that began the sign-in (no flow cookie): the sign-in page (text/html)", content_type = "text/html", body = String),
         (status = 401, description = "The provider did not sign the person in, or its ID token was refused: the sign-in page (text/html)", content_type = "text/html", body = String),
         (status = 403, description = "The person has no role here, or their user is disabled: a page that says so (text/html)", content_type = "text/html", body = String),
@@ -250,15 +249,20 @@ pub(crate) async fn oidc_callback(
             _ => {}
         }
     }
+    let browser = state.links.sessions().flow(headers);
+    let browser = browser.as_deref();
+    let client = state.trust_proxy.creator(peer, headers).map(|c| c.ip);
     let outcome = match (code, sent_state, declined) {
-        (_, _, Some(why)) => Err(LinksError::SignIn(OidcError::Declined(
-            why.chars().take(200).collect(),
-        ))),
+        (_, sent, Some(why)) if sent.as_ref().is_none_or(|s| s.len() <= MAX_CALLBACK_PARAM) => {
+            let why = why.chars().take(200).collect();
+            Err(state
+                .links
+                .oidc_declined(why, sent.as_deref(), browser, client)
+                .await)
+        }
         (Some(code), Some(sent), None)
             if code.len() <= MAX_CALLBACK_PARAM && sent.len() <= MAX_CALLBACK_PARAM =>
         {
-            let browser = crate::sessions::cookie_named(headers, crate::oidc::FLOW_COOKIE);
-            let client = state.trust_proxy.creator(peer, headers).map(|c| c.ip);
             state.links.oidc_finish(&code, &sent, browser, client).await
         }
         _ => Err(LinksError::Invalid(
@@ -292,7 +296,7 @@ pub(crate) async fn oidc_callback(
 
 #[utoipa::path(post, path = "/logout", tag = "accounts", operation_id = "logout",
     responses(
-        (status = 303, description = "Signed out: the session is over and its cookie removed", headers(("location" = String, description = "/login"), ("set-cookie" = String, description = "litelink_session, expired"))),
+        (status = 303, description = "Signed out: the session is over and its cookie removed", headers(("location" = String, description = "/login"), ("set-cookie" = String, description = "litelink_session (__Host-litelink_session under an https public URL), expired"))),
         (status = 403, description = "Not sent from this server's own pages", body = ErrorMessage),
         (status = 404, description = "Signing in is not set up (no --public-url)", body = ErrorMessage),
         (status = 503, description = "Cannot store now", body = ErrorMessage, headers(("retry-after" = u32, description = "Seconds to wait before retrying"))),
@@ -302,7 +306,7 @@ pub(crate) async fn logout(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     check(&state, &headers)?;
-    if let Some(id) = Sessions::cookie(&headers)
+    if let Some(id) = state.links.sessions().cookie(&headers)
         && let Some((_, hash)) = state.links.session(id).await?
     {
         state.links.logout(hash).await?;
@@ -327,7 +331,7 @@ pub(crate) async fn show_password(
             "local passwords are not set up on this server".into(),
         ));
     }
-    let signed_in = match Sessions::cookie(&headers) {
+    let signed_in = match state.links.sessions().cookie(&headers) {
         Some(id) => state.links.session(id).await?.is_some(),
         None => false,
     };
@@ -357,7 +361,7 @@ pub(crate) async fn change_password(
 ) -> Result<Response, ApiError> {
     let headers = req.headers().clone();
     check(&state, &headers)?;
-    let session = match Sessions::cookie(&headers) {
+    let session = match state.links.sessions().cookie(&headers) {
         Some(id) => state.links.session(id).await?,
         None => None,
     };

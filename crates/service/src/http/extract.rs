@@ -146,7 +146,7 @@ impl FromRequestParts<AppState> for Caller {
                 }
             };
         }
-        let Some(id) = crate::sessions::Sessions::cookie(&parts.headers) else {
+        let Some(id) = state.links.sessions().cookie(&parts.headers) else {
             return Ok(Self(None));
         };
         let Some((caller, _)) = state.links.session(id).await? else {

@@ -662,8 +662,8 @@ impl Call<'_> {
             None => None,
         };
         Ok(match found {
-            Some(link) => {
-                let longurl = link.target.as_str().to_owned();
+            Some((link, target)) => {
+                let longurl = target.as_str().to_owned();
                 Answer::new(
                     vec![
                         ("keyword", text(keyword)),

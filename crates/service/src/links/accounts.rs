@@ -169,6 +169,24 @@ impl Links {
         Ok(oidc.begin(&*self.inner.store, client).await?)
     }
 
+    /// A callback from the identity provider that says why it did not sign
+    /// the person in: [`Oidc::declined`].
+    pub(crate) async fn oidc_declined(
+        &self,
+        why: String,
+        state: Option<&str>,
+        browser: Option<&str>,
+        client: Option<IpAddr>,
+    ) -> LinksError {
+        match self.oidc() {
+            Some(oidc) => oidc
+                .declined(&*self.inner.store, why, state, browser, client)
+                .await
+                .into(),
+            None => OidcError::Off.into(),
+        }
+    }
+
     /// Ends a sign-in through the identity provider: the person it names,
     /// made a user at their first sign-in and given this one's role, and a
     /// new session. A disabled user is refused.

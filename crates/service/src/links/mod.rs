@@ -338,6 +338,25 @@ impl Links {
         }
     }
 
+    /// What a redirect of `code` would serve now, counting nothing: its
+    /// target (its default one, whatever rules would choose), or its expired
+    /// URL; `None` for a code that is unknown, used up, expired without an
+    /// expired URL, behind a password, or whose target the deny list now
+    /// refuses. Every answer that shows a link's target to someone who
+    /// may not manage it asks this.
+    pub(crate) async fn serves_now(&self, code: &LinkKey) -> Result<Option<TargetUrl>, LinksError> {
+        Ok(match self.resolve(code, Use::Look).await? {
+            Resolution::Found(target) => Some(target),
+            Resolution::Unlocked(_)
+            | Resolution::Locked
+            | Resolution::WrongPassword
+            | Resolution::Expired
+            | Resolution::Exhausted
+            | Resolution::Blocked
+            | Resolution::Missing => None,
+        })
+    }
+
     /// [`Links::resolve`] as far as it goes without waiting: on a hit of an
     /// in-process cache of a link without a visit limit, the answer;
     /// otherwise what is left for [`Links::resolve_later`].
@@ -946,6 +965,7 @@ impl Links {
             limit,
             before,
             q,
+            searcher: (!caller.is_admin()).then_some(caller.user),
             tags: tags.0.iter().map(|t| fold_tag(t)).collect(),
         };
         let _gate = self.inner.visits.read_gate().await;

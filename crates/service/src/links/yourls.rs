@@ -122,7 +122,10 @@ impl Links {
             };
             self.inner.passwords.admit_signature(client)?;
             return match self.inner.keys.authenticate_signature(signature, timed) {
-                Ok(principal) => Ok(Some(principal)),
+                Ok(principal) => {
+                    self.inner.passwords.right_signature(client);
+                    Ok(Some(principal))
+                }
                 Err(AuthError::Unknown) => {
                     self.inner.passwords.failed_signature(client);
                     Err(auth.refusal())
@@ -222,11 +225,18 @@ impl Links {
         }
     }
 
-    /// `expand`: the link's target for anyone, except a link behind a
-    /// password, which is answered as an unknown code.
-    pub(crate) async fn yourls_expand(&self, key: &LinkKey) -> Result<Option<Link>, LinksError> {
-        let link = self.inner.store.link(key).await?;
-        Ok(link.filter(|l| !protected(l)))
+    /// `expand`: the link, and what a redirect of it would serve now (its
+    /// target, or its expired URL), for anyone; a link behind a password,
+    /// used up, expired without an expired URL or on the deny list is
+    /// answered as an unknown code.
+    pub(crate) async fn yourls_expand(
+        &self,
+        key: &LinkKey,
+    ) -> Result<Option<(Link, TargetUrl)>, LinksError> {
+        let Some(link) = self.inner.store.link(key).await?.filter(|l| !protected(l)) else {
+            return Ok(None);
+        };
+        Ok(self.serves_now(key).await?.map(|target| (link, target)))
     }
 
     /// `url-stats`: a link `caller` may manage, with its visits; a link
@@ -247,7 +257,9 @@ impl Links {
 
     /// `stats` and `db-stats`: how many links `caller` may manage on
     /// `domain` and their visits, with a page of them in `rank`'s order
-    /// when `limit` is above 0 (at most [`MAX_STATS_LIMIT`]).
+    /// when `limit` is above 0 (at most [`MAX_STATS_LIMIT`]). A link behind
+    /// a password is counted, but listed only for those who see its
+    /// target, as `url-stats` answers.
     pub(crate) async fn yourls_stats(
         &self,
         caller: &Principal,
@@ -278,6 +290,7 @@ impl Links {
                 })
                 .await?
                 .into_iter()
+                .filter(|l| !protected(l) || sees_secrets(caller, l))
                 .map(|l| self.with_pending(l))
                 .collect(),
             _ => Vec::new(),

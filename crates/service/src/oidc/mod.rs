@@ -7,9 +7,10 @@
 //! hash the flow keeps, so that a callback from another browser (an
 //! attacker's code planted on a victim) is refused. The callback trades
 //! the code for tokens and checks the ID token: its signature against the
-//! provider's keys (asymmetric algorithms only, refetched when an unknown
-//! key id appears, at most once a minute), `iss`, `aud`, `exp` and the
-//! nonce. The person's role comes from a claim (or the default role);
+//! provider's keys (asymmetric algorithms only; the provider discovered
+//! again, keys and all, when an unknown key id or an algorithm it did not
+//! list appears, at most once a minute), `iss`, `aud`, `azp`, `exp`, `iat`
+//! (at most 5 minutes ahead) and the nonce. The person's role comes from a claim (or the default role);
 //! they are found by (issuer, `sub`), never by name or email.
 
 mod claims;
@@ -22,9 +23,9 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwapOption;
 use openidconnect::core::{
     CoreAuthDisplay, CoreAuthPrompt, CoreAuthenticationFlow, CoreClientAuthMethod,
-    CoreErrorResponseType, CoreGenderClaim, CoreJsonWebKey, CoreJsonWebKeySet,
-    CoreJweContentEncryptionAlgorithm, CoreJwsSigningAlgorithm, CoreProviderMetadata,
-    CoreRevocableToken, CoreRevocationErrorResponse, CoreTokenIntrospectionResponse, CoreTokenType,
+    CoreErrorResponseType, CoreGenderClaim, CoreJsonWebKey, CoreJweContentEncryptionAlgorithm,
+    CoreJwsSigningAlgorithm, CoreProviderMetadata, CoreRevocableToken, CoreRevocationErrorResponse,
+    CoreTokenIntrospectionResponse, CoreTokenType,
 };
 use openidconnect::{
     AccessToken, AuthType, AuthorizationCode, Client, ClientId, ClientSecret, CsrfToken,
@@ -46,8 +47,15 @@ use crate::store::{FederatedUser, LinkStore, LoginFlow, LoginFlowWrite, StoreErr
 /// How long a sign-in may take at the provider.
 pub const FLOW_TTL: Duration = Duration::from_secs(600);
 
-/// The cookie that binds a flow to the browser that began it.
+/// The cookie that binds a flow to the browser that began it, under a
+/// plain-http public URL.
 pub const FLOW_COOKIE: &str = "litelink_oidc";
+/// The same under an https public URL (see [`crate::sessions::HOST_COOKIE`]).
+pub const HOST_FLOW_COOKIE: &str = "__Host-litelink_oidc";
+
+/// How far ahead of this server's clock a provider's may run: an ID token
+/// issued later than that is refused.
+const SKEW: Duration = Duration::from_secs(300);
 
 /// Least time between two fetches of the provider's keys.
 const KEYS_EVERY: Duration = Duration::from_secs(60);
@@ -108,7 +116,10 @@ pub(crate) enum OidcError {
     #[error("signing in with an identity provider is not set up on this server")]
     Off,
     /// The callback names no flow under way: unknown, used or expired.
-    #[error("this sign-in is unknown, was used already or has expired: sign in again")]
+    #[error(
+        "this sign-in is unknown, was used already, has expired or was begun in another \
+         browser: sign in again"
+    )]
     UnknownFlow,
     /// The callback came to a browser other than the one that began it.
     #[error("this sign-in was begun in another browser: sign in again from this one")]
@@ -366,11 +377,12 @@ impl Oidc {
         Ok(found)
     }
 
-    /// Fetches the provider's keys again for an unknown key id, unless an
-    /// unknown key id did so less than a minute ago (a stream of forged
-    /// key ids costs the provider one fetch a minute); the metadata as it
-    /// then is.
-    async fn refresh_keys(&self, seen: &Arc<Discovered>) -> Result<Arc<Discovered>, OidcError> {
+    /// Discovers the provider again, its keys with it, for an unknown key
+    /// id or an algorithm its metadata did not list (a provider that moved
+    /// from RS256 to ES256, say), unless one did so less than a minute ago
+    /// (a stream of forged tokens costs the provider one fetch a minute);
+    /// the metadata as it then is.
+    async fn refresh(&self, seen: &Arc<Discovered>) -> Result<Arc<Discovered>, OidcError> {
         let _fetching = self.fetching.lock().await;
         let current = self
             .discovered
@@ -382,15 +394,17 @@ impl Oidc {
         {
             return Ok(current);
         }
-        let keys = CoreJsonWebKeySet::fetch_async(current.metadata.jwks_uri(), &self.fetch())
+        let metadata = CoreProviderMetadata::discover_async(self.issuer.clone(), &self.fetch())
             .await
-            .map_err(|e| OidcError::Provider(format!("fetching its keys failed: {}", chain(&e))))?;
+            .map_err(|e| {
+                OidcError::Provider(format!("discovering it again failed: {}", chain(&e)))
+            })?;
         let fresh = Arc::new(Discovered {
-            metadata: current.metadata.clone().set_jwks(keys),
+            metadata,
             refetched_at: Some(Instant::now()),
         });
         self.discovered.store(Some(Arc::clone(&fresh)));
-        tracing::info!(issuer = %self.issuer.as_str(), "identity provider keys fetched again");
+        tracing::info!(issuer = %self.issuer.as_str(), "identity provider discovered again");
         Ok(fresh)
     }
 
@@ -464,20 +478,7 @@ impl Oidc {
         browser: Option<&str>,
         client: Option<std::net::IpAddr>,
     ) -> Result<FederatedUser, OidcError> {
-        let browser = browser.ok_or(OidcError::OtherBrowser)?;
-        self.callbacks.admit(client)?;
-        let flow = store
-            .write_login_flow(LoginFlowWrite::Take {
-                state: crate::keys::hash(state),
-            })
-            .await?
-            .ok_or(OidcError::UnknownFlow)?;
-        if flow.created_at < before(Timestamp::now(), FLOW_TTL) {
-            return Err(OidcError::UnknownFlow);
-        }
-        if !bool::from(flow.browser.ct_eq(&crate::keys::hash(browser))) {
-            return Err(OidcError::OtherBrowser);
-        }
+        let flow = self.take(store, state, browser, client).await?;
         let found = self.discovered().await?;
         let client = self.client(&found);
         let tokens = client
@@ -493,8 +494,8 @@ impl Oidc {
         let nonce = Nonce::new(flow.nonce);
         let claims = match id_token.claims(&self.verifier(&found), &nonce) {
             Ok(claims) => claims.clone(),
-            Err(e) if unknown_key(&e) => {
-                let found = self.refresh_keys(&found).await?;
+            Err(e) if unknown_key(&e) || newly_allowed(&e, id_token.signing_alg()) => {
+                let found = self.refresh(&found).await?;
                 id_token
                     .claims(&self.verifier(&found), &nonce)
                     .map_err(|e| OidcError::Token(chain(&e)))?
@@ -502,6 +503,16 @@ impl Oidc {
             }
             Err(e) => return Err(OidcError::Token(chain(&e))),
         };
+        // An ID token obtained by another client of the provider is not
+        // for this one, whatever its audience lists.
+        if let Some(party) = claims.authorized_party()
+            && party.as_str() != self.client_id.as_str()
+        {
+            return Err(OidcError::Token(format!(
+                "it was issued to another client ({})",
+                party.as_str()
+            )));
+        }
         let mut person = Claims::of_id_token(&claims);
         if self.roles.wants_more(&person) {
             let more = self
@@ -525,6 +536,55 @@ impl Oidc {
             email: person.email(),
             role,
         })
+    }
+
+    /// The flow `state` names, taken once and only by the browser whose
+    /// flow cookie is `browser`: another browser's callback leaves it
+    /// for its own.
+    async fn take(
+        &self,
+        store: &dyn LinkStore,
+        state: &str,
+        browser: Option<&str>,
+        client: Option<std::net::IpAddr>,
+    ) -> Result<LoginFlow, OidcError> {
+        let browser = browser.ok_or(OidcError::OtherBrowser)?;
+        self.callbacks.admit(client)?;
+        let browser = crate::keys::hash(browser);
+        let flow = store
+            .write_login_flow(LoginFlowWrite::Take {
+                state: crate::keys::hash(state),
+                browser,
+            })
+            .await?
+            .ok_or(OidcError::UnknownFlow)?;
+        if flow.created_at < before(Timestamp::now(), FLOW_TTL) {
+            return Err(OidcError::UnknownFlow);
+        }
+        if !bool::from(flow.browser.ct_eq(&browser)) {
+            return Err(OidcError::OtherBrowser);
+        }
+        Ok(flow)
+    }
+
+    /// A callback where the provider says why it did not sign the person
+    /// in: its words are shown only for a flow under way in this browser
+    /// (which ends here); else it is any other stray callback.
+    pub(crate) async fn declined(
+        &self,
+        store: &dyn LinkStore,
+        why: String,
+        state: Option<&str>,
+        browser: Option<&str>,
+        client: Option<std::net::IpAddr>,
+    ) -> OidcError {
+        let Some(state) = state else {
+            return OidcError::UnknownFlow;
+        };
+        match self.take(store, state, browser, client).await {
+            Ok(_) => OidcError::Declined(why),
+            Err(e) => e,
+        }
     }
 
     /// The userinfo endpoint's claims for the person the ID token named;
@@ -563,6 +623,14 @@ impl Oidc {
             found.metadata.jwks().clone(),
         )
         .set_allowed_algs(algs)
+        .set_issue_time_verifier_fn(|issued| {
+            let latest = Timestamp::now().millis() / 1000 + SKEW.as_secs() as i64;
+            if issued.timestamp() > latest {
+                Err(format!("it says it was issued at {issued}, in the future"))
+            } else {
+                Ok(())
+            }
+        })
     }
 }
 
@@ -591,6 +659,21 @@ fn unknown_key(e: &openidconnect::ClaimsVerificationError) -> bool {
             openidconnect::SignatureVerificationError::NoMatchingKey
         )
     )
+}
+
+/// Whether a token was refused for an asymmetric algorithm that the
+/// provider's metadata, as last read, did not list: it may list it now.
+/// `none` and MACs stay refused whatever the metadata says.
+fn newly_allowed(
+    e: &openidconnect::ClaimsVerificationError,
+    alg: Result<&CoreJwsSigningAlgorithm, openidconnect::SignatureVerificationError>,
+) -> bool {
+    matches!(
+        e,
+        openidconnect::ClaimsVerificationError::SignatureVerification(
+            openidconnect::SignatureVerificationError::DisallowedAlg(_)
+        )
+    ) && alg.is_ok_and(|alg| ASYMMETRIC.contains(alg))
 }
 
 fn before(now: Timestamp, ttl: Duration) -> Timestamp {

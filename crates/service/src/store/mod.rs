@@ -300,6 +300,10 @@ pub struct ListQuery {
     /// A case-insensitive substring of the URL or the title, or a prefix
     /// of the code.
     pub q: Option<String>,
+    /// Who searches with `q`: a link behind a password has its URL matched
+    /// only for its owner (`Some`), or for everyone's links (`None`: an
+    /// admin), so that a search cannot spell out a target that is hidden.
+    pub searcher: Option<UserId>,
     /// Only links with every one of these tags (folded).
     pub tags: Vec<String>,
 }
@@ -505,9 +509,10 @@ pub enum LoginFlowWrite {
         flow: LoginFlow,
         expired_before: Timestamp,
     },
-    /// Reads and removes the flow whose state hashes to `state`: a flow is
-    /// used once.
-    Take { state: [u8; 32] },
+    /// Reads and removes the flow whose state hashes to `state`, begun by
+    /// the browser whose flow cookie hashes to `browser`: a flow is used
+    /// once, and only by its own browser (another's callback leaves it).
+    Take { state: [u8; 32], browser: [u8; 32] },
 }
 
 /// A person signed in through OpenID Connect, as the provider names them.

@@ -371,7 +371,8 @@ pub(super) async fn list(c: &Client, q: &ListQuery) -> Result<ListPage, StoreErr
          AND ($2::int8 IS NULL OR l.owner = $2)"
     );
     sql.push_str(
-        " AND ($3::text IS NULL OR strpos(lower(l.target), lower($3)) > 0 \
+        " AND ($3::text IS NULL OR (strpos(lower(l.target), lower($3)) > 0 \
+           AND (l.password IS NULL OR $7::int8 IS NULL OR l.owner = $7)) \
          OR strpos(lower(l.title), lower($3)) > 0 OR left(l.code, length($3)) = $3)",
     );
     sql.push_str(" AND ($5::int8 IS NULL OR l.domain = $5)");
@@ -392,6 +393,7 @@ pub(super) async fn list(c: &Client, q: &ListQuery) -> Result<ListPage, StoreErr
                 &(q.limit as i64),
                 &q.domain.map(|d| d.0),
                 &(!q.tags.is_empty()).then_some(&q.tags),
+                &q.searcher.map(|u| u.0),
             ],
         )
         .await
@@ -1085,12 +1087,12 @@ pub(super) async fn write_login_flow(
             .await?;
             Ok(None)
         }
-        LoginFlowWrite::Take { state } => {
+        LoginFlowWrite::Take { state, browser } => {
             let row = query_opt(
                 c,
-                "DELETE FROM login_flows WHERE state = $1 \
+                "DELETE FROM login_flows WHERE state = $1 AND browser = $2 \
                  RETURNING state, browser, nonce, verifier, created_at",
-                &[&&state[..]],
+                &[&&state[..], &&browser[..]],
             )
             .await?;
             let hash = |v: Vec<u8>| <[u8; 32]>::try_from(v).unwrap_or([0; 32]);

@@ -530,13 +530,13 @@ fn write_login_flow(conn: &Connection, write: LoginFlowWrite) -> Result<Applied,
             ))?;
             Ok(applied(Done::Flow(None)))
         }
-        LoginFlowWrite::Take { state } => {
+        LoginFlowWrite::Take { state, browser } => {
             let flow = conn
                 .prepare_cached(
-                    "DELETE FROM login_flows WHERE state = ?1 \
+                    "DELETE FROM login_flows WHERE state = ?1 AND browser = ?2 \
                      RETURNING state, browser, nonce, verifier, created_at",
                 )?
-                .query_row([&state[..]], |r| {
+                .query_row([&state[..], &browser[..]], |r| {
                     Ok(LoginFlow {
                         state: r.get(0)?,
                         browser: r.get(1)?,

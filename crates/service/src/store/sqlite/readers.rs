@@ -291,7 +291,8 @@ impl Readers {
         }
         if q.q.is_some() {
             sql.push_str(
-                " AND (instr(lower(l.target), lower(?3)) > 0 \
+                " AND ((instr(lower(l.target), lower(?3)) > 0 \
+                   AND (l.password IS NULL OR ?7 IS NULL OR l.owner = ?7)) \
                  OR instr(lower(l.title), lower(?3)) > 0 \
                  OR substr(l.code, 1, length(?3)) = ?3)",
             );
@@ -304,8 +305,11 @@ impl Readers {
                  WHERE t.folded IN (SELECT value FROM json_each(?6))) = json_array_length(?6)",
             );
         }
-        // Always named, so that the statement takes its six parameters.
-        sql.push_str(" AND (?5 IS NULL OR l.domain = ?5) AND (?6 IS NULL OR json_valid(?6))");
+        // Always named, so that the statement takes its seven parameters.
+        sql.push_str(
+            " AND (?5 IS NULL OR l.domain = ?5) AND (?6 IS NULL OR json_valid(?6)) \
+             AND (?7 IS NULL OR ?7 = ?7)",
+        );
         sql.push_str(" ORDER BY l.id DESC LIMIT ?4");
         self.with_connection(|conn| {
             let mut stmt = conn.prepare_cached(&sql)?;
@@ -319,7 +323,8 @@ impl Readers {
                     q.q.as_deref(),
                     limit,
                     q.domain.map(|d| d.0),
-                    (!q.tags.is_empty()).then(|| serde_json::json!(q.tags).to_string())
+                    (!q.tags.is_empty()).then(|| serde_json::json!(q.tags).to_string()),
+                    q.searcher.map(|u| u.0)
                 ],
                 |r| Ok((r.get::<_, i64>(0)?, rows_link_at(r)?)),
             )?;
