@@ -252,17 +252,18 @@ pub fn users(command: UsersCommand) -> anyhow::Result<ExitCode> {
                 store.close().await;
                 let (users, domains) = listed?;
                 println!(
-                    "{:<24} {:<6} {:<24} {:<32} {:<8} {:<24}",
-                    "name", "role", "domain", "email", "disabled", "created"
+                    "{:<24} {:<6} {:<24} {:<32} {:<8} {:<9} {:<24}",
+                    "name", "role", "domain", "email", "disabled", "suspended", "created"
                 );
                 for u in users {
                     println!(
-                        "{:<24} {:<6} {:<24} {:<32} {:<8} {:<24}",
+                        "{:<24} {:<6} {:<24} {:<32} {:<8} {:<9} {:<24}",
                         u.name,
                         u.role.as_str(),
                         domain_label(&domains, u.domain),
                         u.email.as_deref().unwrap_or("-"),
                         if u.disabled { "yes" } else { "no" },
+                        if u.suspended { "yes" } else { "no" },
                         u.created_at
                     );
                 }

@@ -75,7 +75,8 @@ pub enum UsersCommand {
         #[command(flatten)]
         store: StoreArgs,
     },
-    /// Every user: name, role, domain, email, disabled, created.
+    /// Every user: name, role, domain, email, disabled, suspended (by a
+    /// sign-in with no role at the identity provider), created.
     List {
         #[command(flatten)]
         store: StoreArgs,

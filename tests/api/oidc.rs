@@ -891,3 +891,79 @@ crate::on_both_stores! {
         session_of(&callback(&app, &sent, Some(&flow)).await);
     }
 }
+
+crate::on_both_stores! {
+    async fn a_sign_in_with_no_role_suspends_the_user_until_one_with_a_role(store: Store) {
+        let dir = tempfile::tempdir().expect("dir");
+        let pem = rsa_pem(dir.path(), "a");
+        let key = signing_key(&pem, "k1");
+        let state = Arc::new(Mutex::new(Hostile {
+            keys: vec![signing_key(&pem, "k1")],
+            userinfo: json!({"sub": "h-1"}),
+            ..Hostile::default()
+        }));
+        let issuer = hostile_provider(Arc::clone(&state)).await;
+        let app = spawn_with(&store, &oidc_flags(&issuer)).await;
+        let admin = app.new_key("root", true).await;
+        let first = session_of(&with_token(&app, &state, |n| rs256(claims(&issuer, n, json!({})), &key)).await);
+        let second = session_of(&with_token(&app, &state, |n| rs256(claims(&issuer, n, json!({})), &key)).await);
+        let api_key = app.run_keys(&["create", "--name", "h-key", "--user", "hostile-user"], false);
+        app.wait_for_key(&api_key).await;
+        let user = |admin: String| {
+            let app = &app;
+            async move {
+                let r = app.api(Method::GET, "/api/v1/users/hostile-user", Some(&admin), None).await;
+                assert_eq!(r.status(), 200);
+                r.json::<Value>().await.expect("json")
+            }
+        };
+        assert_eq!(user(admin.clone()).await["suspended"], false);
+
+        // Removed from every group at the provider: refused, and suspended.
+        let r = with_token(&app, &state, |n| rs256(claims(&issuer, n, json!({"groups": ["other"]})), &key)).await;
+        assert_eq!(r.status(), 403);
+        assert!(set_cookie(&r, "__Host-litelink_session").is_none());
+        let shown = user(admin.clone()).await;
+        assert_eq!((shown["suspended"].as_bool(), shown["disabled"].as_bool()), (Some(true), Some(false)), "{shown}");
+        for session in [&first, &second] {
+            let r = with_cookie(&app, Method::GET, "/api/v1/account", session, None).await;
+            assert_eq!(r.status(), 401, "a session of the suspended user");
+        }
+        let r = app.api(Method::GET, "/api/v1/links", Some(&api_key), None).await;
+        assert_eq!(r.status(), 401, "a key of the suspended user");
+        let mut list = Command::new(env!("CARGO_BIN_EXE_litelink"));
+        list.args(["users", "list"]);
+        match &app.store {
+            Some(url) => list.args(["--store", url]),
+            None => list.arg("--db").arg(&app.db),
+        };
+        let listed = String::from_utf8(list.output().expect("users list").stdout).expect("utf-8");
+        let row = listed.lines().find(|l| l.starts_with("hostile-user")).expect("listed");
+        assert!(row.split_whitespace().filter(|w| *w == "yes").count() == 1, "{listed}");
+
+        // An admin cannot suspend by hand, but lifts it.
+        let r = app.api(Method::PATCH, "/api/v1/users/hostile-user", Some(&admin),
+            Some(json!({"suspended": true}))).await;
+        assert_eq!(r.status(), 400);
+        let r = app.api(Method::PATCH, "/api/v1/users/hostile-user", Some(&admin),
+            Some(json!({"suspended": false}))).await;
+        assert_eq!(r.status(), 200);
+        app.wait_for_key(&api_key).await;
+
+        // Suspended again, then a sign-in with a role lifts it.
+        let r = with_token(&app, &state, |n| rs256(claims(&issuer, n, json!({"groups": []})), &key)).await;
+        assert_eq!(r.status(), 403);
+        assert_eq!(user(admin.clone()).await["suspended"], true);
+        let back = session_of(&with_token(&app, &state, |n| rs256(claims(&issuer, n, json!({})), &key)).await);
+        assert_eq!(account(&app, &back).await["role"], "member");
+        assert_eq!(user(admin.clone()).await["suspended"], false);
+        app.wait_for_key(&api_key).await;
+
+        // A person the server never knew, with no role, is made no user.
+        let r = with_token(&app, &state, |n| rs256(claims(&issuer, n,
+            json!({"sub": "h-2", "preferred_username": "stranger", "groups": ["other"]})), &key)).await;
+        assert_eq!(r.status(), 403);
+        let r = app.api(Method::GET, "/api/v1/users/stranger", Some(&admin), None).await;
+        assert_eq!(r.status(), 404);
+    }
+}

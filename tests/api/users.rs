@@ -106,7 +106,7 @@ crate::on_both_stores! {
         let password = made["password"].as_str().expect("one-time password").to_owned();
         assert!(password.len() >= 12, "{made}");
         assert_eq!(made, json!({"name": "Ann", "email": "ann@example.com", "role": "viewer",
-            "domain": null, "disabled": false, "password": password}));
+            "domain": null, "disabled": false, "suspended": false, "password": password}));
 
         // Listed in the order made; the keys' own users came first.
         let listed = body(app.api(Method::GET, "/api/v1/users", Some(&admin), None).await).await;
@@ -149,7 +149,7 @@ crate::on_both_stores! {
             Some(json!({"role": "member", "email": null}))).await;
         assert_eq!(r.status(), 200);
         assert_eq!(body(r).await, json!({"name": "Ann", "email": null, "role": "member",
-            "domain": null, "disabled": false}));
+            "domain": null, "disabled": false, "suspended": false}));
         assert_error(app.api(Method::PATCH, "/api/v1/users/ann", Some(&admin),
             Some(json!({"role": null}))).await, 400, "role").await;
         assert_error(app.api(Method::PATCH, "/api/v1/users/root", Some(&admin),
@@ -472,9 +472,9 @@ async fn keys_of_before_get_users(app: &TestApp, keys: &[(&str, &str)]) {
     assert_eq!(
         users["users"],
         json!([
-            {"name": "Ops", "email": null, "role": "admin", "domain": null, "disabled": false},
-            {"name": "ops-2", "email": null, "role": "member", "domain": null, "disabled": false},
-            {"name": long, "email": null, "role": "member", "domain": null, "disabled": false},
+            {"name": "Ops", "email": null, "role": "admin", "domain": null, "disabled": false, "suspended": false},
+            {"name": "ops-2", "email": null, "role": "member", "domain": null, "disabled": false, "suspended": false},
+            {"name": long, "email": null, "role": "member", "domain": null, "disabled": false, "suspended": false},
         ])
     );
     let link = body(

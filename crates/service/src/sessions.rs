@@ -218,6 +218,7 @@ impl Sessions {
         let age =
             |t: Timestamp| Duration::from_millis(now.millis().saturating_sub(t.millis()) as u64);
         let over = session.user.disabled
+            || session.user.suspended
             || session.role != session.user.role
             || age(session.created_at) >= self.settings.session_max
             || age(session.seen_at) >= self.settings.session_idle;

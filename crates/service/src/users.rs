@@ -129,6 +129,10 @@ pub(crate) struct UserPatchBody {
     /// `true` disables the user: their keys and sessions stop at once.
     #[serde(default, deserialize_with = "crate::domain::wire::not_null")]
     pub disabled: Option<bool>,
+    /// `false` lifts a suspension (a sign-in with no role at the identity
+    /// provider suspends a user; only such a sign-in does).
+    #[serde(default, deserialize_with = "crate::domain::wire::not_null")]
+    pub suspended: Option<bool>,
 }
 
 /// A user as the API shows it.
@@ -142,6 +146,10 @@ pub struct UserView {
     /// default domain); null: every domain.
     pub domain: Option<String>,
     pub disabled: bool,
+    /// Their last sign-in through the identity provider gave them no role
+    /// here: their sessions ended, their keys act for no one and no
+    /// sign-in passes, until a sign-in with a role or an admin lifts it.
+    pub suspended: bool,
 }
 
 /// The answer to a create: the user, and their one-time password (shown

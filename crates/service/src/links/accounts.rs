@@ -14,6 +14,10 @@ use crate::sessions::{SessionId, Sessions};
 use crate::store::{SessionWrite, StoreError, User, UserChange, UserWrite};
 use crate::users::MIN_PASSWORD_CHARS;
 
+/// What a person the provider gives no role here is told.
+const NO_ROLE: &str =
+    "your identity provider gives you no role on this server: ask an administrator for access";
+
 /// Longest password, in bytes (as for links).
 const MAX_PASSWORD_BYTES: usize = 1024;
 
@@ -76,7 +80,7 @@ impl Links {
             .users()
             .await?
             .into_iter()
-            .find(|u| fold_name(&u.name) == account && !u.disabled);
+            .find(|u| fold_name(&u.name) == account && !u.disabled && !u.suspended);
         let hash = user.as_ref().and_then(|u| u.password.as_deref());
         let right = password.len() <= MAX_PASSWORD_BYTES
             && self
@@ -212,7 +216,7 @@ impl Links {
                 .await
             {
                 Ok(Some(user)) => break user,
-                Ok(None) => return Err(OidcError::Refused("no user could be made".into()).into()),
+                Ok(None) => return Err(OidcError::Refused(NO_ROLE.into()).into()),
                 Err(StoreError::UserTaken(_)) if tries < 3 => tries += 1,
                 Err(e) => return Err(e.into()),
             }
@@ -222,6 +226,17 @@ impl Links {
                 "your account on this server is disabled: ask an administrator".into(),
             )
             .into());
+        }
+        if person.role.is_none() {
+            tracing::warn!(
+                user = %user.name,
+                issuer = %person.issuer,
+                "a sign-in through the identity provider gave no role: the user is suspended \
+                 (sessions ended, keys and sign-ins refused) until a sign-in with a role or an \
+                 admin lifts it"
+            );
+            self.reload_keys().await;
+            return Err(OidcError::Refused(NO_ROLE.into()).into());
         }
         let session = self.inner.sessions.start(&user).await?;
         Ok((user, session))

@@ -17,6 +17,7 @@ impl Links {
             email: user.email,
             role: user.role,
             disabled: user.disabled,
+            suspended: user.suspended,
         }
     }
 
@@ -114,6 +115,13 @@ impl Links {
                 "an admin cannot take away their own admin role or disable themselves".into(),
             ));
         }
+        if body.suspended == Some(true) {
+            return Err(LinksError::Invalid(
+                "suspended: only a sign-in with no role suspends a user; an admin lifts it \
+                 (false), or disables the user"
+                    .into(),
+            ));
+        }
         let domain = body
             .domain
             .into_option()
@@ -125,6 +133,7 @@ impl Links {
             domain,
             password: None,
             disabled: body.disabled,
+            suspended: body.suspended,
         };
         let changed = self
             .inner

@@ -522,13 +522,8 @@ impl Oidc {
                 person.add(more);
             }
         }
-        let role = self.roles.role(&person).ok_or_else(|| {
-            OidcError::Refused(
-                "your identity provider gives you no role on this server: ask an \
-                 administrator for access"
-                    .into(),
-            )
-        })?;
+        // No role here: the user, if known, is suspended by the sign-in.
+        let role = self.roles.role(&person);
         Ok(FederatedUser {
             issuer: self.issuer.as_str().to_owned(),
             subject: claims.subject().as_str().to_owned(),

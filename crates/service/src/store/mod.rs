@@ -415,6 +415,11 @@ pub struct User {
     /// The password was given by an admin and must be changed at sign-in.
     pub must_change: bool,
     pub disabled: bool,
+    /// Signed in through the identity provider with no role here: until a
+    /// sign-in with a role, or an admin, lifts it, the user's sessions are
+    /// over, keys act for no one and no sign-in passes. Apart from
+    /// `disabled`, which it never lifts.
+    pub suspended: bool,
     pub created_at: Timestamp,
 }
 
@@ -438,6 +443,8 @@ pub struct UserChange {
     /// A new password hash, and whether it must be changed at sign-in.
     pub password: Option<(Option<String>, bool)>,
     pub disabled: Option<bool>,
+    /// `Some(false)` lifts a suspension.
+    pub suspended: Option<bool>,
 }
 
 /// A signed-in session as stored (only a hash of its id is kept), with
@@ -523,7 +530,8 @@ pub struct FederatedUser {
     /// The name a new user gets, if free (else with a `-2`, `-3`...).
     pub name: String,
     pub email: Option<String>,
-    pub role: Role,
+    /// `None`: the provider gives them no role here.
+    pub role: Option<Role>,
 }
 
 /// A write to the users.
@@ -542,8 +550,10 @@ pub enum UserWrite {
         reassign: Option<UserId>,
     },
     /// The user that (issuer, subject) names, made at their first sign-in
-    /// and given the role (and email) of this one; never another user
-    /// found by name or email.
+    /// and given the role (and email) of this one, which lifts a
+    /// suspension; never another user found by name or email. A sign-in
+    /// with no role makes no user, and suspends a known one (ending their
+    /// sessions).
     SignIn(FederatedUser),
 }
 

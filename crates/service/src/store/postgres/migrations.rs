@@ -194,6 +194,8 @@ const MIGRATIONS: &[Migration] = &[
         "ALTER TABLE webhook_events ADD COLUMN count INTEGER NOT NULL DEFAULT 1;
     ALTER TABLE webhook_events ADD COLUMN done INTEGER NOT NULL DEFAULT 0;",
     ),
+    // 13: suspended users, as SQLite's schema 17.
+    Sql("ALTER TABLE users ADD COLUMN suspended_at BIGINT;"),
 ];
 
 async fn users(tx: &tokio_postgres::Transaction<'_>) -> Result<(), tokio_postgres::Error> {

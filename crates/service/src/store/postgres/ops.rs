@@ -30,10 +30,11 @@ const LINK_FROM: &str = "links l LEFT JOIN users u ON u.id = l.owner";
 /// From `keys k JOIN users u ON u.id = k.user_id`: a key works on its own
 /// domain, else on its user's.
 const KEY_COLUMNS: &str = "k.id, k.name, k.hash, k.created_at, k.last_used_at, k.revoked_at, \
-     coalesce(k.domain, u.domain), k.user_id, u.name, u.role, u.disabled_at IS NOT NULL";
+     coalesce(k.domain, u.domain), k.user_id, u.name, u.role, \
+     (u.disabled_at IS NOT NULL OR u.suspended_at IS NOT NULL)";
 /// From `users u`.
 const USER_COLUMNS: &str = "u.id, u.name, u.email, u.role, u.domain, u.password, \
-     u.must_change, u.disabled_at IS NOT NULL, u.created_at";
+     u.must_change, u.disabled_at IS NOT NULL, u.created_at, u.suspended_at IS NOT NULL";
 const DOMAIN_COLUMNS: &str = "id, host, root_redirect, not_found_redirect, expired_redirect";
 
 /// A count as PostgreSQL's BIGINT.
@@ -176,6 +177,7 @@ fn user(row: &Row) -> Result<User, StoreError> {
         must_change: row.get(6),
         disabled: row.get(7),
         created_at: Timestamp::from_millis(row.get(8)),
+        suspended: row.get(9),
     })
 }
 
@@ -960,9 +962,9 @@ pub(super) async fn session(c: &Client, hash: [u8; 32]) -> Result<Option<Session
     row.map(|row| {
         Ok(Session {
             user: user(&row)?,
-            role: role(&row, 9)?,
-            created_at: Timestamp::from_millis(row.get(10)),
-            seen_at: Timestamp::from_millis(row.get(11)),
+            role: role(&row, 10)?,
+            created_at: Timestamp::from_millis(row.get(11)),
+            seen_at: Timestamp::from_millis(row.get(12)),
         })
     })
     .transpose()
@@ -1122,18 +1124,30 @@ async fn sign_in(
         &[&who.issuer, &who.subject],
     )
     .await?;
-    let id: i64 = match found {
-        Some(row) => {
+    let id: i64 = match (found, who.role) {
+        (Some(row), Some(role)) => {
             let id = row.get(0);
             execute(
                 tx,
-                "UPDATE users SET role = $2, email = $3 WHERE id = $1",
-                &[&id, &who.role.as_str(), &who.email],
+                "UPDATE users SET role = $2, email = $3, suspended_at = NULL WHERE id = $1",
+                &[&id, &role.as_str(), &who.email],
             )
             .await?;
             id
         }
-        None => {
+        (Some(row), None) => {
+            let id = row.get(0);
+            execute(
+                tx,
+                "UPDATE users SET suspended_at = coalesce(suspended_at, $2) WHERE id = $1",
+                &[&id, &now],
+            )
+            .await?;
+            execute(tx, "DELETE FROM sessions WHERE user_id = $1", &[&id]).await?;
+            id
+        }
+        (None, None) => return Ok(None),
+        (None, Some(role)) => {
             let taken = tx
                 .query("SELECT folded FROM users", &[])
                 .await
@@ -1150,7 +1164,7 @@ async fn sign_in(
                         &name,
                         &fold_name(&name),
                         &who.email,
-                        &who.role.as_str(),
+                        &role.as_str(),
                         &who.issuer,
                         &who.subject,
                         &now,
@@ -1230,6 +1244,7 @@ pub(super) async fn write_user(
                 domain,
                 password,
                 disabled,
+                suspended,
             } = change;
             let (password, must_change) = match password {
                 Some((hash, must)) => (Some(hash), Some(must)),
@@ -1244,7 +1259,9 @@ pub(super) async fn write_user(
                  password = CASE WHEN $7 THEN $8 ELSE password END, \
                  must_change = coalesce($9, must_change), \
                  disabled_at = CASE WHEN $10::bool IS NULL THEN disabled_at \
-                                    WHEN $10 THEN coalesce(disabled_at, $11) ELSE NULL END \
+                                    WHEN $10 THEN coalesce(disabled_at, $11) ELSE NULL END, \
+                 suspended_at = CASE WHEN $12::bool IS NULL THEN suspended_at \
+                                    WHEN $12 THEN coalesce(suspended_at, $11) ELSE NULL END \
                  WHERE id = $1",
                 &[
                     &found.id.0,
@@ -1258,6 +1275,7 @@ pub(super) async fn write_user(
                     &must_change,
                     &disabled,
                     &now,
+                    &suspended,
                 ],
             )
             .await?;

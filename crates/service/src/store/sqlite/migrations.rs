@@ -216,6 +216,9 @@ const MIGRATIONS: &[Migration] = &[
         "ALTER TABLE webhook_events ADD COLUMN count INTEGER NOT NULL DEFAULT 1;
     ALTER TABLE webhook_events ADD COLUMN done INTEGER NOT NULL DEFAULT 0;",
     ),
+    // 17: a user who signed in through the identity provider with no role
+    // is suspended until a sign-in with a role, or an admin, lifts it.
+    Sql("ALTER TABLE users ADD COLUMN suspended_at INTEGER;"),
 ];
 
 fn sessions(tx: &Transaction<'_>) -> rusqlite::Result<()> {

@@ -565,13 +565,25 @@ fn sign_in(conn: &Connection, who: FederatedUser, now: Timestamp) -> Result<Appl
         .prepare_cached("SELECT id FROM users WHERE issuer = ?1 AND subject = ?2")?
         .query_row((&issuer, &subject), |r| r.get(0))
         .optional()?;
-    let id = match found {
-        Some(id) => {
-            conn.prepare_cached("UPDATE users SET role = ?2, email = ?3 WHERE id = ?1")?
-                .execute((id, role.as_str(), &email))?;
+    let id = match (found, role) {
+        (Some(id), Some(role)) => {
+            conn.prepare_cached(
+                "UPDATE users SET role = ?2, email = ?3, suspended_at = NULL WHERE id = ?1",
+            )?
+            .execute((id, role.as_str(), &email))?;
             id
         }
-        None => {
+        (Some(id), None) => {
+            conn.prepare_cached(
+                "UPDATE users SET suspended_at = coalesce(suspended_at, ?2) WHERE id = ?1",
+            )?
+            .execute((id, now.millis()))?;
+            conn.prepare_cached("DELETE FROM sessions WHERE user_id = ?1")?
+                .execute([id])?;
+            id
+        }
+        (None, None) => return Ok(applied(Done::User(None))),
+        (None, Some(role)) => {
             let taken = conn
                 .prepare_cached("SELECT folded FROM users")?
                 .query_map([], |r| r.get::<_, String>(0))?
@@ -646,6 +658,7 @@ fn write_user(conn: &Connection, write: UserWrite, now: Timestamp) -> Result<App
                 domain,
                 password,
                 disabled,
+                suspended,
             } = change;
             let (password, must_change) = match password {
                 Some((hash, must)) => (Some(hash), Some(must)),
@@ -659,7 +672,9 @@ fn write_user(conn: &Connection, write: UserWrite, now: Timestamp) -> Result<App
                  password = CASE WHEN ?7 THEN ?8 ELSE password END, \
                  must_change = coalesce(?9, must_change), \
                  disabled_at = CASE WHEN ?10 IS NULL THEN disabled_at \
-                                    WHEN ?10 THEN coalesce(disabled_at, ?11) ELSE NULL END \
+                                    WHEN ?10 THEN coalesce(disabled_at, ?11) ELSE NULL END, \
+                 suspended_at = CASE WHEN ?12 IS NULL THEN suspended_at \
+                                    WHEN ?12 THEN coalesce(suspended_at, ?11) ELSE NULL END \
                  WHERE id = ?1",
             )?
             .execute(rusqlite::params![
@@ -673,7 +688,8 @@ fn write_user(conn: &Connection, write: UserWrite, now: Timestamp) -> Result<App
                 password.flatten(),
                 must_change,
                 disabled,
-                now.millis()
+                now.millis(),
+                suspended
             ])?;
             Ok(applied(Done::User(user_named(conn, &name)?)))
         }

@@ -88,7 +88,7 @@ pub(super) fn extra_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Option<Arc<
 /// a key works on its own domain, else on its user's.
 pub(super) const KEY_COLUMNS: &str = "k.id, k.name, k.hash, k.created_at, k.last_used_at, \
      k.revoked_at, coalesce(k.domain, u.domain), k.user_id, u.name, u.role, \
-     u.disabled_at IS NOT NULL";
+     (u.disabled_at IS NOT NULL OR u.suspended_at IS NOT NULL)";
 
 pub(super) fn key(row: &Row<'_>) -> rusqlite::Result<ApiKey> {
     let hash: Vec<u8> = row.get(2)?;
@@ -126,7 +126,7 @@ fn role_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Role> {
 
 /// The columns [`user`] reads, from `users u`.
 pub(super) const USER_COLUMNS: &str = "u.id, u.name, u.email, u.role, u.domain, u.password, \
-     u.must_change, u.disabled_at IS NOT NULL, u.created_at";
+     u.must_change, u.disabled_at IS NOT NULL, u.created_at, u.suspended_at IS NOT NULL";
 
 pub(super) fn user(row: &Row<'_>) -> rusqlite::Result<User> {
     Ok(User {
@@ -139,6 +139,7 @@ pub(super) fn user(row: &Row<'_>) -> rusqlite::Result<User> {
         must_change: row.get(6)?,
         disabled: row.get(7)?,
         created_at: Timestamp::from_millis(row.get(8)?),
+        suspended: row.get(9)?,
     })
 }
 
@@ -147,9 +148,9 @@ pub(super) fn user(row: &Row<'_>) -> rusqlite::Result<User> {
 pub(super) fn session(row: &Row<'_>) -> rusqlite::Result<Session> {
     Ok(Session {
         user: user(row)?,
-        role: role_at(row, 9)?,
-        created_at: Timestamp::from_millis(row.get(10)?),
-        seen_at: Timestamp::from_millis(row.get(11)?),
+        role: role_at(row, 10)?,
+        created_at: Timestamp::from_millis(row.get(11)?),
+        seen_at: Timestamp::from_millis(row.get(12)?),
     })
 }
 
