@@ -814,19 +814,34 @@ fn signed(
         .to_string()
 }
 
+/// A server signing in through a hostile provider whose discovery lists
+/// `algs`, with one RSA key (`k1`, kept in the returned folder).
+async fn with_hostile(
+    store: &Store,
+    algs: Vec<&'static str>,
+) -> (
+    TestApp,
+    Arc<Mutex<Hostile>>,
+    String,
+    CoreRsaPrivateSigningKey,
+    tempfile::TempDir,
+) {
+    let dir = tempfile::tempdir().expect("dir");
+    let pem = rsa_pem(dir.path(), "a");
+    let state = Arc::new(Mutex::new(Hostile {
+        keys: vec![signing_key(&pem, "k1")],
+        userinfo: json!({"sub": "h-1"}),
+        algs,
+        ..Hostile::default()
+    }));
+    let issuer = hostile_provider(Arc::clone(&state)).await;
+    let app = spawn_with(store, &oidc_flags(&issuer)).await;
+    (app, state, issuer, signing_key(&pem, "k1"), dir)
+}
+
 crate::on_both_stores! {
     async fn a_provider_may_change_its_algorithm_and_strangers_neither_speak_nor_cancel(store: Store) {
-        let dir = tempfile::tempdir().expect("dir");
-        let pem = rsa_pem(dir.path(), "a");
-        let key = signing_key(&pem, "k1");
-        let state = Arc::new(Mutex::new(Hostile {
-            keys: vec![signing_key(&pem, "k1")],
-            userinfo: json!({"sub": "h-1"}),
-            algs: vec!["RS256"],
-            ..Hostile::default()
-        }));
-        let issuer = hostile_provider(Arc::clone(&state)).await;
-        let app = spawn_with(&store, &oidc_flags(&issuer)).await;
+        let (app, state, issuer, key, _dir) = with_hostile(&store, vec!["RS256"]).await;
         let good = with_token(&app, &state, |n| rs256(claims(&issuer, n, json!({})), &key)).await;
         let session = session_of(&good);
         assert_eq!(account(&app, &session).await["role"], "member");
@@ -894,16 +909,7 @@ crate::on_both_stores! {
 
 crate::on_both_stores! {
     async fn a_sign_in_with_no_role_suspends_the_user_until_one_with_a_role(store: Store) {
-        let dir = tempfile::tempdir().expect("dir");
-        let pem = rsa_pem(dir.path(), "a");
-        let key = signing_key(&pem, "k1");
-        let state = Arc::new(Mutex::new(Hostile {
-            keys: vec![signing_key(&pem, "k1")],
-            userinfo: json!({"sub": "h-1"}),
-            ..Hostile::default()
-        }));
-        let issuer = hostile_provider(Arc::clone(&state)).await;
-        let app = spawn_with(&store, &oidc_flags(&issuer)).await;
+        let (app, state, issuer, key, _dir) = with_hostile(&store, Vec::new()).await;
         let admin = app.new_key("root", true).await;
         let first = session_of(&with_token(&app, &state, |n| rs256(claims(&issuer, n, json!({})), &key)).await);
         let second = session_of(&with_token(&app, &state, |n| rs256(claims(&issuer, n, json!({})), &key)).await);
